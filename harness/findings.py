@@ -1,0 +1,109 @@
+"""Findings: what the audit reports, and the verdict/exit code they add up to."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+KINDS = frozenset(
+    {
+        "wrong_key",
+        "wrong_model",
+        "request_leak",
+        "response_leak",
+        "env_leak",
+        "wrong_cwd",
+        "file_leak",
+        "text_leak",
+        "egress",
+        "route_auth",
+        "profile_bleed",
+        "bypass",
+        "shortfall",
+    }
+)
+CHANNELS = ("request", "response", "env", "file", "log", "rpc")
+#: Kinds that mean the run could not prove anything, rather than that tenants crossed.
+INCONCLUSIVE_KINDS = frozenset({"shortfall", "bypass"})
+
+EXIT_CLEAN, EXIT_LEAK, EXIT_ERROR, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One violated invariant, with evidence in which every secret is already redacted."""
+
+    kind: str
+    victim: str | None
+    seen_in: str | None
+    canary: str | None
+    channel: str
+    location: str
+    encoding: str | None = None
+    evidence: str = ""
+    scenario: str | None = None
+    phase: str | None = None
+    detail: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in KINDS:
+            raise ValueError(f"unknown finding kind {self.kind!r}")
+        if self.channel not in CHANNELS:
+            raise ValueError(f"unknown channel {self.channel!r}")
+
+    def fingerprint(self) -> str:
+        """Stable across runs: never contains a random value, offset or flow id."""
+        parts = (self.kind, self.canary or "", self.channel, self.scenario or "", self.phase or "")
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+    def identity(self) -> tuple[Any, ...]:
+        """What makes two findings the same finding (used to deduplicate)."""
+        return (self.kind, self.victim, self.seen_in, self.canary, self.channel, self.location, self.encoding)
+
+    def summary(self) -> str:
+        who = f"{self.victim}'s {self.canary}" if self.canary else (self.victim or "-")
+        where = f" in {self.seen_in}'s {self.channel}" if self.seen_in else f" ({self.channel})"
+        enc = f" [{self.encoding}]" if self.encoding and self.encoding != "plain" else ""
+        extra = f": {self.detail}" if self.detail else ""
+        return f"{self.kind}: {who}{where}{enc} at {self.location}{extra}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "fingerprint": self.fingerprint()}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Finding:
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def dedupe(findings: list[Finding]) -> list[Finding]:
+    seen: dict[tuple[Any, ...], Finding] = {}
+    for f in findings:
+        seen.setdefault(f.identity(), f)
+    return list(seen.values())
+
+
+@dataclass
+class Verdict:
+    """The outcome of an audit: `clean`, `leak` or `inconclusive`, and why."""
+
+    findings: list[Finding]
+    known: list[Finding] = field(default_factory=list)
+    reasons: list[str] = field(default_factory=list)
+
+    @property
+    def new(self) -> list[Finding]:
+        return self.findings
+
+    @property
+    def status(self) -> str:
+        if any(f.kind not in INCONCLUSIVE_KINDS for f in self.findings):
+            return "leak"
+        if self.reasons or any(f.kind in INCONCLUSIVE_KINDS for f in self.findings):
+            return "inconclusive"
+        return "clean"
+
+    @property
+    def exit_code(self) -> int:
+        return {"clean": EXIT_CLEAN, "leak": EXIT_LEAK, "inconclusive": EXIT_INCONCLUSIVE}[self.status]

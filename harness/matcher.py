@@ -1,0 +1,141 @@
+"""One multi-pattern automaton over every canary of every tenant, in every encoding.
+
+A canary is found in one pass over the bytes, whatever encoding carries it: each encoded form of each
+canary is a pattern of a single Aho-Corasick automaton (ahocorasick-rs, overlapping matches).
+"""
+
+from __future__ import annotations
+
+import base64
+import math
+import urllib.parse
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+import ahocorasick_rs
+
+from harness.registry import Registry, is_secret_kind
+
+
+@dataclass(frozen=True)
+class Canary:
+    tenant: str
+    kind: str
+    value: str
+
+    @property
+    def secret(self) -> bool:
+        return is_secret_kind(self.kind)
+
+
+@dataclass(frozen=True)
+class Hit:
+    """One occurrence: whose canary, which kind, where (byte span) and in which encoding."""
+
+    tenant: str
+    kind: str
+    start: int
+    end: int
+    encoding: str
+
+
+def _b64_alignments(raw: bytes) -> list[bytes]:
+    """The base64 characters fully determined by `raw` at each of the three byte alignments."""
+    out = []
+    for pad in range(3):
+        enc = base64.b64encode(b"\0" * pad + raw)
+        first = math.ceil(pad * 8 / 6)
+        last = (pad + len(raw)) * 8 // 6  # exclusive: chars fully inside the raw bits
+        out.append(enc[first:last])
+    return out
+
+
+def encodings_of(value: str) -> dict[str, list[bytes]]:
+    """Every encoded form of `value` that the scanner looks for, by encoding name."""
+    raw = value.encode()
+    forms: dict[str, list[bytes]] = {"plain": [raw]}
+    json_forms = []
+    if b"/" in raw:
+        json_forms.append(raw.replace(b"/", b"\\/"))
+    json_forms.append("".join(f"\\u{ord(c):04x}" for c in value).encode())
+    json_forms.append("".join(f"\\u{ord(c):04X}" for c in value).encode())
+    forms["json"] = json_forms
+    url_forms = {urllib.parse.quote(value, safe="").encode(), urllib.parse.quote_plus(value).encode()}
+    url_forms.add("".join(f"%{b:02X}" for b in raw).encode())
+    forms["url"] = sorted(f for f in url_forms if f != raw)
+    b64 = _b64_alignments(raw)
+    forms["base64"] = b64
+    forms["base64url"] = [f.replace(b"+", b"-").replace(b"/", b"_") for f in b64 if b"+" in f or b"/" in f]
+    forms["hex"] = [raw.hex().encode(), raw.hex().upper().encode()]
+    forms["utf16le"] = [value.encode("utf-16-le")]
+    forms["utf16be"] = [value.encode("utf-16-be")]
+    return {enc: fs for enc, fs in forms.items() if fs}
+
+
+class Matcher:
+    """Find every canary of the given set in a bytes buffer, in every encoding, in one pass."""
+
+    def __init__(self, canaries: Iterable[Canary]) -> None:
+        self.canaries = list(canaries)
+        patterns: dict[bytes, tuple[Canary, str]] = {}
+        for canary in self.canaries:
+            for encoding, forms in encodings_of(canary.value).items():
+                for form in forms:
+                    patterns.setdefault(form, (canary, encoding))
+        self._patterns = list(patterns)
+        self._meta = [patterns[p] for p in self._patterns]
+        self._automaton = ahocorasick_rs.BytesAhoCorasick(self._patterns) if self._patterns else None
+
+    @classmethod
+    def for_registry(cls, registry: Registry, *, secrets_only: bool = False) -> Matcher:
+        return cls(
+            Canary(t.name, kind, value)
+            for t in registry
+            for kind, value in t.all_canaries().items()
+            if not secrets_only or is_secret_kind(kind)
+        )
+
+    def find(self, data: bytes | bytearray | memoryview) -> list[Hit]:
+        """Every occurrence, ordered by offset; overlapping forms of one canary are reported once."""
+        if self._automaton is None or not data:
+            return []
+        hits: list[Hit] = []
+        claimed: dict[tuple[str, str], int] = {}
+        for idx, start, end in sorted(
+            self._automaton.find_matches_as_indexes(data, overlapping=True), key=lambda m: (m[1], -m[2])
+        ):
+            canary, encoding = self._meta[idx]
+            ident = (canary.tenant, canary.kind)
+            if claimed.get(ident, -1) > start:
+                continue  # a second form of the same canary inside the span already reported
+            claimed[ident] = end
+            hits.append(Hit(canary.tenant, canary.kind, start, end, encoding))
+        return hits
+
+    def redact(self, data: bytes) -> bytes:
+        """Replace every occurrence of every canary (any encoding) with `<tenant:kind>`."""
+        out = bytearray()
+        pos = 0
+        for hit in self.find(data):
+            if hit.start < pos:
+                continue
+            out += data[pos : hit.start] + f"<{hit.tenant}:{hit.kind}>".encode()
+            pos = hit.end
+        out += data[pos:]
+        return bytes(out)
+
+    def redact_text(self, text: str) -> str:
+        return self.redact(text.encode("utf-8", "surrogateescape")).decode("utf-8", "replace")
+
+    def snippet(self, data: bytes, hit: Hit, width: int = 48) -> str:
+        """A short window around `hit`, every secret in it replaced; cut canaries at the edges are dropped."""
+        lo, hi = max(0, hit.start - width), min(len(data), hit.end + width)
+        for other in self.find(data[max(0, lo - 512) : hi + 512]):
+            base = max(0, lo - 512)
+            s, e = other.start + base, other.end + base
+            if s < lo < e:
+                lo = e if e <= hit.start else s
+            if s < hi < e:
+                hi = s if s >= hit.end else e
+        text = self.redact(data[lo:hi]).decode("utf-8", "replace")
+        return "".join(c if c.isprintable() else " " for c in text)

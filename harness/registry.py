@@ -1,0 +1,288 @@
+"""The canary registry: every tenant's key, model, route and canaries (`registry.yaml`, version 1)."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import ahocorasick_rs
+import yaml
+
+VERSION = 1
+MIN_CANARY_LEN = 12
+MAX_CANARY_LEN = 4096
+MAX_REGISTRY_BYTES = 4 * 1024 * 1024
+TAG_BYTES = 6  # 48 random bits in every canary: a hit is never a coincidence
+
+#: Canary kinds minted for every tenant besides `key` and `model`.
+MINTED_KINDS = (
+    "api_server_key",
+    "env_marker",
+    "memory",
+    "soul",
+    "workdir",
+    "cron_prompt",
+    "shell_state",
+)
+#: Kinds whose leak is a credential leak (text scans without an owner look for these only).
+SECRET_KINDS = frozenset({"key", "api_server_key"})
+
+_TENANT_FIELDS = {"key", "model", "route", "upstream", "home", "canaries"}
+_NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
+_KIND = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+
+
+class RegistryError(ValueError):
+    """The registry file is missing, malformed or violates a rule; the message is one line."""
+
+
+def is_secret_kind(kind: str) -> bool:
+    """Keys are secrets; so is any canary minted later whose kind ends in `key`."""
+    return kind in SECRET_KINDS or kind.endswith("key")
+
+
+@dataclass
+class Tenant:
+    """One tenant (a Hermes profile) and the canaries that identify it."""
+
+    name: str
+    key: str
+    model: str
+    route: dict[str, Any]
+    upstream: str = ""
+    home: str | None = None
+    canaries: dict[str, str] = field(default_factory=dict)
+
+    def all_canaries(self) -> dict[str, str]:
+        """Every canary by kind name, `key` and `model` included."""
+        return {"key": self.key, "model": self.model, **self.canaries}
+
+    def secrets(self) -> dict[str, str]:
+        return {k: v for k, v in self.all_canaries().items() if is_secret_kind(k)}
+
+    @property
+    def listen(self) -> int | None:
+        return self.route.get("listen")
+
+    @property
+    def host(self) -> str | None:
+        return self.route.get("host")
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key, "model": self.model, "route": dict(self.route)}
+        if self.upstream:
+            out["upstream"] = self.upstream
+        if self.home:
+            out["home"] = self.home
+        out["canaries"] = dict(self.canaries)
+        return out
+
+
+@dataclass
+class Registry:
+    """All tenants of one audit; the contract between harness, addon and reconciler."""
+
+    tenants: dict[str, Tenant]
+
+    def __post_init__(self) -> None:
+        self.validate()
+
+    def __iter__(self):
+        return iter(self.tenants.values())
+
+    def __getitem__(self, name: str) -> Tenant:
+        return self.tenants[name]
+
+    def names(self) -> list[str]:
+        return list(self.tenants)
+
+    def by_listen_port(self, port: int) -> Tenant | None:
+        return next((t for t in self if t.listen == port), None)
+
+    def by_host(self, host: str) -> Tenant | None:
+        host = host.lower().rstrip(".")
+        return next((t for t in self if (t.host or "").lower() == host), None)
+
+    def owner_of_key(self, key: str) -> Tenant | None:
+        return next((t for t in self if key and key in t.secrets().values()), None)
+
+    def add_canary(self, tenant: str, kind: str, value: str) -> None:
+        """Mint a canary mid-scenario (re-validates the whole registry)."""
+        self.tenants[tenant].canaries[kind] = value
+        try:
+            self.validate()
+        except RegistryError:
+            del self.tenants[tenant].canaries[kind]
+            raise
+
+    def validate(self) -> None:
+        owner: dict[str, tuple[str, str]] = {}
+        for t in self:
+            if not _NAME.match(t.name):
+                raise RegistryError(f"registry: tenant name {t.name!r} is not a short lowercase identifier")
+            for kind, value in t.all_canaries().items():
+                where = f"registry: tenant {t.name!r}: canary {kind!r}"
+                if not _KIND.match(kind):
+                    raise RegistryError(f"{where}: kind name is not a lowercase identifier")
+                if not isinstance(value, str):
+                    raise RegistryError(f"{where}: value must be a string")
+                if len(value) < MIN_CANARY_LEN:
+                    raise RegistryError(f"{where}: shorter than {MIN_CANARY_LEN} characters")
+                if len(value) > MAX_CANARY_LEN:
+                    raise RegistryError(f"{where}: longer than {MAX_CANARY_LEN} characters")
+                if value in owner and owner[value][0] != t.name:
+                    other = owner[value]
+                    raise RegistryError(f"{where}: same value as tenant {other[0]!r} canary {other[1]!r}")
+                owner.setdefault(value, (t.name, kind))
+        values = list(owner)
+        automaton = ahocorasick_rs.AhoCorasick(values)
+        for value in values:
+            for idx, _, _ in automaton.find_matches_as_indexes(value, overlapping=True):
+                inner = values[idx]
+                if inner != value and owner[inner][0] != owner[value][0]:
+                    (name, kind), (oname, okind) = owner[value], owner[inner]
+                    raise RegistryError(
+                        f"registry: tenant {name!r}: canary {kind!r} contains tenant {oname!r} canary {okind!r}"
+                    )
+        ports = [t.listen for t in self if t.listen is not None]
+        if len(ports) != len(set(ports)):
+            raise RegistryError("registry: two tenants share a listen port")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": VERSION, "tenants": {t.name: t.to_dict() for t in self}}
+
+    def save(self, path: Path) -> None:
+        """Write atomically, mode 0600 (the file holds every secret)."""
+        write_private(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False).encode())
+
+
+def write_private(path: Path, data: bytes) -> None:
+    """Write `data` to `path` atomically with mode 0600: readers never see half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    try:
+        os.fchmod(fd, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """Safe YAML without anchors/aliases: the registry never needs them, and they enable bombs."""
+
+    def compose_node(self, parent, index):  # type: ignore[override]
+        if self.check_event(yaml.AliasEvent):
+            event = self.peek_event()
+            raise RegistryError(f"registry: YAML aliases are not allowed (line {event.start_mark.line + 1})")
+        return super().compose_node(parent, index)
+
+
+def parse(text: str) -> Registry:
+    """Parse and validate registry YAML text."""
+    try:
+        doc = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        at = f" at line {mark.line + 1}" if mark else ""
+        raise RegistryError(f"registry: not valid YAML{at}") from None
+    if not isinstance(doc, dict):
+        raise RegistryError("registry: top level must be a mapping with 'version' and 'tenants'")
+    unknown = set(doc) - {"version", "tenants"}
+    if unknown:
+        raise RegistryError(f"registry: unknown top-level field {sorted(unknown)[0]!r}")
+    if doc.get("version") != VERSION:
+        raise RegistryError(f"registry: version must be {VERSION}, got {doc.get('version')!r}")
+    raw = doc.get("tenants")
+    if not isinstance(raw, dict) or not raw:
+        raise RegistryError("registry: 'tenants' must be a non-empty mapping")
+    tenants = {}
+    for name, spec in raw.items():
+        tenants[str(name)] = _tenant(str(name), spec)
+    return Registry(tenants)
+
+
+def _tenant(name: str, spec: Any) -> Tenant:
+    where = f"registry: tenant {name!r}"
+    if not isinstance(spec, dict):
+        raise RegistryError(f"{where}: must be a mapping")
+    unknown = set(spec) - _TENANT_FIELDS
+    if unknown:
+        raise RegistryError(f"{where}: unknown field {sorted(map(str, unknown))[0]!r}")
+    for req in ("key", "model", "route"):
+        if req not in spec:
+            raise RegistryError(f"{where}: missing field {req!r}")
+    route = spec["route"]
+    if not isinstance(route, dict) or len(route) != 1 or not (
+        isinstance(route.get("listen"), int) or isinstance(route.get("host"), str)
+    ):
+        raise RegistryError(f"{where}: field 'route' must be {{listen: PORT}} or {{host: HOSTNAME}}")
+    canaries = spec.get("canaries") or {}
+    if not isinstance(canaries, dict):
+        raise RegistryError(f"{where}: field 'canaries' must be a mapping")
+    for kind in ("key", "model"):
+        if kind in canaries:
+            raise RegistryError(f"{where}: canary {kind!r} is a reserved name (it is a tenant field)")
+    for fld in ("upstream", "home"):
+        if spec.get(fld) is not None and not isinstance(spec[fld], str):
+            raise RegistryError(f"{where}: field {fld!r} must be a string")
+    return Tenant(
+        name=name,
+        key=spec["key"],
+        model=spec["model"],
+        route=dict(route),
+        upstream=spec.get("upstream") or "",
+        home=spec.get("home"),
+        canaries={str(k): v for k, v in canaries.items()},
+    )
+
+
+def load(path: Path | str) -> Registry:
+    """Read and validate a registry file; any problem is a one-line RegistryError."""
+    path = Path(path)
+    try:
+        size = path.stat().st_size
+        if size > MAX_REGISTRY_BYTES:
+            raise RegistryError(f"registry: {path} is {size} bytes, more than {MAX_REGISTRY_BYTES}")
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise RegistryError(f"registry: {path} does not exist") from None
+    except UnicodeDecodeError:
+        raise RegistryError(f"registry: {path} is not UTF-8 text") from None
+    except OSError as exc:
+        raise RegistryError(f"registry: cannot read {path}: {exc.strerror}") from None
+    return parse(text)
+
+
+def new_tag() -> str:
+    return secrets.token_hex(TAG_BYTES)
+
+
+def mint(names: list[str], workroot: Path, routes: dict[str, dict[str, Any]]) -> Registry:
+    """Mint tenants with fresh random canaries of every kind; `workroot` holds their terminal cwds."""
+    tenants = {}
+    for name in names:
+        tag = new_tag()
+        tenants[name] = Tenant(
+            name=name,
+            key=f"sk-tenancy-{name}-{tag}",
+            model=f"model-{name}-{tag}",
+            route=dict(routes[name]),
+            canaries={
+                "api_server_key": f"apisrv-{name}-{tag}",
+                "env_marker": f"envmark-{name}-{tag}",
+                "memory": f"memory-canary-{name}-{tag}",
+                "soul": f"soul-canary-{name}-{tag}",
+                "workdir": str(Path(workroot) / f"work-{name}-{tag}"),
+                "cron_prompt": f"cron-canary-{name}-{tag}",
+                "shell_state": f"shellstate-{name}-{tag}",
+            },
+        )
+    return Registry(tenants)
