@@ -188,7 +188,7 @@ class _NoAliasLoader(yaml.SafeLoader):
 def parse(text: str) -> Registry:
     """Parse and validate registry YAML text."""
     try:
-        doc = yaml.load(text, Loader=_NoAliasLoader)  # noqa: S506 - a SafeLoader subclass
+        doc = yaml.load(text, Loader=_NoAliasLoader)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         at = f" at line {mark.line + 1}" if mark else ""

@@ -1,0 +1,229 @@
+"""Drive the real Hermes Agent in hermetic child processes: tenant homes, child env, one-shot turns.
+
+Every child sees a throw-away HOME (the real one is asserted untouched), HERMES_HOME under it, and no
+credential-shaped variable from the caller. The launch tenant lives at HOME/.hermes, every other tenant
+at HOME/.hermes/profiles/<name>; each has its own config.yaml, .env (the provider key under the SAME
+variable name everywhere), memories/MEMORY.md and SOUL.md.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.procs import ProcessSet
+from harness.registry import Tenant
+
+PROVIDER_KEY_ENV = "TENANT_PROVIDER_KEY"
+PROVIDER_ID = "tenantprov"
+_STRIP_SUFFIXES = ("_API_KEY", "_TOKEN", "_BASE_URL", "_SECRET", "_ACCESS_KEY", "_KEY_ID", "_KEY", "_PASSWORD")
+_STRIP_PREFIXES = (
+    "HERMES_", "OPENAI", "ANTHROPIC", "OPENROUTER", "AWS_", "AZURE_", "GOOGLE_", "GEMINI", "PYTEST_", "NOUS_",
+    "XAI_", "LLM_", "CUSTOM_", "TERMINAL_", "TENANT_", "API_SERVER_", "GITHUB_", "HF_", "MISTRAL", "GROQ",
+    "DEEPSEEK", "TOGETHER", "COHERE", "SSH_", "GPG_", "VIRTUAL_ENV", "PYTHON", "CONDA", "MITMPROXY",
+)
+_STRIP_EXACT = {
+    "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy", "NO_PROXY", "no_proxy",
+    "XDG_STATE_HOME", "XDG_CONFIG_HOME", "XDG_DATA_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR",
+    "DBUS_SESSION_BUS_ADDRESS", "SSL_CERT_FILE", "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+    "PYENV_VERSION", "KUBECONFIG", "DOCKER_HOST",
+}
+
+
+class HermesError(RuntimeError):
+    """Hermes is missing, broken, or its sandbox would escape; the message is one line."""
+
+
+def real_home() -> Path:
+    return Path(pwd.getpwuid(os.getuid()).pw_dir).resolve()
+
+
+def is_credential_shaped(name: str) -> bool:
+    upper = name.upper()
+    return name in _STRIP_EXACT or upper.endswith(_STRIP_SUFFIXES) or upper.startswith(_STRIP_PREFIXES)
+
+
+def hermetic_env(home: Path, hermes_python: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The whole environment of a Hermes child: fake HOME, HERMES_HOME under it, nothing credential-shaped."""
+    home = home.resolve()
+    real = real_home()
+    if home == real or home / ".hermes" == real / ".hermes" or real.is_relative_to(home):
+        raise HermesError(f"sandbox HOME {home} is (or contains) the real home {real}")
+    env = {k: v for k, v in os.environ.items() if not is_credential_shaped(k)}
+    bindir = str(Path(hermes_python).parent)
+    env.update(
+        HOME=str(home),
+        HERMES_HOME=str(home / ".hermes"),
+        XDG_STATE_HOME=str(home / ".local" / "state"),
+        XDG_CONFIG_HOME=str(home / ".config"),
+        XDG_CACHE_HOME=str(home / ".cache"),
+        XDG_DATA_HOME=str(home / ".local" / "share"),
+        PATH=os.pathsep.join([bindir, "/usr/local/bin", "/usr/bin", "/bin"]),
+        NO_COLOR="1",
+        TERM="dumb",
+        NO_PROXY="127.0.0.1,localhost",
+        no_proxy="127.0.0.1,localhost",
+        PIP_DISABLE_PIP_VERSION_CHECK="1",
+        # Hermes' live-DB guard treats $HOME/.hermes/state.db as production; this HOME is a sandbox.
+        HERMES_STATE_DB_GUARD_BYPASS="1",
+        HERMES_ACCEPT_HOOKS="1",
+    )
+    env.update(extra or {})
+    return env
+
+
+@dataclass
+class Sandbox:
+    """The throw-away HOME every Hermes child of one run shares, plus the tenants' terminal cwds."""
+
+    root: Path
+    launch: str = "default"
+
+    @property
+    def home(self) -> Path:
+        return self.root / "home"
+
+    @property
+    def hermes_root(self) -> Path:
+        return self.home / ".hermes"
+
+    def home_of(self, tenant: str) -> Path:
+        return self.hermes_root if tenant == self.launch else self.hermes_root / "profiles" / tenant
+
+    def profile_args(self, tenant: str) -> list[str]:
+        return [] if tenant == self.launch else ["-p", tenant]
+
+
+def tenant_config(tenant: Tenant, base_url: str, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    """config.yaml of one tenant: a custom provider whose key comes from the profile's own .env."""
+    cfg: dict[str, Any] = {
+        "model": {"provider": f"custom:{PROVIDER_ID}", "default": tenant.model, "context_length": 128000},
+        "providers": {
+            PROVIDER_ID: {
+                "name": PROVIDER_ID,
+                "base_url": base_url,
+                "key_env": PROVIDER_KEY_ENV,
+                "default_model": tenant.model,
+            }
+        },
+        "agent": {"api_max_retries": 1},
+        "terminal": {"backend": "local", "cwd": tenant.canaries["workdir"]},
+        "memory": {"memory_enabled": True},
+        "compression": {"enabled": False},
+    }
+    for key, value in (extra or {}).items():
+        base = cfg.get(key)
+        cfg[key] = {**base, **value} if isinstance(base, dict) and isinstance(value, dict) else value
+    return cfg
+
+
+def tenant_dotenv(tenant: Tenant, extra: dict[str, str] | None = None) -> dict[str, str]:
+    return {
+        PROVIDER_KEY_ENV: tenant.key,
+        "API_SERVER_KEY": tenant.canaries["api_server_key"],
+        "TENANT_MARKER": tenant.canaries["env_marker"],
+        **(extra or {}),
+    }
+
+
+def write_home(
+    tenant: Tenant,
+    home: Path,
+    base_url: str,
+    *,
+    extra_config: dict[str, Any] | None = None,
+    extra_env: dict[str, str] | None = None,
+) -> None:
+    """Lay down one tenant's Hermes home and its terminal cwd."""
+    home.mkdir(parents=True, exist_ok=True)
+    Path(tenant.canaries["workdir"]).mkdir(parents=True, exist_ok=True)
+    cfg = tenant_config(tenant, base_url, extra_config)
+    (home / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+    env = tenant_dotenv(tenant, extra_env)
+    dotenv = home / ".env"
+    dotenv.write_text("".join(f"{k}={v}\n" for k, v in env.items()), encoding="utf-8")
+    dotenv.chmod(0o600)
+    (home / "memories").mkdir(exist_ok=True)
+    (home / "memories" / "MEMORY.md").write_text(f"{tenant.canaries['memory']}\n", encoding="utf-8")
+    (home / "SOUL.md").write_text(f"You are {tenant.canaries['soul']}.\n", encoding="utf-8")
+
+
+@dataclass
+class TurnResult:
+    """One driven turn: did it complete, and what did Hermes print."""
+
+    tenant: str
+    driver: str
+    ok: bool
+    seconds: float
+    detail: str = ""
+    log: Path | None = None
+    usage: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Hermes:
+    """The Hermes install under test (its own venv's python) and the sandbox its children share."""
+
+    python: Path
+    sandbox: Sandbox
+    procs: ProcessSet
+    logs: Path
+
+    def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
+        return hermetic_env(self.sandbox.home, self.python, extra)
+
+    def check(self) -> str:
+        """Hermes' version; proves the install works and the profile root resolves inside the sandbox."""
+        if not Path(self.python).exists():
+            raise HermesError(f"Hermes python {self.python} does not exist (bootstrap with ./tenancy or pass "
+                              "--hermes-python)")
+        self.sandbox.home.mkdir(parents=True, exist_ok=True)
+        code = (
+            "import json, importlib.metadata as m; from hermes_cli.profiles import _get_profiles_root as r; "
+            "print(json.dumps({'version': m.version('hermes-agent'), 'root': str(r())}))"
+        )
+        rc, out, err = self.procs.run([str(self.python), "-c", code], env=self.env(), cwd=self.sandbox.home,
+                                      timeout=120)
+        if rc != 0:
+            last = (err.strip().splitlines() or ["no output"])[-1]
+            raise HermesError(f"Hermes at {self.python} is broken: {last[:200]}")
+        info = json.loads(out.strip().splitlines()[-1])
+        root = Path(info["root"]).resolve()
+        if not root.is_relative_to(self.sandbox.root.resolve()):
+            raise HermesError(f"Hermes' profile root {root} escapes the sandbox {self.sandbox.root}")
+        return str(info["version"])
+
+    def oneshot(self, tenant: str, prompt: str, *, timeout: float = 180.0, extra_env: dict[str, str] | None = None,
+                label: str = "oneshot") -> TurnResult:
+        """`hermes [-p NAME] -z PROMPT`; completion is judged by --usage-file, not the exit code."""
+        self.logs.mkdir(parents=True, exist_ok=True)
+        n = len(list(self.logs.glob(f"{label}-{tenant}-*.log")))
+        log = self.logs / f"{label}-{tenant}-{n}.log"
+        usage_path = self.logs / f"{label}-{tenant}-{n}.usage.json"
+        argv = [str(self.python), "-m", "hermes_cli.main", *self.sandbox.profile_args(tenant), "-z", prompt,
+                "--usage-file", str(usage_path)]
+        started = time.monotonic()
+        rc, out, err = self.procs.run(argv, env=self.env(extra_env), cwd=self.sandbox.home, timeout=timeout)
+        seconds = time.monotonic() - started
+        log.write_text(f"$ hermes {' '.join(argv[3:])}\n[rc={rc}]\n--- stdout\n{out}\n--- stderr\n{err}\n")
+        log.chmod(0o600)
+        try:
+            usage = json.loads(usage_path.read_text())
+        except (OSError, ValueError):
+            usage = {}
+        ok = rc is not None and usage.get("completed") is True and not usage.get("failed")
+        if rc is None:
+            detail = f"killed after {timeout:.0f}s timeout"
+        elif not ok:
+            detail = (out.strip() or err.strip() or f"rc={rc}").splitlines()[-1][:200]
+        else:
+            detail = ""
+        return TurnResult(tenant, label, ok, seconds, detail, log, usage)

@@ -1,0 +1,180 @@
+"""Child processes: own process group, a timeout, a run marker, and teardown that proves nobody survived.
+
+Every child gets `TENANCY_RUN=<run id>` in its environment and is recorded in a pid file under
+`runs_dir()`; `reap_stale()` (called by `tenancy-audit run` and `cleanup`) kills every process of a run
+whose harness is gone, found by its process group or by the marker in its environment, so even a
+SIGKILLed harness leaves nothing behind once the next run or `cleanup` starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import psutil
+
+RUN_MARKER = "TENANCY_RUN"
+
+
+def runs_dir() -> Path:
+    path = Path(tempfile.gettempdir()) / f"tenancy-audit-{os.getuid()}" / "runs"
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+class ProcessSet:
+    """Everything one harness run started; `close()` kills it all and proves no survivor."""
+
+    def __init__(self, run_id: str | None = None) -> None:
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.pidfile = runs_dir() / f"{self.run_id}.json"
+        self.procs: list[subprocess.Popen[Any]] = []
+        self._write()
+
+    def _write(self) -> None:
+        data = {
+            "harness": os.getpid(),
+            "harness_started": psutil.Process().create_time(),
+            "groups": [p.pid for p in self.procs],
+        }
+        tmp = self.pidfile.with_suffix(".tmp")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(self.pidfile)
+
+    def spawn(
+        self,
+        argv: Sequence[str],
+        *,
+        env: dict[str, str],
+        cwd: Path | str | None = None,
+        stdin: int | IO[Any] | None = subprocess.DEVNULL,
+        stdout: int | IO[Any] | None = None,
+        stderr: int | IO[Any] | None = None,
+        text: bool = False,
+    ) -> subprocess.Popen[Any]:
+        """Start a child in its own session (= process group) carrying the run marker."""
+        proc = subprocess.Popen(
+            list(argv),
+            env={**env, RUN_MARKER: self.run_id},
+            cwd=cwd,
+            stdin=stdin,
+            stdout=stdout,
+            stderr=stderr,
+            text=text,
+            start_new_session=True,
+        )
+        self.procs.append(proc)
+        self._write()
+        return proc
+
+    def run(
+        self, argv: Sequence[str], *, env: dict[str, str], cwd: Path | str | None, timeout: float
+    ) -> tuple[int | None, str, str]:
+        """Run to completion; on timeout kill the group. Returns (returncode or None if killed, out, err)."""
+        proc = self.spawn(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+            code: int | None = proc.returncode
+        except subprocess.TimeoutExpired:
+            kill_group(proc.pid)
+            out, err = proc.communicate()
+            code = None
+        kill_group(proc.pid)  # tool subprocesses left in the group
+        return code, out, err
+
+    def survivors(self) -> list[psutil.Process]:
+        return find_run_processes(self.run_id, [p.pid for p in self.procs])
+
+    def close(self, grace: float = 5.0) -> list[psutil.Process]:
+        """Terminate every group, then SIGKILL what is left; return survivors (should be [])."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                kill_group(proc.pid, signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        for victim in self.survivors():
+            _kill(victim)
+        for proc in self.procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=grace)
+        left = _settle(self.survivors())
+        if not left:
+            self.pidfile.unlink(missing_ok=True)
+        return left
+
+
+def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
+
+
+def _kill(proc: psutil.Process) -> None:
+    with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+        proc.kill()
+
+
+def _settle(procs: list[psutil.Process], timeout: float = 3.0) -> list[psutil.Process]:
+    """Wait for killed processes to go; zombies do not count as survivors."""
+    _, alive = psutil.wait_procs(procs, timeout=timeout)
+    return [p for p in alive if _alive(p)]
+
+
+def _alive(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def find_run_processes(run_id: str, groups: Sequence[int] = ()) -> list[psutil.Process]:
+    """Processes of a run: in one of its process groups, or carrying its marker in their environment."""
+    me = os.getpid()
+    found = []
+    for proc in psutil.process_iter(["pid"]):
+        if proc.pid == me:
+            continue
+        try:
+            ours = (groups and os.getpgid(proc.pid) in groups) or proc.environ().get(RUN_MARKER) == run_id
+            if ours and _alive(proc):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess, ProcessLookupError, OSError):
+            continue
+    return found
+
+
+def reap_stale() -> int:
+    """Kill what runs whose harness died (e.g. SIGKILL) left behind; returns how many were killed."""
+    killed = 0
+    for pidfile in runs_dir().glob("*.json"):
+        try:
+            data = json.loads(pidfile.read_text())
+        except (OSError, ValueError):
+            pidfile.unlink(missing_ok=True)
+            continue
+        if _harness_alive(data.get("harness", 0), data.get("harness_started", 0.0)):
+            continue
+        victims = find_run_processes(pidfile.stem, data.get("groups", []))
+        for victim in victims:
+            _kill(victim)
+        killed += len(victims)
+        if not _settle(victims):
+            pidfile.unlink(missing_ok=True)
+    return killed
+
+
+def _harness_alive(pid: int, started: float) -> bool:
+    try:
+        return abs(psutil.Process(pid).create_time() - started) < 1.0
+    except (psutil.NoSuchProcess, ValueError):
+        return False

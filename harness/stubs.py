@@ -1,0 +1,252 @@
+"""One OpenAI-compatible upstream stub per tenant, on 127.0.0.1, accepting only that tenant's key.
+
+Every main turn (a request carrying `tools`) is answered with a `terminal` tool call that runs the
+environment probe; the tool-result follow-up is answered with text naming the tenant; anything else
+(titles, summaries) gets a short text. Every request is recorded on the stub's side too, so the
+reconciler can prove each one also passed the proxy (the addon stamps `X-Tenancy-Flow`).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from harness.registry import Tenant
+
+PROBE_BEGIN, PROBE_END = "SNAPSHOT-BEGIN", "SNAPSHOT-END"
+FLOW_HEADER = "x-tenancy-flow"
+LOCAL_PROBES = frozenset({"/api/tags", "/v1/props", "/props", "/version", "/api/v1/models"})
+FAULTS = frozenset({"", "500", "hang", "drop"})
+
+
+def probe_command(shell_state: str) -> str:
+    """Dump the env plainly and base64-encoded (Hermes masks secret-looking values as ***), then cwd;
+    export the tenant's shell-state canary afterwards, so a shell reused by another tenant shows it."""
+    return (
+        f"echo {PROBE_BEGIN}; env | sort; echo ENVB64=$(env | sort | base64 -w0); echo CWD=$(pwd); "
+        f"echo {PROBE_END}; export TENANT_SHELL_STATE={shell_state}"
+    )
+
+
+@dataclass
+class StubRequest:
+    """What the stub saw: enough to prove who sent it and whether it passed the proxy."""
+
+    seq: int
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+    status: int
+    time: float
+
+    @property
+    def flow_id(self) -> str | None:
+        return self.headers.get(FLOW_HEADER)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "seq": self.seq,
+            "method": self.method,
+            "path": self.path,
+            "flow": self.flow_id,
+            "status": self.status,
+            "bytes": len(self.body),
+            "time": self.time,
+        }
+
+
+def _bearer(headers: dict[str, str]) -> str:
+    auth = headers.get("authorization", "")
+    return auth[7:].strip() if auth.lower().startswith("bearer ") else auth
+
+
+def answer_for(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
+    """The assistant message the stub answers a chat completion with."""
+    messages = body.get("messages") or []
+    last = messages[-1] if messages else {}
+    if body.get("tools") and last.get("role") != "tool":
+        args = json.dumps({"command": probe_command(tenant.canaries.get("shell_state", "shellstate-none"))})
+        call = {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                "function": {"name": "terminal", "arguments": args}}
+        return {"role": "assistant", "content": None, "tool_calls": [call]}
+    if last.get("role") == "tool":
+        return {"role": "assistant", "content": f"probe done for tenant {tenant.name}"}
+    return {"role": "assistant", "content": f"Tenant {tenant.name} notes"}
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # otherwise every response waits ~40 ms for a delayed ACK
+    server: _Server
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("content-length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _send(self, status: int, payload: dict[str, Any] | None = None) -> None:
+        data = json.dumps(payload or {}).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _record(self, body: bytes, status: int) -> None:
+        stub = self.server.stub
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        with stub.lock:
+            stub.requests.append(
+                StubRequest(len(stub.requests), self.command, self.path, headers, body, status, time.time())
+            )
+
+    def do_GET(self) -> None:
+        self._dispatch(b"")
+
+    def do_POST(self) -> None:
+        self._dispatch(self._read_body())
+
+    def _dispatch(self, raw: bytes) -> None:
+        stub = self.server.stub
+        path = self.path.split("?", 1)[0]
+        if path in LOCAL_PROBES:
+            self._record(raw, 404)
+            return self._send(404, {"error": "not found"})
+        if _bearer({k.lower(): v for k, v in self.headers.items()}) != stub.tenant.key:
+            self._record(raw, 401)
+            return self._send(401, {"error": {"message": "invalid api key", "type": "invalid_request_error"}})
+        if self.command == "GET" and path.rstrip("/") in ("/v1/models", "/models"):
+            self._record(raw, 200)
+            return self._send(200, {"object": "list", "data": [{"id": stub.tenant.model, "object": "model"}]})
+        if self.command != "POST" or not path.rstrip("/").endswith("/chat/completions"):
+            self._record(raw, 404)
+            return self._send(404, {"error": "not found"})
+        if stub.fault == "500":
+            self._record(raw, 500)
+            return self._send(500, {"error": {"message": "injected fault"}})
+        if stub.fault == "hang":
+            self._record(raw, 0)
+            stub.release.wait(stub.hang_seconds)
+            self.close_connection = True
+            return None
+        try:
+            body = json.loads(raw or b"{}")
+        except ValueError:
+            self._record(raw, 400)
+            return self._send(400, {"error": {"message": "body is not JSON"}})
+        self._record(raw, 200)
+        message = answer_for(stub.tenant, body)
+        if body.get("stream"):
+            return self._stream(body, message)
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        return self._send(200, {
+            "id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion", "created": int(time.time()),
+            "model": body.get("model") or stub.tenant.model,
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15},
+        })
+
+    def _stream(self, body: dict[str, Any], message: dict[str, Any]) -> None:
+        stub = self.server.stub
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.end_headers()
+        base = {"id": f"chatcmpl-{uuid.uuid4().hex[:12]}", "object": "chat.completion.chunk",
+                "created": int(time.time()), "model": body.get("model") or stub.tenant.model}
+        deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
+        if message.get("tool_calls"):
+            call = message["tool_calls"][0]
+            deltas.append({"tool_calls": [{"index": 0, "id": call["id"], "type": "function",
+                                           "function": {"name": "terminal", "arguments": ""}}]})
+            args = call["function"]["arguments"]
+            deltas += [{"tool_calls": [{"index": 0, "function": {"arguments": args[i:i + 64]}}]}
+                       for i in range(0, len(args), 64)]
+            finish = "tool_calls"
+        else:
+            deltas += [{"content": word} for word in message["content"].split(" ")]
+            finish = "stop"
+        chunks = [{**base, "choices": [{"index": 0, "delta": d, "finish_reason": None}]} for d in deltas]
+        chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+        if (body.get("stream_options") or {}).get("include_usage"):
+            chunks.append({**base, "choices": [],
+                           "usage": {"prompt_tokens": 10, "completion_tokens": 5, "total_tokens": 15}})
+        try:
+            for i, chunk in enumerate(chunks):
+                if stub.fault == "drop" and i == len(chunks) // 2:
+                    self.close_connection = True
+                    return  # the stream ends mid-answer without a terminating chunk
+                self._chunk(f"data: {json.dumps(chunk)}\n\n".encode())
+                if stub.chunk_delay:
+                    time.sleep(stub.chunk_delay)
+            self._chunk(b"data: [DONE]\n\n")
+            self._chunk(b"")
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, stub: StubProvider) -> None:
+        self.stub = stub
+        super().__init__(("127.0.0.1", 0), _Handler)
+
+
+@dataclass
+class StubProvider:
+    """A tenant's upstream provider: `start()`, then `url`; `requests` is its side of the record."""
+
+    tenant: Tenant
+    fault: str = ""
+    chunk_delay: float = 0.0
+    hang_seconds: float = 300.0
+    requests: list[StubRequest] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    release: threading.Event = field(default_factory=threading.Event)
+    _server: _Server | None = None
+
+    def start(self) -> StubProvider:
+        if self.fault not in FAULTS:
+            raise ValueError(f"unknown stub fault {self.fault!r}")
+        self._server = _Server(self)
+        threading.Thread(target=self._server.serve_forever, daemon=True, name=f"stub-{self.tenant.name}").start()
+        return self
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "stub not started"
+        return self._server.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def snapshot(self) -> list[StubRequest]:
+        with self.lock:
+            return list(self.requests)
+
+    def reset(self) -> None:
+        with self.lock:
+            self.requests.clear()
+
+    def stop(self) -> None:
+        self.release.set()
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
