@@ -184,6 +184,19 @@ class _NoAliasLoader(yaml.SafeLoader):
             raise RegistryError(f"registry: YAML aliases are not allowed (line {event.start_mark.line + 1})")
         return super().compose_node(parent, index)
 
+    def construct_mapping(self, node, deep=False):  # type: ignore[override]
+        """Reject a repeated key: YAML would silently keep the last one (a tenant or key would vanish)."""
+        if isinstance(node, yaml.MappingNode):
+            seen: set[Any] = set()
+            for key_node, _ in node.value:
+                key = self.construct_object(key_node, deep=True)
+                if not isinstance(key, str | int):
+                    continue
+                if key in seen:
+                    raise RegistryError(f"registry: duplicate key {key!r} (line {key_node.start_mark.line + 1})")
+                seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
 
 def parse(text: str) -> Registry:
     """Parse and validate registry YAML text."""
