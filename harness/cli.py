@@ -1,0 +1,183 @@
+"""`tenancy-audit`: run, reconcile, scan, selftest, export, cleanup. Exit 0 clean, 1 leak, 2 error, 3 inconclusive."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from harness import plants, scenarios
+from harness.baseline import BaselineError
+from harness.findings import EXIT_ERROR, EXIT_INCONCLUSIVE, Finding, Verdict
+from harness.hermes import HermesError
+from harness.proxy import ProxyError
+from harness.reconcile import EvidenceError
+from harness.registry import RegistryError
+from harness.run import Interrupted, RunOptions, UsageError
+
+ERRORS = (RegistryError, EvidenceError, HermesError, UsageError, BaselineError, ProxyError)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tenancy-audit", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="drive Hermes through the proxy and write an evidence folder")
+    run.add_argument("--scenario", default="oneshot", choices=sorted(scenarios.SCENARIOS))
+    run.add_argument("--tenants", type=int, default=None, help="number of tenants (default 2; 3 for backends)")
+    run.add_argument("--topology", default="reverse", choices=["reverse", "forward"])
+    run.add_argument("--plant", action="append", default=[], choices=sorted(plants.PLANTS),
+                     help="deliberately break isolation (negative control); repeatable")
+    run.add_argument("--baseline", type=Path, help="known findings that do not fail the run")
+    run.add_argument("--write-baseline", type=Path, help="write the findings of this run as a baseline")
+    run.add_argument("--out", type=Path, help="evidence folder (default evidence/<timestamp>)")
+    run.add_argument("--force", action="store_true", help="replace an existing evidence folder")
+    run.add_argument("--hermes-python", type=Path, help="python of the Hermes install to audit")
+    run.add_argument("--turns", type=int, default=1, help="turns per tenant")
+    run.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
+    run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    run.add_argument("--json", action="store_true", help="print findings.json to stdout")
+
+    rec = sub.add_parser("reconcile", help="re-verify saved evidence (registry + flow file + homes + logs)")
+    rec.add_argument("--registry", type=Path, required=True)
+    rec.add_argument("--flows", type=Path, required=True)
+    rec.add_argument("--logs", type=Path, nargs="*", default=[], help="logs/RPC streams (scanned for secrets)")
+    rec.add_argument("--stubs", type=Path, help="stubs.jsonl: prove every upstream request passed the proxy")
+    rec.add_argument("--no-homes", action="store_true", help="do not scan the tenant homes named in the registry")
+    rec.add_argument("--out", type=Path, help="write findings.json/report.md/junit.xml here")
+    rec.add_argument("--json", action="store_true")
+
+    sc = sub.add_parser("scan", help="scan files/trees for canaries of the registry")
+    sc.add_argument("--registry", type=Path, required=True)
+    sc.add_argument("--owner", help="the tenant the paths belong to (default: secrets of every tenant)")
+    sc.add_argument("--json", type=Path, dest="json_out", help="write the findings JSON here")
+    sc.add_argument("paths", type=Path, nargs="+")
+
+    st = sub.add_parser("selftest", help="plant every kind of leak in real Hermes and prove each is caught")
+    st.add_argument("--hermes-python", type=Path)
+    st.add_argument("--out", type=Path)
+
+    sub.add_parser("cleanup", help="reap processes a killed run left behind")
+    return p
+
+
+def _print_findings(findings: list[Finding]) -> None:
+    for f in findings:
+        print(f.summary())
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    from harness import baseline
+    from harness.run import run_audit
+
+    opts = RunOptions(scenario=a.scenario, tenants=a.tenants or (2 if a.scenario == "oneshot" else 3),
+                      topology=a.topology, plants=a.plant, baseline=a.baseline, out=a.out,
+                      hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout)
+    code, out = run_audit(opts)
+    doc = json.loads((out / "findings.json").read_text())
+    if a.write_baseline:
+        n = baseline.write(a.write_baseline, [Finding.from_dict(d) for d in doc["findings"] + doc["known"]],
+                           note=f"hermes-agent {doc['versions'].get('hermes-agent')}, scenario {a.scenario}")
+        print(f"wrote baseline {a.write_baseline} ({n} entries)", file=sys.stderr)
+    if a.json:
+        print(json.dumps(doc, indent=2))
+    else:
+        _print_findings([Finding.from_dict(d) for d in doc["findings"]])
+        for reason in doc["reasons"]:
+            print(f"inconclusive: {reason}")
+        print(f"verdict: {doc['verdict']} ({len(doc['findings'])} new, {len(doc['known'])} known, "
+              f"{doc['inspected'].get('flows', 0)} flows)")
+        print(f"evidence: {out}")
+    return code
+
+
+def cmd_reconcile(a: argparse.Namespace) -> int:
+    from harness.reconcile import LogSource, reconcile
+    from harness.registry import load
+
+    registry = load(a.registry)
+    homes = {} if a.no_homes else {t.name: Path(t.home) for t in registry if t.home}
+    rec = reconcile(registry, a.flows, homes=homes, logs=[LogSource(p, None) for p in a.logs], stub_log=a.stubs)
+    verdict = Verdict(rec.findings, reasons=rec.reasons)
+    if a.out:
+        import mitmproxy.version
+
+        from harness.report import AuditResult, write_reports
+
+        a.out.mkdir(parents=True, exist_ok=True)
+        write_reports(a.out, AuditResult(verdict, registry.names(), "reconcile",
+                                         {"mitmproxy": mitmproxy.version.VERSION},
+                                         inspected={**rec.inspected, "flows": rec.flows}))
+    if a.json:
+        print(json.dumps({"verdict": verdict.status, "reasons": rec.reasons,
+                          "findings": [f.to_dict() for f in rec.findings]}, indent=2))
+    else:
+        _print_findings(rec.findings)
+        for reason in rec.reasons:
+            print(f"inconclusive: {reason}")
+        print(f"verdict: {verdict.status} ({len(rec.findings)} findings, {rec.flows} flows)")
+    return verdict.exit_code
+
+
+def cmd_scan(a: argparse.Namespace) -> int:
+    from harness import scan
+    from harness.registry import load, write_private
+
+    registry = load(a.registry)
+    if a.owner is not None and a.owner not in registry.tenants:
+        raise UsageError(f"--owner {a.owner!r} is not a tenant of {a.registry}")
+    for p in a.paths:
+        if not p.exists():
+            raise UsageError(f"{p} does not exist")
+    findings, unreadable = scan.scan_paths(a.paths, registry, a.owner)
+    verdict = Verdict(findings, reasons=[f"unreadable: {p}" for p in unreadable])
+    _print_findings(findings)
+    for p in unreadable:
+        print(f"unreadable: {p}")
+    if a.json_out:
+        write_private(a.json_out, json.dumps({"verdict": verdict.status, "reasons": verdict.reasons,
+                                              "findings": [f.to_dict() for f in findings]}, indent=2).encode())
+    return verdict.exit_code
+
+
+def cmd_selftest(a: argparse.Namespace) -> int:
+    from harness.run import run_audit
+
+    failures = 0
+    for name, (_, expected) in plants.PLANTS.items():
+        out = (a.out / name) if a.out else None
+        code, folder = run_audit(RunOptions(plants=[name], out=out, hermes_python=a.hermes_python, quiet=True))
+        doc = json.loads((folder / "findings.json").read_text())
+        kinds = {f["kind"] for f in doc["findings"]}
+        ok = code == 1 and expected <= kinds
+        failures += not ok
+        verdict = "caught" if ok else "MISSED"
+        print(f"{verdict}  {name:<8} exit {code}  expected {sorted(expected)}  got {sorted(kinds)}")
+    print(f"selftest: {len(plants.PLANTS) - failures} of {len(plants.PLANTS)} plants caught")
+    return 0 if failures == 0 else 1
+
+
+def cmd_cleanup(_: argparse.Namespace) -> int:
+    from harness.procs import reap_stale
+
+    print(f"reaped {reap_stale()} process(es)")
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    handler = {"run": cmd_run, "reconcile": cmd_reconcile, "scan": cmd_scan, "selftest": cmd_selftest,
+               "cleanup": cmd_cleanup}[args.command]
+    try:
+        return handler(args)
+    except ERRORS as exc:
+        print(f"tenancy-audit: {exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except (KeyboardInterrupt, Interrupted) as exc:
+        print(f"tenancy-audit: interrupted ({exc or 'SIGINT'}); every child was reaped", file=sys.stderr)
+        return EXIT_INCONCLUSIVE
+
+
+if __name__ == "__main__":
+    sys.exit(main())

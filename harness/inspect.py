@@ -1,0 +1,430 @@
+"""The detection core shared by the live addon and the offline reconciler, so the two never disagree.
+
+Everything here works on plain data (route, method, path, header pairs, raw body bytes); `inspect_flow`
+is the one adapter from a mitmproxy `HTTPFlow` (live or read back from a `.mitm` file). Bodies are decoded
+from their content-encoding with a bounded output; whatever cannot be decoded or parsed is scanned as the
+raw bytes it is, so no body can crash an inspection or hide from it.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import zlib
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import brotli
+
+from harness.findings import Finding
+from harness.matcher import Hit, Matcher
+from harness.registry import Registry, Tenant
+from harness.stubs import FLOW_HEADER, LOCAL_PROBES
+
+if sys.version_info >= (3, 14):  # pragma: no cover
+    from compression import zstd
+else:
+    from backports import zstd
+
+if TYPE_CHECKING:
+    from mitmproxy import http
+
+MAX_BODY = 16 * 1024 * 1024
+#: Headers that carry a provider credential (OpenAI `Authorization: Bearer`, Azure/Anthropic style keys).
+KEY_HEADERS = ("authorization", "api-key", "x-api-key")
+Headers = Sequence[tuple[str, str]]
+
+
+@dataclass(frozen=True)
+class Route:
+    """How a flow reached the proxy: a reverse listener's port, or a forward request's host."""
+
+    topology: str  # "reverse" or "forward"
+    listen_port: int | None = None
+    host: str | None = None
+
+    def __str__(self) -> str:
+        return f"listen:{self.listen_port}" if self.topology == "reverse" else f"host:{self.host}"
+
+
+def tenant_for(registry: Registry, *, listen_port: int | None = None, host: str | None = None) -> Tenant | None:
+    """The tenant a listener port (reverse) or a request host (forward) belongs to, if any."""
+    if listen_port is not None:
+        return registry.by_listen_port(listen_port)
+    if host:
+        return registry.by_host(host)
+    return None
+
+
+@dataclass(frozen=True)
+class Body:
+    """A body as inspected: the decoded bytes (or the raw ones) and what happened on the way."""
+
+    data: bytes
+    encoding: str | None = None  # the content-encoding that was undone, e.g. "gzip"
+    note: str = ""  # "", "undecodable", "truncated", "too large"
+
+
+def _inflate(data: bytes, enc: str) -> bytes:
+    """Undo one content-encoding, returning at most MAX_BODY + 1 bytes (bombs stay small)."""
+    limit = MAX_BODY + 1
+    if enc in ("gzip", "x-gzip"):
+        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, limit)
+    if enc == "deflate":
+        try:
+            return zlib.decompressobj(zlib.MAX_WBITS).decompress(data, limit)
+        except zlib.error:
+            return zlib.decompressobj(-zlib.MAX_WBITS).decompress(data, limit)
+    if enc == "br":
+        return brotli.Decompressor().process(data, output_buffer_limit=limit)[:limit]
+    if enc == "zstd":
+        return zstd.ZstdDecompressor().decompress(data, max_length=limit)
+    raise ValueError(f"unknown content-encoding {enc!r}")
+
+
+def decode_body(raw: bytes | None, content_encoding: str = "") -> Body:
+    """Decode `raw` from `content_encoding` (a header value, possibly a list); never raises."""
+    raw = raw or b""
+    encodings = [e.strip().lower() for e in content_encoding.split(",") if e.strip()]
+    encodings = [e for e in encodings if e != "identity"]
+    if len(raw) > MAX_BODY:
+        return Body(raw, None, "too large")
+    if not encodings or not raw:
+        return Body(raw)
+    data = raw
+    try:
+        for enc in reversed(encodings):
+            data = _inflate(data, enc)
+            if len(data) > MAX_BODY:
+                return Body(data[:MAX_BODY], "+".join(encodings), "truncated")
+    except (ValueError, zlib.error, brotli.error, zstd.ZstdError, EOFError):
+        return Body(raw, None, "undecodable")
+    return Body(data, "+".join(encodings))
+
+
+def parse_json(body: Body) -> Any:
+    """The JSON document in a fully decoded body, or None."""
+    if body.note or body.data.lstrip()[:1] not in (b"{", b"["):
+        return None
+    try:
+        return json.loads(body.data)
+    except ValueError:
+        return None
+
+
+def header(headers: Headers, name: str) -> str:
+    """The first value of header `name` (case-insensitive), or ''."""
+    return next((v for k, v in headers if k.lower() == name), "")
+
+
+def bearer_of(headers: Headers) -> str | None:
+    """The credential a request presents: `Authorization: Bearer X`, or an api-key style header."""
+    for name in KEY_HEADERS:
+        value = header(headers, name).strip()
+        if value:
+            return value[7:].strip() if value.lower().startswith("bearer ") else value
+    return None
+
+
+def sse_streams(data: bytes) -> dict[str, str]:
+    """Reassemble an SSE body: every string at the same JSON path across `data:` events, concatenated.
+
+    A streamed completion splits text and tool-call arguments over many events, so a canary can be cut
+    in two on the wire; it is whole again in the reassembled stream (schema-free: OpenAI and Anthropic).
+    """
+    streams: dict[str, list[str]] = {}
+    for line in data.splitlines():
+        if not line.startswith(b"data:"):
+            continue
+        try:
+            event = json.loads(line[5:])
+        except ValueError:
+            continue
+        for path, text in _strings(event, ""):
+            streams.setdefault(path, []).append(text)
+    return {path: "".join(parts) for path, parts in streams.items() if len(parts) > 1}
+
+
+def _strings(node: Any, path: str) -> Iterator[tuple[str, str]]:
+    if isinstance(node, str):
+        yield path, node
+    elif isinstance(node, dict):
+        for key, value in node.items():
+            yield from _strings(value, f"{path}.{key}" if path else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            yield from _strings(value, f"{path}[{i}]")
+
+
+def _label(body_encoding: str | None, hit: Hit) -> str:
+    if not body_encoding:
+        return hit.encoding
+    return body_encoding if hit.encoding == "plain" else f"{body_encoding}+{hit.encoding}"
+
+
+@dataclass
+class _Scan:
+    """Collects leak findings of one message: every canary not owned by the channel's tenant."""
+
+    matcher: Matcher
+    flow_id: str
+    tenant: str | None
+    channel: str
+    kind: str
+    findings: list[Finding] = field(default_factory=list)
+    seen: set[tuple[str, str]] = field(default_factory=set)
+
+    def scan(
+        self,
+        data: bytes,
+        part: str,
+        *,
+        encoding: str | None = None,
+        skip: frozenset[tuple[str, str]] = frozenset(),
+        offsets: bool = True,
+        only_new: bool = False,
+    ) -> None:
+        for hit in self.matcher.find(data):
+            ident = (hit.tenant, hit.kind)
+            if hit.tenant == self.tenant or ident in skip or (only_new and ident in self.seen):
+                continue
+            self.seen.add(ident)
+            self.findings.append(
+                Finding(
+                    kind=self.kind,
+                    victim=hit.tenant,
+                    seen_in=self.tenant,
+                    canary=hit.kind,
+                    channel=self.channel,
+                    location=f"flow:{self.flow_id}:{part}" + (f"@{hit.start}" if offsets else ""),
+                    encoding=_label(encoding, hit),
+                    evidence=self.matcher.snippet(data, hit),
+                )
+            )
+
+    def headers(self, headers: Headers, prefix: str, skip: frozenset[tuple[str, str]] = frozenset()) -> None:
+        for name, value in headers:
+            if name.lower() == FLOW_HEADER:
+                continue
+            own_skip = skip if name.lower() in KEY_HEADERS else frozenset()
+            self.scan(f"{name}: {value}".encode("utf-8", "surrogateescape"), f"{prefix}.headers.{name.lower()}",
+                      skip=own_skip, offsets=False)
+
+    def body(self, body: Body, part: str, skip: frozenset[tuple[str, str]] = frozenset()) -> None:
+        self.scan(body.data, part, encoding=body.encoding, skip=skip)
+
+
+@dataclass
+class RequestReport:
+    """What one request was: whose, which credential and model, what kind, and what it leaked."""
+
+    tenant: str | None
+    route: str
+    method: str
+    path: str
+    kind: str  # "main", "aux" or "probe"
+    bearer: str  # see _bearer_state
+    bearer_tenant: str | None
+    model: str | None
+    size: int
+    note: str = ""
+    findings: list[Finding] = field(default_factory=list)
+
+
+@dataclass
+class ResponseReport:
+    """What came back: status (None on error), size, and any foreign canary it carried."""
+
+    status: int | None
+    size: int
+    streamed: bool = False
+    error: str | None = None
+    note: str = ""
+    findings: list[Finding] = field(default_factory=list)
+
+
+def _bearer_state(tenant: Tenant | None, bearer: str | None, owner: Tenant | None) -> str:
+    """`none`, `own` (the tenant's key), `foreign` (another tenant's secret), `misused` (another secret
+    of the tenant itself) or `unknown` (no tenant's)."""
+    if not bearer:
+        return "none"
+    if owner is None:
+        return "unknown"
+    if owner is not tenant:
+        return "foreign"
+    return "own" if bearer == owner.key else "misused"
+
+
+def request_kind(path: str, doc: Any) -> str:
+    if path.split("?", 1)[0] in LOCAL_PROBES:
+        return "probe"
+    return "main" if isinstance(doc, dict) and doc.get("tools") else "aux"
+
+
+def inspect_request(
+    registry: Registry,
+    matcher: Matcher,
+    *,
+    flow_id: str,
+    route: Route,
+    method: str,
+    path: str,
+    headers: Headers,
+    body: bytes | None,
+) -> RequestReport:
+    """Attribute and check one request: `wrong_key`, `wrong_model`, `request_leak`, `egress`."""
+    tenant = tenant_for(registry, listen_port=route.listen_port, host=route.host)
+    name = tenant.name if tenant else None
+    decoded = decode_body(body, header(headers, "content-encoding"))
+    doc = parse_json(decoded)
+    kind = request_kind(path, doc)
+    model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
+    bearer = bearer_of(headers)
+    owner = registry.owner_of_key(bearer) if bearer else None
+    bearer_state = _bearer_state(tenant, bearer, owner)
+    report = RequestReport(name, str(route), method, path, kind, bearer_state, owner.name if owner else None,
+                           model, len(body or b""), decoded.note)
+    where = f"flow:{flow_id}:request"
+    skip_headers: set[tuple[str, str]] = set()
+    skip_body: set[tuple[str, str]] = set()
+
+    if tenant is None and route.topology == "forward":
+        report.findings.append(Finding(
+            kind="egress", victim=None, seen_in=None, canary=None, channel="request", location=where,
+            evidence=matcher.redact_text(f"{method} {route.host}{path}")[:200],
+            detail=f"host {route.host!r} is owned by no tenant",
+        ))
+    if tenant is not None and (bearer_state != "own" and (bearer or kind == "main")):
+        canary = "key"
+        if bearer is None:
+            victim, evidence, detail = tenant.name, "no credential header", "a main turn carries no key"
+        elif owner is not None:
+            victim = owner.name
+            canary = next(k for k, v in owner.secrets().items() if v == bearer)
+            evidence = matcher.redact_text(f"Bearer {bearer}")
+            detail = "bearer is another tenant's secret" if owner is not tenant else "bearer is not the tenant's key"
+            skip_headers.add((owner.name, canary))
+        else:
+            victim, evidence, detail = tenant.name, f"Bearer <unknown, {len(bearer)} chars>", "unknown bearer"
+        report.findings.append(Finding(
+            kind="wrong_key", victim=victim, seen_in=tenant.name, canary=canary, channel="request",
+            location=f"{where}.headers.authorization", evidence=evidence, detail=detail,
+        ))
+    if tenant is not None and kind == "main" and model != tenant.model:
+        model_owner = next((t for t in registry if model and t.model == model), None)
+        if model_owner is not None:
+            skip_body.add((model_owner.name, "model"))
+        report.findings.append(Finding(
+            kind="wrong_model", victim=model_owner.name if model_owner else tenant.name, seen_in=tenant.name,
+            canary="model", channel="request", location=f"{where}.body.model",
+            evidence=matcher.redact_text(f'"model": {json.dumps(model)}'),
+            detail=f"main turn model is not {tenant.name}'s model",
+        ))
+    scan = _Scan(matcher, flow_id, name, "request", "request_leak")
+    scan.scan(path.encode("utf-8", "surrogateescape"), "request.path", offsets=False)
+    scan.headers(headers, "request", frozenset(skip_headers))
+    scan.body(decoded, "request.body", frozenset(skip_body))
+    report.findings += scan.findings
+    return report
+
+
+def inspect_response(
+    matcher: Matcher,
+    *,
+    flow_id: str,
+    tenant: str | None,
+    status: int | None,
+    headers: Headers,
+    body: bytes | None,
+    error: str | None = None,
+) -> ResponseReport:
+    """Check one response (JSON, SSE or anything else) for another tenant's canary: `response_leak`."""
+    decoded = decode_body(body, header(headers, "content-encoding"))
+    streamed = "text/event-stream" in header(headers, "content-type").lower()
+    report = ResponseReport(status, len(body or b""), streamed, error, decoded.note)
+    scan = _Scan(matcher, flow_id, tenant, "response", "response_leak")
+    scan.headers(headers, "response")
+    scan.body(decoded, "response.body")
+    if streamed and not decoded.note:
+        for path, text in sse_streams(decoded.data).items():
+            scan.scan(text.encode("utf-8", "surrogateescape"), f"response.sse.{path}", only_new=True)
+    report.findings = scan.findings
+    return report
+
+
+@dataclass
+class FlowReport:
+    """One flow's request and response reports; `ledger_entry()` is its line in the ledger."""
+
+    flow_id: str
+    time: float
+    host: str
+    request: RequestReport
+    response: ResponseReport | None = None
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.request.findings + (self.response.findings if self.response else [])
+
+    def ledger_entry(self) -> dict[str, Any]:
+        req, resp = self.request, self.response
+        return {
+            "time": self.time,
+            "flow": self.flow_id,
+            "tenant": req.tenant,
+            "route": req.route,
+            "host": self.host,
+            "method": req.method,
+            "path": req.path,
+            "kind": req.kind,
+            "bearer": req.bearer,
+            "bearer_tenant": req.bearer_tenant,
+            "model": req.model,
+            "request_bytes": req.size,
+            "status": resp.status if resp else None,
+            "response_bytes": resp.size if resp else None,
+            "streamed": resp.streamed if resp else False,
+            "error": resp.error if resp else None,
+            "flagged": bool(self.findings),
+            "findings": [f.to_dict() for f in self.findings],
+        }
+
+
+def route_of(flow: http.HTTPFlow) -> Route:
+    """Reverse listeners name the tenant by port (kept in saved flows); anything else goes by host."""
+    from mitmproxy.proxy.mode_specs import ReverseMode
+
+    mode = flow.client_conn.proxy_mode
+    if isinstance(mode, ReverseMode):
+        port = mode.custom_listen_port
+        if port is None and flow.client_conn.sockname:
+            port = flow.client_conn.sockname[1]
+        return Route("reverse", listen_port=port)
+    return Route("forward", host=flow.request.pretty_host.lower().rstrip("."))
+
+
+def _pairs(headers: Any) -> list[tuple[str, str]]:
+    return list(headers.items(multi=True))
+
+
+def inspect_flow_request(registry: Registry, matcher: Matcher, flow: http.HTTPFlow) -> RequestReport:
+    req = flow.request
+    return inspect_request(registry, matcher, flow_id=flow.id, route=route_of(flow), method=req.method,
+                           path=req.path, headers=_pairs(req.headers), body=req.raw_content)
+
+
+def inspect_flow(registry: Registry, matcher: Matcher, flow: http.HTTPFlow) -> FlowReport:
+    """Inspect a whole mitmproxy flow, live or read back with `mitmproxy.io.FlowReader`."""
+    request = inspect_flow_request(registry, matcher, flow)
+    report = FlowReport(flow.id, flow.request.timestamp_start, flow.request.pretty_host, request)
+    if flow.response is not None or flow.error is not None:
+        resp = flow.response
+        report.response = inspect_response(
+            matcher, flow_id=flow.id, tenant=request.tenant,
+            status=resp.status_code if resp else None,
+            headers=_pairs(resp.headers) if resp else [],
+            body=resp.raw_content if resp else None,
+            error=flow.error.msg if flow.error else None,
+        )
+    return report

@@ -1,0 +1,190 @@
+"""Reconcile an audit from its evidence: the saved flow file, the stubs' own record, homes and logs.
+
+Works only from files (flows.mitm, stubs.jsonl, timeline.json, tenant homes, logs), never from the
+live run's memory, so `tenancy-audit reconcile` re-verifies any evidence folder anywhere.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from mitmproxy import http, io
+from mitmproxy.exceptions import FlowReadException
+
+from harness import scan, snapshots
+from harness.findings import Finding, dedupe
+from harness.inspect import inspect_flow
+from harness.registry import Registry
+
+
+class EvidenceError(ValueError):
+    """An evidence file is missing or unreadable; the message is one line."""
+
+
+@dataclass(frozen=True)
+class Phase:
+    """A named stretch of a scenario, so findings carry a stable (scenario, phase) for baselines."""
+
+    scenario: str
+    name: str
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class LogSource:
+    """A log or RPC stream; `owner` None means it serves every tenant (only secrets may not appear)."""
+
+    path: Path
+    owner: str | None
+    channel: str = "log"
+
+
+@dataclass
+class Reconciliation:
+    findings: list[Finding] = field(default_factory=list)
+    snapshots: dict[str, list[snapshots.EnvSnapshot]] = field(default_factory=dict)
+    flows: int = 0
+    flows_per_tenant: Counter[str] = field(default_factory=Counter)
+    inspected: Counter[str] = field(default_factory=Counter)
+    reasons: list[str] = field(default_factory=list)
+
+
+def read_flows(path: Path) -> tuple[list[http.HTTPFlow], str | None]:
+    """All complete HTTP flows of a flow file, and why reading stopped early (None if it did not)."""
+    try:
+        fh = path.open("rb")
+    except OSError as exc:
+        raise EvidenceError(f"flows: cannot read {path}: {exc.strerror}") from None
+    flows: list[http.HTTPFlow] = []
+    with fh:
+        try:
+            for flow in io.FlowReader(fh).stream():
+                if isinstance(flow, http.HTTPFlow):
+                    flows.append(flow)
+        except FlowReadException as exc:
+            if not flows and path.stat().st_size:
+                raise EvidenceError(f"flows: {path} is not a readable mitmproxy flow file ({exc})") from None
+            return flows, f"flows: {path} is truncated after {len(flows)} complete flows"
+        except (ValueError, KeyError, TypeError) as exc:
+            raise EvidenceError(f"flows: {path} is not a mitmproxy flow file ({type(exc).__name__})") from None
+    return flows, None
+
+
+def _phase_of(t: float, phases: list[Phase]) -> Phase | None:
+    return next((p for p in phases if p.start <= t <= p.end), None)
+
+
+def _tag(findings: list[Finding], phase: Phase | None) -> list[Finding]:
+    if phase is None:
+        return findings
+    from dataclasses import replace
+
+    return [replace(f, scenario=f.scenario or phase.scenario, phase=f.phase or phase.name) for f in findings]
+
+
+def reconcile(
+    registry: Registry,
+    flows_path: Path,
+    *,
+    homes: dict[str, Path] | None = None,
+    logs: list[LogSource] = (),  # type: ignore[assignment]
+    stub_log: Path | None = None,
+    expect_snapshots: dict[str, int] | None = None,
+    phases: list[Phase] = (),  # type: ignore[assignment]
+    launch: str | None = None,
+) -> Reconciliation:
+    """Every invariant over the evidence; findings carry the scenario/phase they happened in."""
+    matcher = scan.matcher_for(registry)
+    phases = list(phases)
+    rec = Reconciliation()
+    flows, truncated = read_flows(flows_path)
+    if truncated:
+        rec.reasons.append(truncated)
+    rec.flows = len(flows)
+    flow_ids = {f.id for f in flows}
+    seen_calls: set[tuple[str, str]] = set()
+    for flow in flows:
+        phase = _phase_of(flow.request.timestamp_start, phases)
+        report = inspect_flow(registry, matcher, flow)
+        rec.findings += _tag(list(report.findings), phase)
+        tenant = report.request.tenant
+        if tenant is None:
+            continue
+        rec.flows_per_tenant[tenant] += 1
+        rec.inspected["request"] += 1
+        rec.inspected["response"] += flow.response is not None
+        body = _json_body(flow)
+        if body is None:
+            continue
+        for snap in snapshots.extract(registry[tenant], flow.id, body):
+            if (snap.tenant, snap.tool_call_id) in seen_calls:
+                continue
+            seen_calls.add((snap.tenant, snap.tool_call_id))
+            rec.snapshots.setdefault(snap.tenant, []).append(snap)
+            rec.inspected["env"] += 1
+            rec.findings += _tag(snapshots.check(snap, registry, matcher), phase)
+    if stub_log is not None:
+        rec.findings += _bypass(registry, stub_log, flow_ids, phases)
+    for name, home in (homes or {}).items():
+        if not home.exists():
+            rec.reasons.append(f"home of tenant {name!r} is missing: {home}")
+            continue
+        result = scan.scan_tree(home, registry, name)
+        rec.findings += result.findings
+        rec.inspected["file"] += result.files
+        rec.reasons += [f"unreadable file {p}" for p in result.unreadable]
+    for source in logs:
+        try:
+            data = source.path.read_bytes()
+        except OSError as exc:
+            rec.reasons.append(f"log {source.path} unreadable: {exc.strerror}")
+            continue
+        rec.inspected[source.channel] += 1
+        rec.findings += scan.scan_text(data, registry, source.owner, label=source.path.name, channel=source.channel)
+    for name, wanted in (expect_snapshots or {}).items():
+        got = len(rec.snapshots.get(name, []))
+        if got < wanted:
+            rec.findings.append(Finding(
+                "shortfall", name, None, None, "env", "run",
+                detail=f"{got} env snapshot(s) reached {name}'s provider, expected >= {wanted}",
+                scenario=phases[0].scenario if phases else None,
+            ))
+    rec.findings = dedupe(rec.findings)
+    return rec
+
+
+def _json_body(flow: http.HTTPFlow) -> dict[str, Any] | None:
+    if not flow.request.path.split("?", 1)[0].endswith("/chat/completions"):
+        return None
+    try:
+        body = json.loads(flow.request.get_content(strict=False) or b"{}")
+    except ValueError:
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def _bypass(registry: Registry, stub_log: Path, flow_ids: set[str], phases: list[Phase]) -> list[Finding]:
+    """Every request a stub saw must have passed the proxy (carry the id of a saved flow)."""
+    try:
+        lines = stub_log.read_text().splitlines()
+    except OSError as exc:
+        raise EvidenceError(f"stub log: cannot read {stub_log}: {exc.strerror}") from None
+    findings = []
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            raise EvidenceError(f"stub log: {stub_log} has a line that is not JSON") from None
+        if rec.get("flow") in flow_ids:
+            continue
+        phase = _phase_of(rec.get("time", 0.0), phases)
+        findings += _tag([Finding(
+            "bypass", rec.get("tenant"), None, None, "request", f"stub:{rec.get('tenant')}#{rec.get('seq')}",
+            detail=f"{rec.get('method')} {rec.get('path')} reached the stub without passing the proxy",
+        )], phase)
+    return findings

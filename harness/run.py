@@ -1,0 +1,233 @@
+"""One audit, start to finish: mint, stubs, proxy, homes, scenario, stop, reconcile, report.
+
+The reader can follow an audit top to bottom in `run_audit`; scenario drivers live in
+`harness.scenarios`, invariants in `harness.reconcile`, output in `harness.report`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import mitmproxy.version
+
+import harness
+from harness import baseline as baselines
+from harness import plants, scenarios
+from harness.findings import Finding, Verdict
+from harness.hermes import Hermes, HermesError, Sandbox, write_home
+from harness.procs import ProcessSet, reap_stale
+from harness.proxy import FORWARD_DOMAIN, Proxy, free_port
+from harness.reconcile import LogSource, reconcile
+from harness.registry import load, mint, write_private
+from harness.report import AuditResult, write_reports
+from harness.stubs import StubProvider
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+class UsageError(ValueError):
+    """Bad options or output folder; one line, exit 2."""
+
+
+@dataclass
+class RunOptions:
+    scenario: str = "oneshot"
+    tenants: int = 2
+    topology: str = "reverse"
+    plants: list[str] = field(default_factory=list)
+    baseline: Path | None = None
+    out: Path | None = None
+    hermes_python: Path | None = None
+    force: bool = False
+    quiet: bool = False
+    turns: int = 1
+    timeout: float = 180.0
+    stub_fault: str = ""
+
+
+def tenant_names(n: int) -> list[str]:
+    greek = ["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta", "iota", "kappa", "lambda"]
+    rest = greek + [f"tenant{i}" for i in range(len(greek), n)]
+    return ["default", *rest[: n - 1]]
+
+
+def hermes_python(opt: Path | None) -> Path:
+    if opt is not None:
+        return opt
+    if env := os.environ.get("TENANCY_HERMES_PYTHON"):
+        return Path(env)
+    return REPO / ".hermes-venv" / "bin" / "python"
+
+
+def prepare_out(out: Path | None, force: bool) -> Path:
+    """The evidence folder: new, or empty, or (with --force) emptied; mode 0700."""
+    if out is None:
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+        out = REPO / "evidence" / stamp
+        n = 1
+        while out.exists():
+            out = REPO / "evidence" / f"{stamp}-{n}"
+            n += 1
+    out = out.resolve()
+    if out.exists():
+        if not out.is_dir():
+            raise UsageError(f"--out {out} exists and is not a directory")
+        if any(out.iterdir()):
+            if not force:
+                raise UsageError(f"--out {out} exists and is not empty (pass --force to replace it)")
+            if not (out / "registry.yaml").exists():
+                raise UsageError(f"--out {out} is not an evidence folder; refusing to empty it even with --force")
+            shutil.rmtree(out)
+    out.mkdir(parents=True, exist_ok=True)
+    out.chmod(0o700)
+    return out
+
+
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT: unwind through every `finally` so children are reaped."""
+
+
+def _on_signal(signum: int, _frame: Any) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+def progress(quiet: bool, msg: str) -> None:
+    if not quiet:
+        print(f"[tenancy] {msg}", file=sys.stderr, flush=True)
+
+
+def run_audit(opts: RunOptions) -> tuple[int, Path]:
+    """Run one audit and write its evidence; returns (exit code, evidence folder)."""
+    if opts.scenario not in scenarios.SCENARIOS:
+        raise UsageError(f"unknown scenario {opts.scenario!r} (choose from {', '.join(scenarios.SCENARIOS)})")
+    for p in opts.plants:
+        if p not in plants.PLANTS:
+            raise UsageError(f"unknown plant {p!r} (choose from {', '.join(plants.PLANTS)})")
+    if opts.tenants < 2:
+        raise UsageError("--tenants must be at least 2")
+    base = baselines.load(opts.baseline) if opts.baseline else None
+    python = hermes_python(opts.hermes_python)
+    if not python.exists():
+        raise HermesError(f"Hermes python {python} does not exist (run ./tenancy once, or pass --hermes-python)")
+    out = prepare_out(opts.out, opts.force)
+    reaped = reap_stale()
+    if reaped:
+        progress(opts.quiet, f"reaped {reaped} process(es) left by an earlier run")
+    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    procs = ProcessSet()
+    started = time.monotonic()
+    stubs: dict[str, StubProvider] = {}
+    proxy: Proxy | None = None
+    reasons: list[str] = []
+    try:
+        sandbox = Sandbox(out / "sandbox")
+        names = tenant_names(opts.tenants)
+        routes = {n: ({"listen": free_port()} if opts.topology == "reverse" else {"host": f"{n}.{FORWARD_DOMAIN}"})
+                  for n in names}
+        registry = mint(names, sandbox.root / "work", routes)
+        for t in registry:
+            stubs[t.name] = StubProvider(t, fault=opts.stub_fault).start()
+            t.upstream = stubs[t.name].url
+            t.home = str(sandbox.home_of(t.name))
+        registry_path = out / "registry.yaml"
+        registry.save(registry_path)
+        hermes = Hermes(python, sandbox, procs, out / "logs")
+        version = hermes.check()
+        progress(opts.quiet, f"Hermes {version}; {len(names)} tenants; scenario {opts.scenario}; {opts.topology}")
+        proxy = Proxy(registry, registry_path, out, procs, topology=opts.topology,
+                      forward_port=free_port() if opts.topology == "forward" else 0).start()
+        ctx = scenarios.Context(registry, registry_path, sandbox, hermes, proxy, stubs, opts, out,
+                                lambda m: progress(opts.quiet, m))
+        write_homes(ctx)
+        planted = plant_all(ctx)
+        scenarios.SCENARIOS[opts.scenario](ctx)
+        if not proxy.alive():
+            reasons.append("mitmdump died during the run; flows after its death were not recorded")
+        proxy.stop()
+        write_stub_log(out / "stubs.jsonl", stubs)
+        write_private(out / "timeline.json", json.dumps({"phases": [p.__dict__ for p in ctx.phases],
+                                                          "turns": ctx.timeline}, indent=2).encode())
+        reasons += [f"driver failed: {e['tenant']} {e['driver']}: {e['detail']}" for e in ctx.timeline
+                    if not e["ok"]]
+        registry = load(registry_path)  # canaries may have been minted mid-scenario
+        rec = reconcile(
+            registry, proxy.flows_path,
+            homes={t.name: Path(t.home) for t in registry if t.home},
+            logs=[LogSource(p, ctx.log_owner(p)) for p in sorted((out / "logs").glob("*.log"))],
+            stub_log=out / "stubs.jsonl",
+            expect_snapshots=ctx.expected_snapshots(),
+            phases=ctx.phases,
+        )
+        reasons += rec.reasons
+        findings, known, fixed = rec.findings, [], []
+        if base is not None:
+            findings, known, fixed = baselines.split(rec.findings, base)
+        missing = check_plants(planted, rec.findings)
+        reasons += missing
+        verdict = Verdict(findings, known, reasons)
+        result = AuditResult(verdict, names, opts.scenario,
+                             {"hermes-agent": version, "mitmproxy": mitmproxy.version.VERSION,
+                              "tenancy-audit": harness.__version__},
+                             inspected={**rec.inspected, "flows": rec.flows}, timeline=ctx.timeline, fixed=fixed,
+                             seconds=time.monotonic() - started)
+        write_reports(out, result)
+        seal(out)
+        return verdict.exit_code, out
+    finally:
+        with contextlib.suppress(Exception):
+            if proxy is not None:
+                proxy.stop()
+        for stub in stubs.values():
+            stub.stop()
+        survivors = procs.close()
+        for s, handler in old.items():
+            signal.signal(s, handler)
+        if survivors:
+            print(f"tenancy-audit: {len(survivors)} child process(es) survived teardown", file=sys.stderr)
+
+
+def write_homes(ctx: scenarios.Context) -> None:
+    for t in ctx.registry:
+        write_home(t, ctx.sandbox.home_of(t.name), ctx.proxy.base_url(t.name), extra_config=ctx.extra_config(t.name))
+
+
+def plant_all(ctx: scenarios.Context) -> dict[str, frozenset[str]]:
+    names = ctx.registry.names()
+    donor, target = ctx.registry[names[0]], ctx.registry[names[1]]
+    planted = {}
+    for name in ctx.opts.plants:
+        pc = plants.PlantContext(donor, target, ctx.sandbox.home_of(target.name), ctx.proxy.base_url(donor.name),
+                                 ctx.stubs[target.name].url)
+        planted[name] = plants.apply(name, pc)
+        ctx.say(f"planted {name}: {donor.name} -> {target.name}")
+    return planted
+
+
+def check_plants(planted: dict[str, frozenset[str]], findings: list[Finding]) -> list[str]:
+    """A plant whose finding kinds did not all appear means a detector is blind: not conclusive."""
+    kinds = {f.kind for f in findings}
+    return [f"plant {name} was not detected: missing {sorted(expected - kinds)}"
+            for name, expected in planted.items() if not expected <= kinds]
+
+
+def write_stub_log(path: Path, stubs: dict[str, StubProvider]) -> None:
+    lines = [json.dumps({"tenant": name, **r.to_dict()}) for name, s in stubs.items() for r in s.snapshot()]
+    write_private(path, ("\n".join(lines) + "\n").encode() if lines else b"")
+
+
+def seal(out: Path) -> None:
+    """Evidence is private: every file 0600, every folder 0700 (symlinks are left alone)."""
+    for path in [out, *out.rglob("*")]:
+        if path.is_symlink():
+            continue
+        path.chmod(0o700 if path.is_dir() else 0o600)

@@ -1,0 +1,90 @@
+"""Scenario drivers: how each Hermes front end is driven, phase by phase, through the proxy."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from harness.hermes import Hermes, Sandbox, TurnResult
+from harness.proxy import Proxy
+from harness.reconcile import Phase
+from harness.registry import Registry
+from harness.stubs import StubProvider
+
+if TYPE_CHECKING:
+    from harness.run import RunOptions
+
+PROMPT = "Run the environment probe for this tenant."
+
+
+@dataclass
+class Context:
+    """What a scenario driver needs, and what it records (phases, turns) for the reconciler."""
+
+    registry: Registry
+    registry_path: Path
+    sandbox: Sandbox
+    hermes: Hermes
+    proxy: Proxy
+    stubs: dict[str, StubProvider]
+    opts: RunOptions
+    out: Path
+    say: Callable[[str], None]
+    phases: list[Phase] = field(default_factory=list)
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    _owners: dict[str, str | None] = field(default_factory=dict)
+
+    @contextmanager
+    def phase(self, name: str) -> Iterator[None]:
+        start = time.time()
+        self.say(f"phase {name}")
+        try:
+            yield
+        finally:
+            self.phases.append(Phase(self.opts.scenario, name, start, time.time()))
+
+    def record(self, result: TurnResult, phase: str) -> None:
+        flows = sum(1 for _ in self.proxy.ledger_path.open()) if self.proxy.ledger_path.exists() else 0
+        self.timeline.append({"phase": phase, "tenant": result.tenant, "driver": result.driver, "ok": result.ok,
+                              "seconds": round(result.seconds, 2), "detail": result.detail, "flows": flows})
+        if result.log is not None:
+            self._owners[result.log.name] = result.tenant
+        state = "ok" if result.ok else f"FAILED ({result.detail})"
+        self.say(f"  {result.tenant:<10} {result.driver:<8} {result.seconds:5.1f}s  flows {flows:<4} {state}")
+
+    def log_owner(self, path: Path) -> str | None:
+        """The tenant a log belongs to, or None for a backend serving every tenant."""
+        return self._owners.get(path.name)
+
+    def expected_snapshots(self) -> dict[str, int]:
+        """Each completed turn must have produced one env snapshot on its tenant's route."""
+        want: dict[str, int] = {}
+        for e in self.timeline:
+            if e["ok"] and e.get("snapshot", True):
+                want[e["tenant"]] = want.get(e["tenant"], 0) + 1
+        return want
+
+    def extra_config(self, tenant: str) -> dict[str, Any]:
+        return {}
+
+
+def oneshot(ctx: Context) -> None:
+    """`hermes [-p NAME] -z PROMPT` for every tenant, the tenants' turns running concurrently."""
+    env = ctx.proxy.child_env(ctx.out / "ca-bundle.pem" if ctx.opts.topology == "forward" else None)
+    with ctx.phase("turns"):
+        for _ in range(ctx.opts.turns):
+            with ThreadPoolExecutor(max_workers=len(ctx.registry.names())) as pool:
+                results = list(pool.map(
+                    lambda name: ctx.hermes.oneshot(name, PROMPT, timeout=ctx.opts.timeout, extra_env=env),
+                    ctx.registry.names(),
+                ))
+            for r in results:
+                ctx.record(r, "turns")
+
+
+SCENARIOS: dict[str, Callable[[Context], None]] = {"oneshot": oneshot}
