@@ -1,0 +1,457 @@
+"""Unit tests of addons/tenancy.py (and harness.inspect under it) with mitmproxy's test helpers."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import gzip
+import importlib.util
+import json
+import logging
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from mitmproxy import exceptions, flowfilter, http, io
+from mitmproxy.proxy.mode_specs import ProxyMode
+from mitmproxy.test import taddons, tflow
+
+from harness import inspect
+from harness.matcher import Matcher
+from harness.registry import Registry, mint
+
+ROOT = Path(__file__).resolve().parent.parent
+PORTS = {"alpha": 18001, "beta": 18002}
+HOSTS = {"gamma": "gamma.test", "delta": "delta.test"}
+
+
+@pytest.fixture
+def reg(tmp_path: Path) -> Registry:
+    routes = {n: {"listen": p} for n, p in PORTS.items()} | {n: {"host": h} for n, h in HOSTS.items()}
+    registry = mint([*PORTS, *HOSTS], tmp_path / "work", routes)
+    for name in PORTS:
+        registry[name].upstream = f"http://127.0.0.1:{PORTS[name] + 1000}"
+    registry["gamma"].upstream = "http://127.0.0.1:29001"
+    return registry
+
+
+@pytest.fixture
+def regfile(tmp_path: Path, reg: Registry) -> Path:
+    path = tmp_path / "registry.yaml"
+    reg.save(path)
+    return path
+
+
+def _addon_module():
+    spec = importlib.util.spec_from_file_location("tenancy_addon", ROOT / "addons" / "tenancy.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+tenancy = _addon_module()
+
+
+@pytest.fixture
+def addon():
+    return tenancy.Tenancy()
+
+
+@pytest.fixture
+def tctx(addon, regfile: Path, tmp_path: Path):
+    with taddons.context(addon) as ctx:
+        ctx.configure(addon, tenancy_registry=str(regfile), tenancy_ledger=str(tmp_path / "ledger.jsonl"))
+        yield ctx
+
+
+def main_turn(reg: Registry, tenant: str, **over) -> dict:
+    body = {
+        "model": reg[tenant].model,
+        "messages": [{"role": "user", "content": "hello"}],
+        "tools": [{"type": "function", "function": {"name": "terminal"}}],
+    }
+    return body | over
+
+
+def reverse_flow(tenant: str, body: dict | bytes | None = None, *, key: str | None = None,
+                 path: str = "/v1/chat/completions", method: str = "POST", headers: dict | None = None,
+                 port: int | None = None) -> http.HTTPFlow:
+    port = port or PORTS[tenant]
+    content = json.dumps(body).encode() if isinstance(body, dict) else (body or b"")
+    hdrs = {"content-type": "application/json"} | (headers or {})
+    if key:
+        hdrs["authorization"] = f"Bearer {key}"
+    f = tflow.tflow(req=http.Request.make(method, f"http://127.0.0.1:{port + 1000}{path}", b"", hdrs))
+    f.request.raw_content = content
+    f.client_conn.proxy_mode = ProxyMode.parse(f"reverse:http://127.0.0.1:{port + 1000}@{port}")
+    return f
+
+
+def forward_flow(host: str, body: dict | None = None, *, key: str | None = None) -> http.HTTPFlow:
+    hdrs = {"content-type": "application/json"} | ({"authorization": f"Bearer {key}"} if key else {})
+    f = tflow.tflow(req=http.Request.make("POST", f"https://{host}/v1/chat/completions",
+                                          json.dumps(body or {}).encode(), hdrs))
+    return f
+
+
+def respond(f: http.HTTPFlow, content: bytes | str, ctype: str = "application/json", **hdrs: str) -> None:
+    f.response = http.Response.make(200, b"", {"content-type": ctype, **hdrs})
+    f.response.raw_content = content.encode() if isinstance(content, str) else content
+
+
+def run(addon, f: http.HTTPFlow, response: bytes | str | None = b'{"ok": true}') -> http.HTTPFlow:
+    addon.request(f)
+    if f.response is None and response is not None:
+        respond(f, response)
+        addon.responseheaders(f)
+    if f.response is not None:
+        addon.response(f)
+    return f
+
+
+def kinds(f: http.HTTPFlow) -> list[str]:
+    return [x["kind"] for x in f.metadata["tenancy"]["findings"]]
+
+
+def ledger(tmp_path: Path) -> list[dict]:
+    return [json.loads(line) for line in (tmp_path / "ledger.jsonl").read_text().splitlines()]
+
+
+# --- options -----------------------------------------------------------------------------------------
+
+
+def test_defaults_leave_the_addon_inactive(addon):
+    with taddons.context(addon) as ctx:
+        assert ctx.options.tenancy_egress == "flag"
+        assert ctx.options.tenancy_registry is None and ctx.options.tenancy_ledger is None
+        f = run(addon, reverse_flow("alpha", {}))
+        assert "tenancy" not in f.metadata and inspect.FLOW_HEADER not in f.request.headers
+
+
+def test_registry_option_loads_and_bad_values_raise(addon, regfile, tmp_path):
+    with taddons.context(addon) as ctx:
+        ctx.configure(addon, tenancy_registry=str(regfile))
+        assert addon.registry.names() == ["alpha", "beta", "gamma", "delta"]
+        with pytest.raises(exceptions.OptionsError, match="does not exist"):
+            ctx.configure(addon, tenancy_registry=str(tmp_path / "missing.yaml"))
+        bad = tmp_path / "bad.yaml"
+        bad.write_text("version: 1\ntenants: [oops\n")
+        with pytest.raises(exceptions.OptionsError, match="tenancy_registry: registry: not valid YAML"):
+            ctx.configure(addon, tenancy_registry=str(bad))
+        bad.write_text("version: 2\ntenants: {}\n")
+        with pytest.raises(exceptions.OptionsError, match="version must be 1"):
+            ctx.configure(addon, tenancy_registry=str(bad))
+        assert addon.registry.names() == ["alpha", "beta", "gamma", "delta"]  # the good one stays
+
+
+def test_egress_option_values(addon):
+    with taddons.context(addon) as ctx:
+        ctx.configure(addon, tenancy_egress="block")
+        assert ctx.options.tenancy_egress == "block"
+        with pytest.raises(exceptions.OptionsError, match="tenancy_egress must be one of flag, block"):
+            ctx.configure(addon, tenancy_egress="allow")
+
+
+def test_ledger_option_creates_a_private_file_and_rejects_unwritable(addon, tmp_path):
+    with taddons.context(addon) as ctx:
+        ctx.configure(addon, tenancy_ledger=str(tmp_path / "l.jsonl"))
+        assert stat.S_IMODE(os.stat(tmp_path / "l.jsonl").st_mode) == 0o600
+        with pytest.raises(exceptions.OptionsError, match="tenancy_ledger: cannot open"):
+            ctx.configure(addon, tenancy_ledger=str(tmp_path / "no" / "such" / "dir.jsonl"))
+
+
+# --- reverse topology ----------------------------------------------------------------------------------
+
+
+def test_clean_main_turn_is_recorded_not_flagged(tctx, addon, reg, tmp_path):
+    f = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key))
+    assert f.request.headers[inspect.FLOW_HEADER] == f.id
+    assert not f.marked and not f.comment
+    meta = f.metadata["tenancy"]
+    assert meta["tenant"] == "alpha" and meta["kind"] == "main" and meta["bearer"] == "own"
+    assert meta["findings"] == [] and meta["flagged"] is False
+    (line,) = ledger(tmp_path)
+    assert line["flow"] == f.id and line["route"] == "listen:18001" and line["status"] == 200
+    assert {"time", "tenant", "method", "path", "kind", "bearer_tenant", "model", "request_bytes",
+            "findings"} <= set(line)
+    assert line["model"] == reg["alpha"].model and line["bearer_tenant"] == "alpha"
+
+
+def test_wrong_key_with_another_tenants_key(tctx, addon, reg, caplog):
+    with caplog.at_level(logging.WARNING, logger="tenancy"):
+        f = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["beta"].key))
+    assert kinds(f) == ["wrong_key"]  # the bearer is not also reported as a header leak
+    finding = f.metadata["tenancy"]["findings"][0]
+    assert (finding["victim"], finding["seen_in"], finding["canary"]) == ("beta", "alpha", "key")
+    assert finding["evidence"] == "Bearer <beta:key>" and reg["beta"].key not in json.dumps(f.metadata)
+    assert f.marked == ":warning:" and f.comment.startswith("tenancy: wrong_key: beta's key in alpha's request")
+    assert "wrong_key" in caplog.text and reg["beta"].key not in caplog.text
+
+
+def test_wrong_key_when_main_turn_has_none_or_an_unknown_one(tctx, addon, reg):
+    f = run(addon, reverse_flow("alpha", main_turn(reg, "alpha")))
+    assert kinds(f) == ["wrong_key"] and f.metadata["tenancy"]["findings"][0]["victim"] == "alpha"
+    f = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key="sk-real-looking-secret-value"))
+    assert kinds(f) == ["wrong_key"]
+    assert "sk-real" not in json.dumps(f.metadata["tenancy"]) and f.metadata["tenancy"]["bearer"] == "unknown"
+
+
+def test_aux_without_key_and_local_probes_are_not_flagged(tctx, addon, reg, tmp_path):
+    aux = run(addon, reverse_flow("alpha", {"model": "x", "messages": []}))
+    probe = run(addon, reverse_flow("alpha", path="/api/tags", method="GET"), response=b"not found")
+    props = run(addon, reverse_flow("alpha", path="/v1/props?x=1", method="GET"), response=b"")
+    assert [aux.metadata["tenancy"]["kind"], probe.metadata["tenancy"]["kind"]] == ["aux", "probe"]
+    assert props.metadata["tenancy"]["kind"] == "probe"
+    assert not any(f.marked for f in (aux, probe, props))
+    assert [line["kind"] for line in ledger(tmp_path)] == ["aux", "probe", "probe"]
+
+
+def test_wrong_model(tctx, addon, reg):
+    f = run(addon, reverse_flow("alpha", main_turn(reg, "alpha", model=reg["beta"].model), key=reg["alpha"].key))
+    assert kinds(f) == ["wrong_model"]  # not also a request_leak of the same model field
+    finding = f.metadata["tenancy"]["findings"][0]
+    assert finding["victim"] == "beta" and finding["evidence"] == '"model": "<beta:model>"'
+    f = run(addon, reverse_flow("alpha", main_turn(reg, "alpha", model="gpt-4o"), key=reg["alpha"].key))
+    assert kinds(f) == ["wrong_model"] and f.metadata["tenancy"]["findings"][0]["victim"] == "alpha"
+
+
+@pytest.mark.parametrize(
+    ("encode", "encoding"),
+    [
+        (lambda s: s, "plain"),
+        (lambda s: base64.b64encode(s.encode()).decode(), "base64"),
+        (lambda s: s.encode().hex(), "hex"),
+    ],
+)
+def test_request_leak_in_body_in_any_encoding(tctx, addon, reg, encode, encoding):
+    leak = encode(reg["beta"].canaries["memory"])
+    body = main_turn(reg, "alpha", messages=[{"role": "user", "content": f"remember {leak}"}])
+    f = run(addon, reverse_flow("alpha", body, key=reg["alpha"].key))
+    (finding,) = f.metadata["tenancy"]["findings"]
+    assert finding["kind"] == "request_leak" and finding["encoding"] == encoding
+    assert (finding["victim"], finding["seen_in"], finding["canary"]) == ("beta", "alpha", "memory")
+    assert finding["location"].startswith(f"flow:{f.id}:request.body@")
+    assert "<beta:memory>" in finding["evidence"]
+
+
+def test_request_leak_in_header_path_and_gzip_body(tctx, addon, reg):
+    soul = reg["beta"].canaries["soul"]
+    f = run(addon, reverse_flow("alpha", {"q": 1}, headers={"x-note": soul}, path=f"/v1/x?s={soul}"))
+    locations = [x["location"] for x in f.metadata["tenancy"]["findings"]]
+    assert locations == [f"flow:{f.id}:request.path", f"flow:{f.id}:request.headers.x-note"]
+    f = reverse_flow("alpha", headers={"content-encoding": "gzip"})
+    f.request.raw_content = gzip.compress(json.dumps({"m": soul}).encode())
+    run(addon, f)
+    (finding,) = f.metadata["tenancy"]["findings"]
+    assert finding["kind"] == "request_leak" and finding["encoding"] == "gzip"
+
+
+def test_own_canaries_are_not_leaks(tctx, addon, reg):
+    own = " ".join(reg["alpha"].canaries.values())
+    f = run(addon, reverse_flow("alpha", main_turn(reg, "alpha", messages=[{"content": own}]),
+                                key=reg["alpha"].key), response=json.dumps({"content": own}))
+    assert kinds(f) == [] and not f.marked
+
+
+def test_response_leak_json(tctx, addon, reg):
+    f = reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key)
+    f = run(addon, f, response=json.dumps({"content": f"env: {reg['beta'].canaries['env_marker']}"}))
+    (finding,) = f.metadata["tenancy"]["findings"]
+    assert finding["kind"] == "response_leak" and finding["channel"] == "response"
+    assert finding["location"].startswith(f"flow:{f.id}:response.body@") and f.metadata["tenancy"]["status"] == 200
+
+
+def sse(*pieces: str) -> bytes:
+    events = [{"choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
+    return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
+
+
+def stream_through(addon, f: http.HTTPFlow, body: bytes, chunk: int = 7) -> list[bytes]:
+    """What the proxy core does with a streamed response: headers hook, chunks via .stream, response hook."""
+    addon.request(f)
+    f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
+    f.response.data.content = None
+    addon.responseheaders(f)
+    assert callable(f.response.stream)
+    out = [f.response.stream(body[i:i + chunk]) for i in range(0, len(body), chunk)]
+    out.append(f.response.stream(b""))
+    addon.response(f)
+    return out
+
+
+def test_sse_is_passed_through_chunk_by_chunk_and_inspected_reassembled(tctx, addon, reg):
+    secret = reg["beta"].canaries["workdir"]
+    body = sse("cwd is ", secret[:10], secret[10:], " ok")  # the canary is cut in two on the wire
+    f = reverse_flow("alpha", main_turn(reg, "alpha", stream=True), key=reg["alpha"].key)
+    out = stream_through(addon, f, body)
+    assert b"".join(out) == body and all(len(c) <= 7 for c in out)
+    assert f.response.raw_content == body and f.response.stream is False  # the saved flow keeps the stream
+    (finding,) = f.metadata["tenancy"]["findings"]
+    assert finding["kind"] == "response_leak" and finding["canary"] == "workdir"
+    assert finding["location"].startswith(f"flow:{f.id}:response.sse.choices[0].delta.content@")
+    assert f.metadata["tenancy"]["streamed"] is True
+
+
+def test_clean_sse_is_not_flagged(tctx, addon, reg):
+    f = reverse_flow("alpha", main_turn(reg, "alpha", stream=True), key=reg["alpha"].key)
+    stream_through(addon, f, sse("hello ", reg["alpha"].canaries["workdir"]))
+    assert kinds(f) == [] and not f.marked
+
+
+def test_unknown_listener_is_recorded_unattributed(tctx, addon, reg, tmp_path):
+    f = run(addon, reverse_flow("alpha", {"x": reg["beta"].canaries["soul"]}, port=18999))
+    meta = f.metadata["tenancy"]
+    assert meta["tenant"] is None and meta["route"] == "listen:18999"
+    assert kinds(f) == ["request_leak"] and meta["findings"][0]["seen_in"] is None
+
+
+# --- forward topology ----------------------------------------------------------------------------------
+
+
+def test_forward_routes_to_the_tenants_upstream(tctx, addon, reg, tmp_path):
+    f = run(addon, forward_flow("gamma.test", main_turn(reg, "gamma"), key=reg["gamma"].key))
+    assert (f.request.scheme, f.request.host, f.request.port) == ("http", "127.0.0.1", 29001)
+    assert f.request.host_header == "gamma.test"  # attribution survives in the saved flow
+    assert f.metadata["tenancy"]["tenant"] == "gamma" and kinds(f) == []
+    assert ledger(tmp_path)[0]["route"] == "host:gamma.test"
+    f = run(addon, forward_flow("delta.test", main_turn(reg, "delta"), key=reg["gamma"].key))
+    assert f.request.host == "delta.test" and kinds(f) == ["wrong_key"]  # no upstream: left alone
+
+
+def test_egress_flag_records_and_lets_through(tctx, addon, reg):
+    f = forward_flow("api.openai.com", {"k": reg["gamma"].canaries["memory"]})
+    addon.request(f)
+    assert f.response is None and f.request.host == "api.openai.com"
+    respond(f, "{}")
+    addon.response(f)
+    assert kinds(f) == ["egress", "request_leak"] and f.marked
+    egress = f.metadata["tenancy"]["findings"][0]
+    assert egress["victim"] is None and egress["seen_in"] is None and "api.openai.com" in egress["detail"]
+
+
+def test_egress_block_answers_403_without_an_upstream(tctx, addon, tmp_path):
+    tctx.configure(addon, tenancy_egress="block")
+    f = forward_flow("evil.example")
+    addon.request(f)
+    assert f.response.status_code == 403 and b"egress to evil.example blocked" in f.response.content
+    addon.response(f)
+    assert kinds(f) == ["egress"] and ledger(tmp_path)[0]["status"] == 403
+    connect = tflow.tflow(req=http.Request.make("CONNECT", "http://evil.example:443/"))
+    connect.request.host, connect.request.port = "evil.example", 443
+    addon.http_connect(connect)
+    assert connect.response.status_code == 403
+    assert [[x["kind"] for x in line["findings"]] for line in ledger(tmp_path)] == [["egress"], ["egress"]]
+    ok = tflow.tflow(req=http.Request.make("CONNECT", "http://gamma.test:443/"))
+    addon.http_connect(ok)
+    assert ok.response is None
+
+
+# --- registry reload -----------------------------------------------------------------------------------
+
+
+def test_registry_reload_picks_up_new_canaries_and_survives_a_broken_file(tctx, addon, reg, regfile, caplog):
+    minted = "fresh-canary-beta-0123456789"
+    first = reverse_flow("alpha", {"m": minted})
+    addon.request(first)  # in flight while the registry changes
+    reg.add_canary("beta", "late", minted)
+    reg.save(regfile)
+    second = run(addon, reverse_flow("alpha", {"m": minted}))
+    assert kinds(second) == ["request_leak"] and second.metadata["tenancy"]["findings"][0]["canary"] == "late"
+    respond(first, "{}")
+    addon.response(first)
+    assert kinds(first) == ["request_leak"]  # the in-flight flow is still finished and recorded
+    regfile.write_text("version: 1\ntenants: [broken\n")
+    with caplog.at_level(logging.ERROR, logger="tenancy"):
+        third = run(addon, reverse_flow("alpha", {"m": minted}))
+    assert "keeping the previous registry" in caplog.text and kinds(third) == ["request_leak"]
+
+
+# --- bodies that are not JSON ---------------------------------------------------------------------------
+
+
+def test_odd_bodies_are_scanned_as_bytes(tctx, addon, reg):
+    secret = reg["beta"].canaries["soul"].encode()
+    cases = {
+        "text": b"plain text " + secret,
+        "binary": os.urandom(4096) + secret + os.urandom(64),
+        "huge": b"x" * (inspect.MAX_BODY + 10) + secret,
+        "multipart": b"--b\r\nContent-Disposition: form-data; name=f\r\n\r\n" + secret + b"\r\n--b--\r\n",
+    }
+    for name, body in cases.items():
+        f = run(addon, reverse_flow("alpha", body, headers={"content-type": "application/octet-stream"}))
+        assert kinds(f) == ["request_leak"], name
+    f = reverse_flow("alpha", headers={"content-encoding": "x-custom"})
+    f.request.raw_content = b"opaque " + secret
+    assert kinds(run(addon, f)) == ["request_leak"]
+    f = reverse_flow("alpha", headers={"content-encoding": "gzip"})
+    f.request.raw_content = b"\x1f\x8bnot really gzip " + secret
+    assert kinds(run(addon, f)) == ["request_leak"] and f.metadata["tenancy"]["findings"][0]["encoding"] == "plain"
+
+
+def test_decode_body_bounds_a_compression_bomb():
+    bomb = gzip.compress(b"\0" * (inspect.MAX_BODY * 2))
+    body = inspect.decode_body(bomb, "gzip")
+    assert body.note == "truncated" and len(body.data) == inspect.MAX_BODY
+    assert inspect.decode_body(b"{}", "identity").data == b"{}"
+    assert inspect.decode_body(b"abc", "zstd").note == "undecodable"
+    assert inspect.decode_body(b"abc", "gzip, x-new").note == "undecodable"
+
+
+def test_inspect_flow_agrees_on_a_flow_read_back_from_disk(tctx, addon, reg, tmp_path):
+    f = reverse_flow("alpha", main_turn(reg, "alpha", model=reg["beta"].model), key=reg["beta"].key)
+    f = run(addon, f, response=json.dumps({"x": reg["beta"].canaries["soul"]}))
+    with open(tmp_path / "flows.mitm", "wb") as fh:
+        io.FlowWriter(fh).add(f)
+    with open(tmp_path / "flows.mitm", "rb") as fh:
+        (back,) = list(io.FlowReader(fh).stream())
+    report = inspect.inspect_flow(reg, Matcher.for_registry(reg), back)
+    assert [x.to_dict() for x in report.findings] == f.metadata["tenancy"]["findings"]
+    assert back.marked == ":warning:" and back.comment == f.comment
+    assert report.ledger_entry()["findings"] == ledger(tmp_path)[0]["findings"]
+
+
+def test_filters_find_flagged_flows_and_tenants(tctx, addon, reg):
+    bad = run(addon, reverse_flow("beta", main_turn(reg, "beta"), key=reg["alpha"].key))
+    good = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key))
+    for spec, expected in [("~marked", [bad]), ("~meta \"'flagged': True\"", [bad]),
+                           ("~meta tenancy", [bad, good]), ("~meta \"'tenant': 'alpha'\"", [good])]:
+        match = flowfilter.parse(spec)
+        assert [f for f in (bad, good) if match(f)] == expected, spec
+
+
+# --- errors, commands, fail closed ------------------------------------------------------------------------
+
+
+def test_error_flows_get_a_ledger_line(tctx, addon, reg, tmp_path):
+    f = reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key)
+    addon.request(f)
+    f.error = tflow.terr("connection refused")
+    addon.error(f)
+    (line,) = ledger(tmp_path)
+    assert line["status"] is None and line["error"] == "connection refused"
+
+
+def test_commands_list_and_report_findings(tctx, addon, reg, tmp_path):
+    run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["beta"].key))
+    lines = tctx.command(addon.findings_cmd)
+    assert len(lines) == 1 and lines[0].startswith("wrong_key: beta's key")
+    out = tmp_path / "findings.json"
+    tctx.command(addon.report_cmd, str(out))
+    doc = json.loads(out.read_text())
+    assert doc["count"] == 1 and doc["findings"][0]["kind"] == "wrong_key"
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    with pytest.raises(exceptions.CommandError, match="cannot write"):
+        tctx.command(addon.report_cmd, "/proc/forbidden/findings.json")
+
+
+def test_unwritable_ledger_kills_the_flow_and_stops_the_proxy(addon, regfile, reg, caplog):
+    with taddons.context(addon) as ctx:
+        ctx.configure(addon, tenancy_registry=str(regfile), tenancy_ledger="/dev/full")
+        f = reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key)
+        with caplog.at_level(logging.ERROR, logger="tenancy"):
+            run(addon, f)
+        assert f.error and f.error.msg == "Connection killed."
+        ctx.master.event_loop.run_until_complete(asyncio.sleep(0))
+        assert ctx.master.should_exit.is_set() and "cannot write the ledger" in caplog.text
