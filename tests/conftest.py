@@ -1,0 +1,1 @@
+"""Shared test configuration: the tenancy pytest plugin is loaded through its entry point."""
