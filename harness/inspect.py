@@ -234,10 +234,10 @@ class RequestReport:
 
 @dataclass
 class ResponseReport:
-    """What came back: status (None on error), size, and any foreign canary it carried."""
+    """What came back: status and size (None when the flow failed first), and any foreign canary."""
 
     status: int | None
-    size: int
+    size: int | None
     streamed: bool = False
     error: str | None = None
     note: str = ""
@@ -342,7 +342,8 @@ def inspect_response(
     """Check one response (JSON, SSE or anything else) for another tenant's canary: `response_leak`."""
     decoded = decode_body(body, header(headers, "content-encoding"))
     streamed = "text/event-stream" in header(headers, "content-type").lower()
-    report = ResponseReport(status, len(body or b""), streamed, error, decoded.note)
+    size = len(body) if body is not None else None
+    report = ResponseReport(status, size, streamed, error, decoded.note)
     scan = _Scan(matcher, flow_id, tenant, "response", "response_leak")
     scan.headers(headers, "response")
     scan.body(decoded, "response.body")

@@ -430,7 +430,7 @@ def test_error_flows_get_a_ledger_line(tctx, addon, reg, tmp_path):
     f.error = tflow.terr("connection refused")
     addon.error(f)
     (line,) = ledger(tmp_path)
-    assert line["status"] is None and line["error"] == "connection refused"
+    assert line["status"] is None and line["response_bytes"] is None and line["error"] == "connection refused"
 
 
 def test_commands_list_and_report_findings(tctx, addon, reg, tmp_path):
