@@ -17,6 +17,7 @@ import ahocorasick_rs
 from harness.registry import Registry, is_secret_kind
 
 DFA_MAX_PATTERNS = 8192
+_UTF16_PAIR = {"utf16be": ("utf16le", 1), "utf16le": ("utf16be", -1)}
 
 
 @dataclass(frozen=True)
@@ -110,11 +111,21 @@ class Matcher:
             return []
         hits: list[Hit] = []
         claimed: dict[tuple[str, str], int] = {}
-        for idx, start, end in sorted(
+        matches = sorted(
             self._automaton.find_matches_as_indexes(data, overlapping=True), key=lambda m: (m[1], -m[2])
-        ):
+        )
+        # An ASCII canary in UTF-16 text matches both byte orders, one byte apart (BE at s, LE at s + 1):
+        # the form aligned on an even offset is the text's real byte order.
+        utf16 = {
+            (self._meta[i][0], self._meta[i][1], s) for i, s, _ in matches if self._meta[i][1] in _UTF16_PAIR
+        }
+        for idx, start, end in matches:
             canary, encoding = self._meta[idx]
             ident = (canary.tenant, canary.kind)
+            if start % 2 and encoding in _UTF16_PAIR:
+                twin, shift = _UTF16_PAIR[encoding]
+                if (canary, twin, start + shift) in utf16:
+                    continue
             if claimed.get(ident, -1) > start:
                 continue  # a second form of the same canary inside the span already reported
             claimed[ident] = end

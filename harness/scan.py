@@ -28,6 +28,7 @@ Which canaries count: with an `owner`, every canary of every other tenant; with 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import shutil
@@ -53,7 +54,7 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 _GZIP_MAGIC = b"\x1f\x8b\x08"
 _ZLIB_MAGICS = (b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda")
 _ZIP_LOCAL = b"PK\x03\x04"
-_CHUNK = 1 << 20
+_CHUNK = 1 << 16
 
 Layer = tuple[str, int | None]  # (name, where it starts in its parent; None for a SQLite cell)
 
@@ -239,29 +240,54 @@ def _stream_candidates(buf: bytes) -> Iterator[tuple[str, int, int, bool]]:
 
 
 def _inflate(data: memoryview, wbits: int, limit: int, partial_ok: bool) -> tuple[bytes, bool] | None:
-    """(output, truncated) of the stream at the start of `data`, or None if it is not a usable stream."""
+    """(output, truncated) of the stream at the start of `data`, or None if it is not a usable stream.
+
+    A corrupt stream yields the output decodable before the damage (when `partial_ok`).
+    """
     d = zlib.decompressobj(wbits)
     out: list[bytes] = []
-    size, pos, truncated = 0, 0, False
-    try:
-        while pos < len(data) and not d.eof and not truncated:
-            piece = d.decompress(data[pos : pos + _CHUNK], limit - size)
-            pos += _CHUNK
-            while True:
-                out.append(piece)
-                size += len(piece)
-                if size >= limit:
-                    truncated = not d.eof
-                    break
-                if not d.unconsumed_tail:
-                    break
-                piece = d.decompress(d.unconsumed_tail, limit - size)
-    except zlib.error:
-        if not partial_ok:
-            return None
-    if not (d.eof or truncated or partial_ok) or not size:
+    pos = size = 0
+    while pos < len(data) and not d.eof and size < limit:
+        chunk = data[pos : pos + _CHUNK]
+        saved = d.copy()
+        try:
+            size = _feed(d, chunk, out, size, limit)
+        except zlib.error:
+            if not partial_ok:
+                return None
+            d = saved
+            with contextlib.suppress(zlib.error):
+                size = _feed(d, chunk[: _longest_good_prefix(saved, chunk)], out, size, limit)
+            break
+        pos += len(chunk)
+    truncated = size >= limit and not d.eof
+    if not size or not (d.eof or truncated or partial_ok):
         return None
     return b"".join(out), truncated
+
+
+def _feed(d: zlib._Decompress, chunk: memoryview, out: list[bytes], size: int, limit: int) -> int:
+    """Decompress `chunk` into `out` without passing `limit` bytes in all; returns the new output size."""
+    piece = d.decompress(chunk, limit - size)
+    while True:
+        out.append(piece)
+        size += len(piece)
+        if size >= limit or not d.unconsumed_tail:
+            return size
+        piece = d.decompress(d.unconsumed_tail, limit - size)
+
+
+def _longest_good_prefix(d: zlib._Decompress, chunk: memoryview) -> int:
+    """The longest prefix of `chunk` that `d` decodes without an error (errors are monotonic in length)."""
+    lo, hi = 0, len(chunk) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        try:
+            d.copy().decompress(chunk[:mid])
+            lo = mid
+        except zlib.error:
+            hi = mid - 1
+    return lo
 
 
 def _scan_sqlite(
