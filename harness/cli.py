@@ -36,6 +36,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--hermes-python", type=Path, help="python of the Hermes install to audit")
     run.add_argument("--turns", type=int, default=1, help="turns per tenant")
     run.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
+    run.add_argument("--phases", help="comma-separated multi-profile phases (default: all but cron; 'cron' waits "
+                     "for the tickers)")
+    run.add_argument("--cron-wait", type=float, default=75.0, help="seconds to wait for cron jobs to fire")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
     run.add_argument("--json", action="store_true", help="print findings.json to stdout")
 
@@ -73,7 +76,8 @@ def cmd_run(a: argparse.Namespace) -> int:
 
     opts = RunOptions(scenario=a.scenario, tenants=a.tenants or (2 if a.scenario == "oneshot" else 3),
                       topology=a.topology, plants=a.plant, baseline=a.baseline, out=a.out,
-                      hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout)
+                      hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout,
+                      phases=[p for p in (a.phases or "").split(",") if p], cron_wait=a.cron_wait)
     code, out = run_audit(opts)
     doc = json.loads((out / "findings.json").read_text())
     if a.write_baseline:

@@ -124,10 +124,12 @@ def tenant_config(tenant: Tenant, base_url: str, extra: dict[str, Any] | None = 
     return cfg
 
 
-def tenant_dotenv(tenant: Tenant, extra: dict[str, str] | None = None) -> dict[str, str]:
+def tenant_dotenv(tenant: Tenant, *, launch: bool, extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The profile's .env. Only the launch profile sets API_SERVER_KEY: Hermes' multiplexed gateway skips a
+    profile whose .env sets it (it takes it for a profile running a gateway of its own)."""
     return {
         PROVIDER_KEY_ENV: tenant.key,
-        "API_SERVER_KEY": tenant.canaries["api_server_key"],
+        "API_SERVER_KEY" if launch else "TENANT_API_SERVER_KEY": tenant.canaries["api_server_key"],
         "TENANT_MARKER": tenant.canaries["env_marker"],
         **(extra or {}),
     }
@@ -138,6 +140,7 @@ def write_home(
     home: Path,
     base_url: str,
     *,
+    launch: bool,
     extra_config: dict[str, Any] | None = None,
     extra_env: dict[str, str] | None = None,
 ) -> None:
@@ -146,7 +149,7 @@ def write_home(
     Path(tenant.canaries["workdir"]).mkdir(parents=True, exist_ok=True)
     cfg = tenant_config(tenant, base_url, extra_config)
     (home / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
-    env = tenant_dotenv(tenant, extra_env)
+    env = tenant_dotenv(tenant, launch=launch, extra=extra_env)
     dotenv = home / ".env"
     dotenv.write_text("".join(f"{k}={v}\n" for k, v in env.items()), encoding="utf-8")
     dotenv.chmod(0o600)

@@ -16,7 +16,7 @@ import ahocorasick_rs
 
 from harness.registry import Registry, is_secret_kind
 
-DFA_MAX_PATTERNS = 8192
+DFA_MAX_PATTERNS = 12288
 _UTF16_PAIR = {"utf16be": ("utf16le", 1), "utf16le": ("utf16be", -1)}
 
 

@@ -145,7 +145,10 @@ def reconcile(
             rec.reasons.append(f"log {source.path} unreadable: {exc.strerror}")
             continue
         rec.inspected[source.channel] += 1
-        rec.findings += scan.scan_text(data, registry, source.owner, label=source.path.name, channel=source.channel)
+        if source.channel == "rpc":
+            rec.findings += _scan_rpc(data, registry, source.path.name, phases)
+        else:
+            rec.findings += scan.scan_text(data, registry, source.owner, label=source.path.name, channel="log")
     for name, wanted in (expect_snapshots or {}).items():
         got = len(rec.snapshots.get(name, []))
         if got < wanted:
@@ -156,6 +159,34 @@ def reconcile(
             ))
     rec.findings = dedupe(rec.findings)
     return rec
+
+
+def _scan_rpc(data: bytes, registry: Registry, label: str, phases: list[Phase]) -> list[Finding]:
+    """An RPC log (JSONL of frames): each tenant's frames may carry no other tenant's canary; frames that
+    belong to no session may carry no secret at all."""
+    lines = data.decode("utf-8", "replace").splitlines()
+    records = []
+    bound: dict[str, str] = {}
+    for line in lines:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue  # a line cut by a killed run
+        records.append(rec)
+        if rec.get("dir") == "bind":
+            bound[rec["frame"]["session_id"]] = rec["tenant"]
+    findings = []
+    for n, rec in enumerate(records, 1):
+        if rec.get("dir") == "bind":
+            continue
+        frame = rec.get("frame")
+        sid = ((frame.get("params") or {}).get("session_id") if isinstance(frame, dict) else None)
+        owner = rec.get("tenant") or bound.get(sid or "")
+        if owner is not None and owner not in registry.tenants:
+            owner = None
+        hits = scan.scan_text(json.dumps(frame).encode(), registry, owner, label=f"{label}#{n}", channel="rpc")
+        findings += _tag(hits, _phase_of(rec.get("t", 0.0), phases))
+    return findings
 
 
 def _json_body(flow: http.HTTPFlow) -> dict[str, Any] | None:

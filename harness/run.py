@@ -23,6 +23,7 @@ import mitmproxy.version
 import harness
 from harness import baseline as baselines
 from harness import plants, scenarios
+from harness.backends import BackendError
 from harness.findings import Finding, Verdict
 from harness.hermes import Hermes, HermesError, Sandbox, write_home
 from harness.procs import ProcessSet, reap_stale
@@ -53,6 +54,8 @@ class RunOptions:
     turns: int = 1
     timeout: float = 180.0
     stub_fault: str = ""
+    phases: list[str] = field(default_factory=list)  # multi-profile phases to run (default: all but cron)
+    cron_wait: float = 75.0
 
 
 def tenant_names(n: int) -> list[str]:
@@ -113,6 +116,11 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
     for p in opts.plants:
         if p not in plants.PLANTS:
             raise UsageError(f"unknown plant {p!r} (choose from {', '.join(plants.PLANTS)})")
+    from harness.multi import ALL_PHASES
+
+    for ph in opts.phases:
+        if ph not in ALL_PHASES:
+            raise UsageError(f"unknown phase {ph!r} (choose from {', '.join(ALL_PHASES)})")
     if opts.tenants < 2:
         raise UsageError("--tenants must be at least 2")
     base = baselines.load(opts.baseline) if opts.baseline else None
@@ -147,27 +155,34 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
         proxy = Proxy(registry, registry_path, out, procs, topology=opts.topology,
                       forward_port=free_port() if opts.topology == "forward" else 0).start()
         ctx = scenarios.Context(registry, registry_path, sandbox, hermes, proxy, stubs, opts, out,
-                                lambda m: progress(opts.quiet, m))
+                                lambda m: progress(opts.quiet, m), scenario=opts.scenario,
+                                gateway_port=free_port() if opts.scenario in ("gateway", "all") else 0)
         write_homes(ctx)
         planted = plant_all(ctx)
-        scenarios.SCENARIOS[opts.scenario](ctx)
+        try:
+            scenarios.SCENARIOS[opts.scenario](ctx)
+        except BackendError as exc:
+            reasons.append(f"driver failed: {exc}")
+        finally:
+            for log in ctx.rpc_logs.values():
+                log.close()
         if not proxy.alive():
             reasons.append("mitmdump died during the run; flows after its death were not recorded")
         proxy.stop()
         write_stub_log(out / "stubs.jsonl", stubs)
         write_private(out / "timeline.json", json.dumps({"phases": [p.__dict__ for p in ctx.phases],
                                                           "turns": ctx.timeline}, indent=2).encode())
-        reasons += [f"driver failed: {e['tenant']} {e['driver']}: {e['detail']}" for e in ctx.timeline
-                    if not e["ok"]]
         registry = load(registry_path)  # canaries may have been minted mid-scenario
         rec = reconcile(
             registry, proxy.flows_path,
             homes={t.name: Path(t.home) for t in registry if t.home},
-            logs=[LogSource(p, ctx.log_owner(p)) for p in sorted((out / "logs").glob("*.log"))],
+            logs=[LogSource(p, ctx.log_owner(p)) for p in sorted((out / "logs").glob("*.log"))]
+            + [LogSource(p, None, "rpc") for p in sorted((out / "logs").glob("rpc-*.jsonl"))],
             stub_log=out / "stubs.jsonl",
             expect_snapshots=ctx.expected_snapshots(),
             phases=ctx.phases,
         )
+        rec.findings += ctx.findings + failed_turns(ctx.timeline)
         reasons += rec.reasons
         findings, known, fixed = rec.findings, [], []
         if base is not None:
@@ -198,7 +213,16 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
 
 def write_homes(ctx: scenarios.Context) -> None:
     for t in ctx.registry:
-        write_home(t, ctx.sandbox.home_of(t.name), ctx.proxy.base_url(t.name), extra_config=ctx.extra_config(t.name))
+        write_home(t, ctx.sandbox.home_of(t.name), ctx.proxy.base_url(t.name), launch=t.name == ctx.sandbox.launch,
+                   extra_config=ctx.extra_config(t.name))
+
+
+def failed_turns(timeline: list[dict[str, Any]]) -> list[Finding]:
+    """A turn, cron fire or phase step that did not happen is a shortfall naming what did not happen."""
+    return [Finding("shortfall", e["tenant"], None, None, "env", f"{e['driver']}:{e['phase']}",
+                    detail=f"{e['driver']} {e['phase']} of {e['tenant']} failed: {e['detail']}",
+                    scenario=e.get("scenario"), phase=e["phase"])
+            for e in timeline if not e["ok"]]
 
 
 def plant_all(ctx: scenarios.Context) -> dict[str, frozenset[str]]:

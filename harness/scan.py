@@ -43,6 +43,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import ahocorasick_rs
+
 from harness.findings import Finding
 from harness.matcher import Hit, Matcher
 from harness.registry import Registry, is_secret_kind
@@ -51,9 +53,12 @@ MAX_STREAM_BYTES = 256 * 1024 * 1024  # decompressed output scanned per stream
 MAX_TOTAL_BYTES = 1024 * 1024 * 1024  # decompressed output scanned per top-level scan
 MAX_DEPTH = 4  # layers: a gzip in a SQLite blob in a gzip ...
 SQLITE_MAGIC = b"SQLite format 3\x00"
-_GZIP_MAGIC = b"\x1f\x8b\x08"
-_ZLIB_MAGICS = (b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda")
-_ZIP_LOCAL = b"PK\x03\x04"
+_MAGICS = (
+    (b"\x1f\x8b\x08", "gzip"),
+    *((m, "zlib") for m in (b"\x78\x01", b"\x78\x5e", b"\x78\x9c", b"\x78\xda")),
+    (b"PK\x03\x04", "zip"),
+)
+_MAGIC_AUTOMATON = ahocorasick_rs.BytesAhoCorasick([m for m, _ in _MAGICS])
 _CHUNK = 1 << 16
 
 Layer = tuple[str, int | None]  # (name, where it starts in its parent; None for a SQLite cell)
@@ -193,7 +198,7 @@ def _scan(
     out = [ScanHit(h, layers, matcher.snippet(data, h)) for h in matcher.find(data)]
     if len(layers) >= MAX_DEPTH:
         return out
-    for name, at, wbits, partial_ok in _stream_candidates(data):
+    for name, at, wbits, partial_ok in _stream_candidates(data, top=not layers):
         if budget.remaining <= 0:
             budget.notes.append(f"decompression budget of {MAX_TOTAL_BYTES} bytes exhausted; later streams not scanned")
             break
@@ -211,30 +216,27 @@ def _scan(
     return out
 
 
-def _stream_candidates(buf: bytes) -> Iterator[tuple[str, int, int, bool]]:
-    """(container name, offset, zlib wbits, accept a partial stream) for every plausible stream start."""
+def _stream_candidates(buf: bytes, top: bool) -> Iterator[tuple[str, int, int, bool]]:
+    """(container name, offset, zlib wbits, accept a partial stream) for every plausible stream start.
+
+    One pass of a small automaton over the magic numbers; a bare raw-deflate body (HTTP `deflate`) is
+    tried at offset 0 of a top-level buffer that holds nothing else.
+    """
     starts: list[tuple[int, str, int, bool]] = []
-    for magic, name, wbits, partial in (
-        (_GZIP_MAGIC, "gzip", 31, True),
-        *((m, "zlib", 15, False) for m in _ZLIB_MAGICS),
-    ):
-        pos = buf.find(magic)
-        while pos >= 0:
-            if name == "gzip" and (pos + 3 >= len(buf) or buf[pos + 3] & 0xE0):
-                pass  # reserved FLG bits set: not a gzip header
-            else:
-                starts.append((pos, name, wbits, partial))
-            pos = buf.find(magic, pos + 1)
-    pos = buf.find(_ZIP_LOCAL)
-    while pos >= 0:
-        if pos + 30 <= len(buf):
+    for idx, pos, _ in _MAGIC_AUTOMATON.find_matches_as_indexes(buf, overlapping=True):
+        name = _MAGICS[idx][1]
+        if name == "gzip":
+            if pos + 3 < len(buf) and not buf[pos + 3] & 0xE0:  # reserved FLG bits clear
+                starts.append((pos, "gzip", 31, True))
+        elif name == "zlib":
+            starts.append((pos, "zlib", 15, False))
+        elif pos + 30 <= len(buf):  # zip local file header: method, name and extra lengths
             (method,) = struct.unpack_from("<H", buf, pos + 8)
             nlen, xlen = struct.unpack_from("<HH", buf, pos + 26)
             if method == 8:
                 starts.append((pos + 30 + nlen + xlen, "deflate", -15, False))
-        pos = buf.find(_ZIP_LOCAL, pos + 1)
-    if buf and not starts:
-        starts.append((0, "deflate", -15, False))  # a bare raw-deflate body (HTTP `deflate`)
+    if top and buf and not starts:
+        starts.append((0, "deflate", -15, False))
     for pos, name, wbits, partial in sorted(starts):
         yield name, pos, wbits, partial
 

@@ -10,7 +10,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from harness import scan
+from harness.findings import Finding
 from harness.hermes import Hermes, Sandbox, TurnResult
+from harness.matcher import Matcher
 from harness.proxy import Proxy
 from harness.reconcile import Phase
 from harness.registry import Registry
@@ -35,23 +38,48 @@ class Context:
     opts: RunOptions
     out: Path
     say: Callable[[str], None]
+    gateway_port: int = 0
+    scenario: str = ""
+    current_phase: str | None = None
     phases: list[Phase] = field(default_factory=list)
     timeline: list[dict[str, Any]] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)  # what drivers observe directly (route_auth, bleed)
+    rpc_logs: dict[str, Any] = field(default_factory=dict)
     _owners: dict[str, str | None] = field(default_factory=dict)
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
         start = time.time()
-        self.say(f"phase {name}")
+        self.current_phase = name
+        self.say(f"phase {self.scenario}/{name}")
         try:
             yield
         finally:
-            self.phases.append(Phase(self.opts.scenario, name, start, time.time()))
+            self.phases.append(Phase(self.scenario, name, start, time.time()))
+            self.current_phase = None
+
+    def matcher(self) -> Matcher:
+        return scan.matcher_for(self.registry)
+
+    def mint(self, tenant: str, kind: str, value: str) -> None:
+        """Register a canary minted mid-scenario; the addon reloads the registry file."""
+        self.registry.add_canary(tenant, kind, value)
+        self.registry.save(self.registry_path)
+        time.sleep(0.05)
+
+    def rpc_log(self, name: str) -> Any:
+        from harness.backends import RpcLog
+
+        if name not in self.rpc_logs:
+            (self.out / "logs").mkdir(exist_ok=True)
+            self.rpc_logs[name] = RpcLog(self.out / "logs" / f"rpc-{name}.jsonl")
+        return self.rpc_logs[name]
 
     def record(self, result: TurnResult, phase: str) -> None:
         flows = sum(1 for _ in self.proxy.ledger_path.open()) if self.proxy.ledger_path.exists() else 0
-        self.timeline.append({"phase": phase, "tenant": result.tenant, "driver": result.driver, "ok": result.ok,
-                              "seconds": round(result.seconds, 2), "detail": result.detail, "flows": flows})
+        self.timeline.append({"scenario": self.scenario, "phase": phase, "tenant": result.tenant,
+                              "driver": result.driver, "ok": result.ok, "seconds": round(result.seconds, 2),
+                              "detail": result.detail, "flows": flows})
         if result.log is not None:
             self._owners[result.log.name] = result.tenant
         state = "ok" if result.ok else f"FAILED ({result.detail})"
@@ -70,6 +98,10 @@ class Context:
         return want
 
     def extra_config(self, tenant: str) -> dict[str, Any]:
+        if tenant == self.sandbox.launch and self.gateway_port:
+            from harness.multi import gateway_config
+
+            return gateway_config(self.gateway_port, self.registry[tenant].canaries["api_server_key"])
         return {}
 
 
@@ -87,4 +119,28 @@ def oneshot(ctx: Context) -> None:
                 ctx.record(r, "turns")
 
 
-SCENARIOS: dict[str, Callable[[Context], None]] = {"oneshot": oneshot}
+def _multi(name: str) -> Callable[[Context], None]:
+    def run(ctx: Context) -> None:
+        from harness import multi
+
+        getattr(multi, name)(ctx)
+
+    run.__name__ = name
+    return run
+
+
+def everything(ctx: Context) -> None:
+    """Every scenario in turn, on one registry and one proxy; findings keep their own scenario."""
+    for name, driver in SCENARIOS.items():
+        if name != "all":
+            ctx.scenario = name
+            driver(ctx)
+
+
+SCENARIOS: dict[str, Callable[[Context], None]] = {
+    "oneshot": oneshot,
+    "tui": _multi("tui"),
+    "serve": _multi("serve"),
+    "gateway": _multi("gateway"),
+    "all": everything,
+}

@@ -1,0 +1,365 @@
+"""Clients for the Hermes backends that serve several profiles from ONE process.
+
+- `TuiBackend`: the stdio JSON-RPC backend (`python -m tui_gateway.entry`), newline-delimited JSON-RPC 2.0.
+- `ServeBackend`: `hermes serve` (the desktop backend), the same JSON-RPC over `/api/ws?token=...`.
+- `GatewayBackend`: `hermes gateway run` with multiplexed profiles and the OpenAI-compatible API server.
+
+Every frame is appended to an RPC log (JSONL: direction, owning tenant, frame) so the reconciler can scan
+each tenant's frames for other tenants' canaries; the backend's own output goes to a log scanned for
+every tenant's secrets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import queue
+import re
+import secrets
+import subprocess
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from harness.hermes import Hermes
+
+
+class BackendError(RuntimeError):
+    """The backend did not start, died, or did not answer in time."""
+
+
+class RpcLog:
+    """Thread-safe JSONL record of every frame, with the tenant that owns it (None: nobody in particular)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._fh = path.open("a", encoding="utf-8")
+        self._lock = threading.Lock()
+
+    def write(self, direction: str, tenant: str | None, frame: Any) -> None:
+        with self._lock:
+            self._fh.write(json.dumps({"t": time.time(), "dir": direction, "tenant": tenant, "frame": frame}) + "\n")
+            self._fh.flush()
+
+    def close(self) -> None:
+        self._fh.close()
+
+
+class RpcBackend:
+    """JSON-RPC 2.0 client: `call` a method, `wait_event` for a session's event; frames go to the RpcLog."""
+
+    def __init__(self, hermes: Hermes, rpc_log: RpcLog, log_path: Path) -> None:
+        self.hermes = hermes
+        self.rpc_log = rpc_log
+        self.log_path = log_path
+        self.proc: subprocess.Popen[Any] | None = None
+        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
+        self._backlog: list[dict[str, Any]] = []
+        self._rid = 0
+        self._reply_owner: dict[Any, str | None] = {}
+        self.sessions: dict[str, str] = {}  # session_id -> tenant
+
+    # transport -------------------------------------------------------------------------------------------
+    def _send_raw(self, text: str) -> None:
+        raise NotImplementedError
+
+    def _received(self, raw: str) -> None:
+        try:
+            frame = json.loads(raw)
+        except ValueError:
+            return
+        if not isinstance(frame, dict):
+            return
+        sid = (frame.get("params") or {}).get("session_id") if frame.get("method") else None
+        self.rpc_log.write("in", self.sessions.get(sid) if sid else self._owner_of_reply(frame), frame)
+        self._queue.put(frame)
+
+    def _owner_of_reply(self, frame: dict[str, Any]) -> str | None:
+        return self._reply_owner.get(frame.get("id")) if "id" in frame else None
+
+    # protocol --------------------------------------------------------------------------------------------
+    def call(self, method: str, params: dict[str, Any], *, tenant: str | None, timeout: float = 90.0) -> dict[str, Any]:
+        """Send a request and return its reply frame (with `result` or `error`)."""
+        self._rid += 1
+        rid = self._rid
+        self._reply_owner[rid] = tenant
+        frame = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        self.rpc_log.write("out", tenant, frame)
+        self._send_raw(json.dumps(frame))
+        return self.wait(lambda f: f.get("id") == rid and "method" not in f, timeout, f"reply to {method}")
+
+    def wait(self, pred: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> dict[str, Any]:
+        for frame in self._backlog:
+            if pred(frame):
+                self._backlog.remove(frame)
+                return frame
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                frame = self._queue.get(timeout=min(0.25, max(0.01, deadline - time.monotonic())))
+            except queue.Empty:
+                if self.proc is not None and self.proc.poll() is not None:
+                    raise BackendError(f"backend exited (rc={self.proc.returncode}) while waiting for {what}") from None
+                continue
+            if frame is None:
+                raise BackendError(f"backend stream closed while waiting for {what}")
+            self._auto_approve(frame)
+            if pred(frame):
+                return frame
+            self._backlog.append(frame)
+            del self._backlog[:-500]
+        raise BackendError(f"timed out after {timeout:.0f}s waiting for {what}")
+
+    def _auto_approve(self, frame: dict[str, Any]) -> None:
+        params = frame.get("params") or {}
+        if frame.get("method") == "event" and params.get("type") == "approval.request":
+            sid = params.get("session_id")
+            threading.Thread(target=self.call, args=("approval.respond", {"session_id": sid, "choice": "once"}),
+                             kwargs={"tenant": self.sessions.get(sid), "timeout": 30}, daemon=True).start()
+
+    def create_session(self, tenant: str, launch: str) -> dict[str, Any]:
+        params: dict[str, Any] = {"cols": 100}
+        if tenant != launch:
+            params["profile"] = tenant
+        reply = self.call("session.create", params, tenant=tenant)
+        if "result" not in reply:
+            raise BackendError(f"session.create for {tenant} failed: {reply.get('error')}")
+        self._bind(reply["result"]["session_id"], tenant)
+        return reply["result"]
+
+    def resume_session(self, tenant: str, launch: str, stored_id: str) -> dict[str, Any]:
+        params: dict[str, Any] = {"cols": 100, "session_id": stored_id}
+        if tenant != launch:
+            params["profile"] = tenant
+        reply = self.call("session.resume", params, tenant=tenant)
+        if "result" not in reply:
+            raise BackendError(f"session.resume of {stored_id} for {tenant} failed: {reply.get('error')}")
+        sid = reply["result"].get("session_id")
+        if sid:
+            self._bind(sid, tenant)
+        return reply["result"]
+
+    def _bind(self, session_id: str, tenant: str) -> None:
+        """Record which tenant owns a session, so frames seen before the reply are attributed too."""
+        self.sessions[session_id] = tenant
+        self.rpc_log.write("bind", tenant, {"session_id": session_id})
+
+    def turn(self, session_id: str, text: str, timeout: float = 120.0) -> tuple[bool, str]:
+        """Submit one prompt; (completed?, detail) from that session's `message.complete`."""
+        tenant = self.sessions.get(session_id)
+        reply = self.call("prompt.submit", {"session_id": session_id, "text": text}, tenant=tenant)
+        if "result" not in reply:
+            return False, f"prompt.submit failed: {reply.get('error')}"
+
+        def done(f: dict[str, Any]) -> bool:
+            p = f.get("params") or {}
+            return f.get("method") == "event" and p.get("session_id") == session_id and p.get("type") in {
+                "message.complete", "error"}
+
+        event = self.wait(done, timeout, f"message.complete of {tenant}")
+        payload = event["params"].get("payload") or {}
+        ok = event["params"]["type"] == "message.complete" and payload.get("status") == "complete"
+        return ok, "" if ok else str(payload.get("text") or payload)[:200]
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class TuiBackend(RpcBackend):
+    """`python -m tui_gateway.entry` over stdio."""
+
+    def start(self, timeout: float = 60.0) -> TuiBackend:
+        self._stderr: IO[bytes] = self.log_path.open("ab")
+        self.proc = self.hermes.procs.spawn(
+            [str(self.hermes.python), "-m", "tui_gateway.entry"], env=self.hermes.env(), cwd=self.hermes.sandbox.home,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+        )
+        threading.Thread(target=self._pump, daemon=True, name="tenancy-tui-reader").start()
+        self.wait(lambda f: (f.get("params") or {}).get("type") == "gateway.ready", timeout, "gateway.ready")
+        return self
+
+    def _pump(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            if line.strip():
+                self._received(line)
+        self._queue.put(None)
+
+    def _send_raw(self, text: str) -> None:
+        assert self.proc is not None and self.proc.stdin is not None
+        try:
+            self.proc.stdin.write(text + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, ValueError, OSError) as exc:
+            raise BackendError(f"backend stdin closed: {exc}") from None
+
+    def close(self) -> None:
+        if self.proc is None:
+            return
+        try:
+            if self.proc.stdin:
+                self.proc.stdin.close()
+            self.proc.wait(timeout=20)
+        except (subprocess.TimeoutExpired, OSError, ValueError):
+            pass
+        from harness.procs import kill_group
+
+        kill_group(self.proc.pid)
+        self.proc.wait(timeout=10)
+        self._stderr.close()
+
+
+class ServeBackend(RpcBackend):
+    """`hermes serve --host 127.0.0.1 --port 0` (HERMES_DESKTOP=1: also runs the cron ticker in-process)."""
+
+    READY = re.compile(r"HERMES_BACKEND_READY port=(\d+)")
+
+    def start(self, timeout: float = 90.0) -> ServeBackend:
+        from websockets.sync.client import connect
+
+        self.token = secrets.token_urlsafe(24)
+        env = self.hermes.env({"HERMES_DESKTOP": "1", "HERMES_DASHBOARD_SESSION_TOKEN": self.token})
+        self._out = self.log_path.open("a", encoding="utf-8", errors="replace")
+        self.proc = self.hermes.procs.spawn(
+            [str(self.hermes.python), "-m", "hermes_cli.main", "serve", "--host", "127.0.0.1", "--port", "0"],
+            env=env, cwd=self.hermes.sandbox.home, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+        )
+        port: list[int] = []
+        threading.Thread(target=self._pump_output, args=(port,), daemon=True, name="tenancy-serve-out").start()
+        deadline = time.monotonic() + timeout
+        while not port:
+            if self.proc.poll() is not None:
+                raise BackendError(f"hermes serve exited rc={self.proc.returncode} before it was ready")
+            if time.monotonic() > deadline:
+                raise BackendError(f"hermes serve did not print HERMES_BACKEND_READY within {timeout:.0f}s")
+            time.sleep(0.05)
+        self.port = port[0]
+        try:
+            self.ws = connect(f"ws://127.0.0.1:{self.port}/api/ws?token={self.token}", open_timeout=60, max_size=None)
+        except Exception as exc:
+            raise BackendError(f"cannot open the websocket of hermes serve: {type(exc).__name__}: {exc}") from None
+        threading.Thread(target=self._pump_ws, daemon=True, name="tenancy-serve-ws").start()
+        return self
+
+    def _pump_output(self, port: list[int]) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self._out.write(line)
+            self._out.flush()
+            m = self.READY.search(line)
+            if m and not port:
+                port.append(int(m.group(1)))
+
+    def _pump_ws(self) -> None:
+        while True:
+            try:
+                raw = self.ws.recv()
+            except Exception:
+                self._queue.put(None)
+                return
+            self._received(raw if isinstance(raw, str) else raw.decode("utf-8", "replace"))
+
+    def _send_raw(self, text: str) -> None:
+        try:
+            self.ws.send(text)
+        except Exception as exc:
+            raise BackendError(f"websocket closed: {type(exc).__name__}") from None
+
+    def close(self) -> None:
+        import signal
+
+        from harness.procs import kill_group
+
+        if self.proc is None:
+            return
+        with contextlib.suppress(Exception):
+            self.ws.close()
+        kill_group(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            kill_group(self.proc.pid)
+            self.proc.wait(timeout=10)
+        kill_group(self.proc.pid)
+        self._out.close()
+
+
+class GatewayBackend:
+    """`hermes gateway run` with `gateway.multiplex_profiles` and the API server on 127.0.0.1."""
+
+    def __init__(self, hermes: Hermes, port: int, rpc_log: RpcLog, log_path: Path) -> None:
+        self.hermes, self.port, self.rpc_log, self.log_path = hermes, port, rpc_log, log_path
+        self.proc: subprocess.Popen[Any] | None = None
+
+    def start(self, timeout: float = 90.0) -> GatewayBackend:
+        self._out = self.log_path.open("ab")
+        self.proc = self.hermes.procs.spawn(
+            [str(self.hermes.python), "-m", "hermes_cli.main", "gateway", "run"], env=self.hermes.env(),
+            cwd=self.hermes.sandbox.home, stdout=self._out, stderr=self._out,
+        )
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise BackendError(f"hermes gateway exited rc={self.proc.returncode} before /health answered")
+            status, _ = self.request("GET", "/health", None, None, tenant=None, log=False)
+            if status == 200:
+                return self
+            time.sleep(0.2)
+        raise BackendError(f"hermes gateway /health did not answer within {timeout:.0f}s")
+
+    @staticmethod
+    def route(tenant: str, launch: str, path: str) -> str:
+        return path if tenant == launch else f"/p/{tenant}{path}"
+
+    def request(self, method: str, path: str, key: str | None, body: dict[str, Any] | None, *, tenant: str | None,
+                timeout: float = 120.0, log: bool = True) -> tuple[int, dict[str, Any] | str]:
+        """(status, parsed JSON or text); 0 when the connection failed."""
+        data = json.dumps(body).encode() if body is not None else None
+        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method)
+        req.add_header("content-type", "application/json")
+        if key:
+            req.add_header("authorization", f"Bearer {key}")
+        if log:
+            self.rpc_log.write("out", tenant, {"method": method, "path": path, "body": body})
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                status, raw = resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            status, raw = exc.code, exc.read()
+        except OSError:
+            return 0, ""
+        try:
+            payload: dict[str, Any] | str = json.loads(raw)
+        except ValueError:
+            payload = raw.decode("utf-8", "replace")
+        if log:
+            self.rpc_log.write("in", tenant, {"status": status, "path": path, "body": payload})
+        return status, payload
+
+    @property
+    def pid(self) -> int | None:
+        return self.proc.pid if self.proc else None
+
+    def close(self) -> None:
+        import signal
+
+        from harness.procs import kill_group
+
+        if self.proc is None:
+            return
+        kill_group(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            kill_group(self.proc.pid)
+            self.proc.wait(timeout=10)
+        kill_group(self.proc.pid)
+        self._out.close()
