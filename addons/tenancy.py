@@ -56,6 +56,8 @@ class Tenancy:
         self.findings: list[Finding] = []
         self.ledger: IO[str] | None = None
         self._stamp: tuple[int, int, int] | None = None
+        #: The report of every request in flight, reused by `_finish` while the request is unchanged.
+        self._inflight: dict[str, tuple[_RequestState, inspect.RequestReport]] = {}
 
     def load(self, loader: Any) -> None:
         loader.add_option(
@@ -147,6 +149,7 @@ class Tenancy:
                 _route_to(flow.request, tenant.upstream)
         flow.request.headers[FLOW_HEADER] = flow.id
         report = inspect.inspect_flow_request(self.registry, self.matcher, flow)
+        self._inflight[flow.id] = (_request_state(flow, self.matcher), report)
         flow.metadata["tenancy"] = {"tenant": report.tenant, "route": report.route, "kind": report.kind}
         if report.findings:
             flow.marked = MARK
@@ -164,12 +167,14 @@ class Tenancy:
         self._finish(flow)
 
     def _finish(self, flow: http.HTTPFlow) -> None:
+        inflight = self._inflight.pop(flow.id, None)
         if self.registry is None or self.matcher is None or "tenancy" not in flow.metadata:
             return
         if flow.response is not None and isinstance(flow.response.stream, _StreamTap):
             flow.response.data.content = bytes(flow.response.stream.data)  # saved flows keep the stream
             flow.response.stream = False
-        report = inspect.inspect_flow(self.registry, self.matcher, flow)
+        known = inflight[1] if inflight and inflight[0] == _request_state(flow, self.matcher) else None
+        report = inspect.inspect_flow(self.registry, self.matcher, flow, request=known)
         entry = report.ledger_entry()
         flow.metadata["tenancy"] = {k: v for k, v in entry.items() if k not in ("time", "flow")}
         if report.findings:
@@ -218,6 +223,16 @@ class Tenancy:
         except OSError as exc:
             raise exceptions.CommandError(f"tenancy.report: cannot write {path}: {exc.strerror}") from None
         logging.log(ALERT, f"tenancy: wrote {len(self.findings)} findings to {path}")
+
+
+_RequestState = tuple[Matcher, bytes | None, str, str, str, tuple[tuple[bytes, bytes], ...]]
+
+
+def _request_state(flow: http.HTTPFlow, matcher: Matcher) -> _RequestState:
+    """What a request report depends on: the matcher (a reloaded registry builds a new one), the body,
+    method, path, host and headers. Comparing two states is cheap: the same body object is not read."""
+    req = flow.request
+    return matcher, req.raw_content, req.method, req.path, req.pretty_host, req.headers.fields
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:

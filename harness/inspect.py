@@ -415,9 +415,16 @@ def inspect_flow_request(registry: Registry, matcher: Matcher, flow: http.HTTPFl
                            path=req.path, headers=_pairs(req.headers), body=req.raw_content)
 
 
-def inspect_flow(registry: Registry, matcher: Matcher, flow: http.HTTPFlow) -> FlowReport:
-    """Inspect a whole mitmproxy flow, live or read back with `mitmproxy.io.FlowReader`."""
-    request = inspect_flow_request(registry, matcher, flow)
+def inspect_flow(
+    registry: Registry, matcher: Matcher, flow: http.HTTPFlow, *, request: RequestReport | None = None
+) -> FlowReport:
+    """Inspect a whole mitmproxy flow, live or read back with `mitmproxy.io.FlowReader`.
+
+    `request` is the report of this very request from the same registry and matcher, if the caller has one
+    (the live addon inspects each request in its `request` hook); it is then not inspected again.
+    """
+    if request is None:
+        request = inspect_flow_request(registry, matcher, flow)
     report = FlowReport(flow.id, flow.request.timestamp_start, flow.request.pretty_host, request)
     if flow.response is not None or flow.error is not None:
         resp = flow.response

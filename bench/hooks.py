@@ -1,0 +1,177 @@
+"""Time (and optionally profile) the tenancy addon's hooks in-process on one 256 KiB flow.
+
+    .venv/bin/python bench/hooks.py [--kib 256] [--rounds 200] [--profile]
+
+A registry of 8 tenants x 12 canaries; one reverse-mode main turn whose request body and response body
+(JSON, or SSE passed through the stream tap) are `--kib` KiB and carry the tenant's own canaries. Prints
+the time per flow of request + responseheaders + response, the request and response hooks separately, and
+the share of it that is the matcher's scan (the floor: every byte must be scanned once), JSON and SSE
+interleaved in the same run. `--profile` prints the top of a cProfile of the hooks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import importlib.util
+import json
+import pstats
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from mitmproxy import http
+from mitmproxy.proxy.mode_specs import ProxyMode
+from mitmproxy.test import taddons, tflow
+
+from harness.matcher import Matcher
+from harness.registry import Registry, mint
+
+ROOT = Path(__file__).resolve().parent.parent
+EXTRA_KINDS = ("session_id", "gateway_token", "upload_note")  # 9 minted + 3 = 12 canaries per tenant
+FILLER = "the agent called tool terminal with arguments and returned output while reading file config "
+
+
+def make_registry(root: Path, n: int = 8, upstream: str = "http://127.0.0.1:9") -> Registry:
+    """`n` tenants x 12 canaries, reverse routes on ports 18001.. (nothing listens: the hooks only)."""
+    names = [f"t{i}" for i in range(n)]
+    reg = mint(names, root / "work", {name: {"listen": 18001 + i} for i, name in enumerate(names)})
+    for t in reg:
+        tag = t.key.rsplit("-", 1)[1]
+        t.upstream = upstream
+        for kind in EXTRA_KINDS:
+            t.canaries[kind] = f"{kind.replace('_', '-')}-{t.name}-{tag}"
+    reg.validate()
+    return reg
+
+
+def request_body(reg: Registry, tenant: str, size: int) -> bytes:
+    """A chat completion main turn of about `size` bytes that names the tenant's own canaries."""
+    t = reg[tenant]
+    system = f"You are {t.canaries['soul']}. Memory: {t.canaries['memory']}. cwd {t.canaries['workdir']}"
+    doc = {
+        "model": t.model,
+        "messages": [{"role": "system", "content": system}, {"role": "user", "content": ""}],
+        "tools": [{"type": "function", "function": {"name": "terminal", "parameters": {"type": "object"}}}],
+        "stream": False,
+    }
+    pad = max(0, size - len(json.dumps(doc)))
+    doc["messages"][1]["content"] = (FILLER * (pad // len(FILLER) + 1))[:pad]
+    return json.dumps(doc).encode()
+
+
+def json_response(reg: Registry, tenant: str, size: int) -> bytes:
+    t = reg[tenant]
+    doc = {"id": "chatcmpl-1", "object": "chat.completion", "model": t.model,
+           "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}]}
+    pad = max(0, size - len(json.dumps(doc)))
+    doc["choices"][0]["message"]["content"] = (FILLER * (pad // len(FILLER) + 1))[:pad]
+    return json.dumps(doc).encode()
+
+
+def sse_events(reg: Registry, tenant: str, size: int, chunk: int = 1024) -> list[bytes]:
+    """`data:` events of about `chunk` bytes each, about `size` bytes in all, then `[DONE]`."""
+    t = reg[tenant]
+    events: list[bytes] = []
+    total = 0
+    while total < size:
+        delta = {"content": (FILLER * (chunk // len(FILLER) + 1))[: chunk - 150]}
+        event = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": t.model,
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        line = f"data: {json.dumps(event)}\n\n".encode()
+        events.append(line)
+        total += len(line)
+    events.append(b"data: [DONE]\n\n")
+    return events
+
+
+def _addon_module():
+    spec = importlib.util.spec_from_file_location("tenancy_addon", ROOT / "addons" / "tenancy.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def one_flow(addon, reg: Registry, tenant: str, body: bytes, response: bytes | list[bytes]) -> tuple[float, float]:
+    """(request hook seconds, responseheaders + stream + response hook seconds) of one flow."""
+    port = reg[tenant].listen
+    hdrs = {"content-type": "application/json", "authorization": f"Bearer {reg[tenant].key}"}
+    f = tflow.tflow(req=http.Request.make("POST", "http://127.0.0.1:9/v1/chat/completions", b"", hdrs))
+    f.request.raw_content = body
+    f.client_conn.proxy_mode = ProxyMode.parse(f"reverse:http://127.0.0.1:9@{port}")
+    f.response = None
+    t0 = time.perf_counter()
+    addon.request(f)
+    t1 = time.perf_counter()
+    sse = isinstance(response, list)
+    ctype = "text/event-stream" if sse else "application/json"
+    f.response = http.Response.make(200, b"", {"content-type": ctype})
+    if not sse:
+        f.response.raw_content = response
+    t2 = time.perf_counter()
+    addon.responseheaders(f)
+    if sse:
+        for event in response:
+            f.response.stream(event)
+    addon.response(f)
+    t3 = time.perf_counter()
+    assert not f.marked, f.metadata["tenancy"]["findings"]
+    return t1 - t0, t3 - t2
+
+
+def _ms(xs: list[float]) -> str:
+    return f"{statistics.median(xs) * 1e3:7.2f}"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kib", type=int, default=256)
+    ap.add_argument("--rounds", type=int, default=200)
+    ap.add_argument("--profile", action="store_true", help="print the top 25 of a cProfile of the hooks")
+    a = ap.parse_args(argv)
+    size = a.kib * 1024
+    with tempfile.TemporaryDirectory(prefix="bench-hooks-") as tmp:
+        reg = make_registry(Path(tmp))
+        regfile = Path(tmp) / "registry.yaml"
+        reg.save(regfile)
+        matcher = Matcher.for_registry(reg)
+        addon = _addon_module().Tenancy()
+        body = request_body(reg, "t0", size)
+        cases: dict[str, bytes | list[bytes]] = {
+            "json": json_response(reg, "t0", size), "sse": sse_events(reg, "t0", size)}
+        with taddons.context(addon) as ctx:
+            ctx.configure(addon, tenancy_registry=str(regfile), tenancy_ledger=str(Path(tmp) / "ledger.jsonl"))
+            times: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in cases}
+            scan: dict[str, list[float]] = {k: [] for k in cases}
+            for _ in range(a.rounds):  # interleaved: json, sse, json, sse ...
+                for kind, resp in cases.items():
+                    req_s, resp_s = one_flow(addon, reg, "t0", body, resp)
+                    times[kind][0].append(req_s)
+                    times[kind][1].append(resp_s)
+                    data = resp if isinstance(resp, bytes) else b"".join(resp)
+                    t = time.perf_counter()
+                    matcher.find(body)
+                    matcher.find(data)
+                    scan[kind].append(time.perf_counter() - t)
+            print(f"{a.kib} KiB request + {a.kib} KiB response, 8 tenants x 12 canaries, "
+                  f"{len(matcher._patterns)} patterns; medians of {a.rounds} interleaved rounds")
+            print(f"{'body':5} {'request ms':>11} {'response ms':>12} {'flow ms':>8} {'scan ms':>8} {'flow/scan':>10}")
+            for kind, (req, resp) in times.items():
+                flow = [r + s for r, s in zip(req, resp, strict=True)]
+                ratio = statistics.median(flow) / statistics.median(scan[kind])
+                print(f"{kind:5} {_ms(req):>11} {_ms(resp):>12} {_ms(flow):>8} {_ms(scan[kind]):>8} {ratio:9.2f}x")
+            if a.profile:
+                run: Callable[[], object] = lambda: [one_flow(addon, reg, "t0", body, r)  # noqa: E731
+                                                     for _ in range(50) for r in cases.values()]
+                prof = cProfile.Profile()
+                prof.runcall(run)
+                pstats.Stats(prof).sort_stats("cumulative").print_stats(25)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
