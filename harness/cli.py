@@ -15,8 +15,9 @@ from harness.proxy import ProxyError
 from harness.reconcile import EvidenceError
 from harness.registry import RegistryError
 from harness.run import Interrupted, RunOptions, UsageError
+from harness.stubs import FAULTS
 
-ERRORS = (RegistryError, EvidenceError, HermesError, UsageError, BaselineError, ProxyError)
+ERRORS = (RegistryError, EvidenceError, HermesError, UsageError, BaselineError)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -40,6 +41,9 @@ def _parser() -> argparse.ArgumentParser:
                      "for the tickers)")
     run.add_argument("--cron-wait", type=float, default=75.0, help="seconds to wait for cron jobs to fire")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    run.add_argument("--redact", action="store_true",
+                     help="also write redacted/ (flows, ledger, reports, registry) with every secret as <tenant:kind>")
+    run.add_argument("--stub-fault", default="", choices=sorted(FAULTS), help=argparse.SUPPRESS)  # fault tests
     run.add_argument("--json", action="store_true", help="print findings.json to stdout")
 
     rec = sub.add_parser("reconcile", help="re-verify saved evidence (registry + flow file + homes + logs)")
@@ -77,7 +81,8 @@ def cmd_run(a: argparse.Namespace) -> int:
     opts = RunOptions(scenario=a.scenario, tenants=a.tenants or (2 if a.scenario == "oneshot" else 3),
                       topology=a.topology, plants=a.plant, baseline=a.baseline, out=a.out,
                       hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout,
-                      phases=[p for p in (a.phases or "").split(",") if p], cron_wait=a.cron_wait)
+                      phases=[p for p in (a.phases or "").split(",") if p], cron_wait=a.cron_wait,
+                      redact=a.redact, stub_fault=a.stub_fault)
     code, out = run_audit(opts)
     doc = json.loads((out / "findings.json").read_text())
     if a.write_baseline:
@@ -178,6 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     except ERRORS as exc:
         print(f"tenancy-audit: {exc}", file=sys.stderr)
         return EXIT_ERROR
+    except ProxyError as exc:  # nothing could be recorded: inconclusive, and never clean
+        print(f"tenancy-audit: inconclusive: {exc}", file=sys.stderr)
+        return EXIT_INCONCLUSIVE
     except (KeyboardInterrupt, Interrupted) as exc:
         print(f"tenancy-audit: interrupted ({exc or 'SIGINT'}); every child was reaped", file=sys.stderr)
         return EXIT_INCONCLUSIVE

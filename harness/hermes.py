@@ -193,8 +193,11 @@ class Hermes:
             "import json, importlib.metadata as m; from hermes_cli.profiles import _get_profiles_root as r; "
             "print(json.dumps({'version': m.version('hermes-agent'), 'root': str(r())}))"
         )
-        rc, out, err = self.procs.run([str(self.python), "-c", code], env=self.env(), cwd=self.sandbox.home,
-                                      timeout=120)
+        try:
+            rc, out, err = self.procs.run([str(self.python), "-c", code], env=self.env(), cwd=self.sandbox.home,
+                                          timeout=120)
+        except OSError as exc:
+            raise HermesError(f"Hermes python {self.python} cannot be run: {exc.strerror}") from None
         if rc != 0:
             last = (err.strip().splitlines() or ["no output"])[-1]
             raise HermesError(f"Hermes at {self.python} is broken: {last[:200]}")

@@ -91,6 +91,12 @@ class ProcessSet:
         kill_group(proc.pid)  # tool subprocesses left in the group
         return code, out, err
 
+    def terminate(self) -> None:
+        """SIGTERM every live group now (an interrupted run's turns end at once; mitmdump flushes its file)."""
+        for proc in self.procs:
+            if proc.poll() is None:
+                kill_group(proc.pid, signal.SIGTERM)
+
     def survivors(self) -> list[psutil.Process]:
         return find_run_processes(self.run_id, [p.pid for p in self.procs])
 

@@ -118,7 +118,9 @@ class Proxy:
             if attempt == attempts - 1:
                 break
         tail = self.log_path.read_text(errors="replace")[-600:] if self.log_path.exists() else ""
-        raise ProxyError(f"mitmdump did not come up after {attempts} attempts: {tail.strip()[-300:]}")
+        tail = " ".join(tail.split())[-300:]  # one line
+        raise ProxyError(f"mitmdump did not come up after {attempts} attempts (listen ports "
+                         f"{', '.join(map(str, self.ports()))}): {tail or 'no output'}")
 
     def _launch(self, timeout: float) -> bool:
         env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}

@@ -54,20 +54,27 @@ class Reconciliation:
     reasons: list[str] = field(default_factory=list)
 
 
-def read_flows(path: Path) -> tuple[list[http.HTTPFlow], str | None]:
-    """All complete HTTP flows of a flow file, and why reading stopped early (None if it did not)."""
+def read_flows(path: Path, *, empty_ok: bool = False) -> tuple[list[http.HTTPFlow], str | None]:
+    """All complete HTTP flows of a flow file, and why reading stopped early (None if it did not).
+    An empty file is an error unless `empty_ok` (a live run whose proxy recorded nothing: a reason)."""
     try:
         fh = path.open("rb")
     except OSError as exc:
+        if empty_ok and isinstance(exc, FileNotFoundError):
+            return [], f"flows: {path} was never written (the proxy recorded nothing)"
         raise EvidenceError(f"flows: cannot read {path}: {exc.strerror}") from None
     flows: list[http.HTTPFlow] = []
     with fh:
+        if not path.stat().st_size:
+            if empty_ok:
+                return flows, f"flows: {path} is empty (no flow was recorded)"
+            raise EvidenceError(f"flows: {path} is empty (no flow was recorded)")
         try:
             for flow in io.FlowReader(fh).stream():
                 if isinstance(flow, http.HTTPFlow):
                     flows.append(flow)
         except FlowReadException as exc:
-            if not flows and path.stat().st_size:
+            if not flows:
                 raise EvidenceError(f"flows: {path} is not a readable mitmproxy flow file ({exc})") from None
             return flows, f"flows: {path} is truncated after {len(flows)} complete flows"
         except (ValueError, KeyError, TypeError) as exc:
@@ -97,12 +104,13 @@ def reconcile(
     expect_snapshots: dict[str, int] | None = None,
     phases: list[Phase] = (),  # type: ignore[assignment]
     launch: str | None = None,
+    empty_ok: bool = False,
 ) -> Reconciliation:
     """Every invariant over the evidence; findings carry the scenario/phase they happened in."""
     matcher = scan.matcher_for(registry)
     phases = list(phases)
     rec = Reconciliation()
-    flows, truncated = read_flows(flows_path)
+    flows, truncated = read_flows(flows_path, empty_ok=empty_ok)
     if truncated:
         rec.reasons.append(truncated)
     rec.flows = len(flows)

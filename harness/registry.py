@@ -35,6 +35,8 @@ SECRET_KINDS = frozenset({"key", "api_server_key"})
 _TENANT_FIELDS = {"key", "model", "route", "upstream", "home", "canaries"}
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 _KIND = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+#: What redaction leaves in place of a secret; a redacted registry holds these instead of the secrets.
+PLACEHOLDER = re.compile(r"^<[a-z][a-z0-9_-]{0,31}:[a-z][a-z0-9_]{0,63}>$")
 
 
 class RegistryError(ValueError):
@@ -131,7 +133,7 @@ class Registry:
                     raise RegistryError(f"{where}: kind name is not a lowercase identifier")
                 if not isinstance(value, str):
                     raise RegistryError(f"{where}: value must be a string")
-                if len(value) < MIN_CANARY_LEN:
+                if len(value) < MIN_CANARY_LEN and not PLACEHOLDER.match(value):  # <t:k> is never a coincidence
                     raise RegistryError(f"{where}: shorter than {MIN_CANARY_LEN} characters")
                 if len(value) > MAX_CANARY_LEN:
                     raise RegistryError(f"{where}: longer than {MAX_CANARY_LEN} characters")

@@ -13,6 +13,7 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -54,6 +55,7 @@ class RunOptions:
     turns: int = 1
     timeout: float = 180.0
     stub_fault: str = ""
+    redact: bool = False  # also write redacted/: flows, ledger, reports with every secret as <tenant:kind>
     phases: list[str] = field(default_factory=list)  # multi-profile phases to run (default: all but cron)
     cron_wait: float = 75.0
 
@@ -100,8 +102,24 @@ class Interrupted(BaseException):
     """SIGTERM/SIGINT: unwind through every `finally` so children are reaped."""
 
 
-def _on_signal(signum: int, _frame: Any) -> None:
-    raise Interrupted(signal.Signals(signum).name)
+def _interrupter(procs: ProcessSet) -> Callable[[int, Any], None]:
+    """SIGTERM/SIGINT: stop every child at once (no worker thread waits out its turn), then unwind; a
+    second signal is ignored so that teardown always finishes."""
+    fired = False
+
+    def handler(signum: int, _frame: Any) -> None:
+        nonlocal fired
+        if not fired:
+            fired = True
+            procs.terminate()
+            raise Interrupted(signal.Signals(signum).name)
+
+    return handler
+
+
+def _discard(out: Path) -> None:
+    """A run that failed before it audited anything leaves no half-written evidence folder."""
+    shutil.rmtree(out, ignore_errors=True)
 
 
 def progress(quiet: bool, msg: str) -> None:
@@ -131,8 +149,8 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
     reaped = reap_stale()
     if reaped:
         progress(opts.quiet, f"reaped {reaped} process(es) left by an earlier run")
-    old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
     procs = ProcessSet()
+    old = {s: signal.signal(s, _interrupter(procs)) for s in (signal.SIGTERM, signal.SIGINT)}
     started = time.monotonic()
     stubs: dict[str, StubProvider] = {}
     proxy: Proxy | None = None
@@ -150,7 +168,11 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
         registry_path = out / "registry.yaml"
         registry.save(registry_path)
         hermes = Hermes(python, sandbox, procs, out / "logs")
-        version = hermes.check()
+        try:
+            version = hermes.check()
+        except HermesError:
+            _discard(out)
+            raise
         progress(opts.quiet, f"Hermes {version}; {len(names)} tenants; scenario {opts.scenario}; {opts.topology}")
         proxy = Proxy(registry, registry_path, out, procs, topology=opts.topology,
                       forward_port=free_port() if opts.topology == "forward" else 0).start()
@@ -181,6 +203,7 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
             stub_log=out / "stubs.jsonl",
             expect_snapshots=ctx.expected_snapshots(),
             phases=ctx.phases,
+            empty_ok=True,
         )
         rec.findings += ctx.findings + failed_turns(ctx.timeline)
         reasons += rec.reasons
@@ -196,6 +219,10 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
                              inspected={**rec.inspected, "flows": rec.flows}, timeline=ctx.timeline, fixed=fixed,
                              seconds=time.monotonic() - started)
         write_reports(out, result)
+        if opts.redact:
+            from harness.redact import write_redacted
+
+            write_redacted(out, registry)
         seal(out)
         return verdict.exit_code, out
     finally:
