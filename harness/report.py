@@ -1,4 +1,4 @@
-"""Evidence reports: findings.json (the contract), report.md, and junit.xml for CI."""
+"""Evidence reports: findings.json (the contract), report.md, report.html, junit.xml and findings.sarif for CI."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
+from harness import report_html
 from harness.findings import CHANNELS, Finding, Verdict
-from harness.registry import write_private
+from harness.registry import RegistryError, load, write_private
+from harness.sarif import sarif
 
 #: One JUnit test case per tenant x invariant; a finding fails the invariant it violates.
 INVARIANTS = {
@@ -40,6 +42,7 @@ class AuditResult:
     timeline: list[dict[str, Any]] = field(default_factory=list)
     fixed: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    snapshots: dict[str, int] = field(default_factory=dict)  # env snapshots per tenant
 
     def to_dict(self) -> dict[str, Any]:
         v = self.verdict
@@ -55,6 +58,7 @@ class AuditResult:
             "inspected": dict(self.inspected),
             "versions": self.versions,
             "seconds": round(self.seconds, 2),
+            "snapshots": dict(self.snapshots),
             "findings": [f.to_dict() for f in v.findings],
             "known": [f.to_dict() for f in v.known],
             "fixed": self.fixed,
@@ -131,8 +135,40 @@ def junit(result: AuditResult) -> str:
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + header + "\n" + "\n".join(cases) + "\n</testsuite>\n"
 
 
+def summary_table(result: AuditResult) -> str:
+    """Per tenant: turns ok/failed, env snapshots, findings (as victim or carrier) per channel."""
+    cols = ["tenant", "turns ok", "failed", "snapshots", *CHANNELS]
+    rows = []
+    for t in result.tenants:
+        turns = [e for e in result.timeline if e.get("tenant") == t]
+        counts = Counter(f.channel for f in result.verdict.findings if t in (f.victim, f.seen_in))
+        rows.append([t, sum(1 for e in turns if e.get("ok")), sum(1 for e in turns if not e.get("ok")),
+                     result.snapshots.get(t, 0), *(counts.get(ch, 0) for ch in CHANNELS)])
+    table = [cols, *rows]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(cols))]
+    lines = ["  ".join([str(row[0]).ljust(widths[0]), *(str(c).rjust(w) for c, w in zip(row[1:], widths[1:],
+                                                                                     strict=True))])
+             for row in table]
+    v = result.verdict
+    return "\n".join([*lines, f"verdict {v.status}: {len(v.findings)} new, {len(v.known)} known finding(s)"])
+
+
+def evidence_homes(out: Path) -> dict[str, str]:
+    """Tenant -> its home relative to the evidence folder (from registry.yaml there, when it has one)."""
+    try:
+        registry = load(out / "registry.yaml")
+    except RegistryError:
+        return {}
+    root = out.resolve()
+    return {t.name: Path(t.home).resolve().relative_to(root).as_posix() for t in registry
+            if t.home and Path(t.home).resolve().is_relative_to(root)}
+
+
 def write_reports(out: Path, result: AuditResult) -> None:
-    """findings.json, report.md and junit.xml, each 0600 and written atomically."""
+    """findings.json, report.md, report.html, junit.xml and findings.sarif, each 0600 and written atomically."""
     write_private(out / "findings.json", json.dumps(result.to_dict(), indent=2).encode())
     write_private(out / "report.md", markdown(result).encode())
+    write_private(out / "report.html", report_html.render(result).encode())
     write_private(out / "junit.xml", junit(result).encode())
+    doc = sarif(result, out, evidence_homes(out))
+    write_private(out / "findings.sarif", json.dumps(doc, indent=2).encode())

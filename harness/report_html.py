@@ -1,0 +1,123 @@
+"""report.html: one self-contained page (inline CSS, no script, no external resource) for humans.
+
+Verdict banner, the tenant x tenant matrix (whose canary was seen in whose channel, counts per channel),
+every finding with its redacted evidence and pointer, and the scenario timeline.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import TYPE_CHECKING
+
+from harness.findings import Finding
+
+if TYPE_CHECKING:
+    from harness.report import AuditResult
+
+CSS = """
+body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
+main{max-width:1100px;margin:0 auto;padding:0 24px 48px}
+.banner{padding:22px 24px;color:#fff;font-size:15px}
+.banner h1{margin:0 0 4px;font-size:26px;letter-spacing:.02em}
+.clean{background:#1f7a3d}.leak{background:#b3261e}.inconclusive{background:#9a6700}
+h2{margin:28px 0 10px;font-size:18px}
+table{border-collapse:collapse;background:#fff;width:100%;margin:4px 0}
+th,td{border:1px solid #d5d9e0;padding:6px 9px;text-align:left;vertical-align:top}
+th{background:#eceff4;font-weight:600}
+table.matrix{width:auto}
+.matrix td{min-width:110px;text-align:center}
+.matrix td.self{background:#eceff4;color:#8a93a3}
+.matrix td.hit{background:#fde4e1;color:#8c1d18;font-weight:600}
+.matrix td.zero{color:#1f7a3d}
+.matrix small{display:block;font-weight:400}
+code{font:12px/1.4 ui-monospace,monospace;background:#f0f2f5;padding:1px 4px;border-radius:3px;word-break:break-all}
+.kind,.fp{font-weight:600;white-space:nowrap}
+.muted{color:#6b7383}
+ul.reasons{margin:8px 0 0;padding-left:20px}
+"""
+
+
+def _cell(victim: str, seen: str, counts: dict[str, int]) -> str:
+    total = sum(counts.values())
+    attrs = f'data-victim="{escape(victim)}" data-seen-in="{escape(seen)}" data-count="{total}"'
+    if not total:
+        return f'<td class="zero" {attrs}>0</td>'
+    per = ", ".join(f"{escape(ch)} {n}" for ch, n in sorted(counts.items()))
+    return f'<td class="hit" {attrs}>{total}<small>{per}</small></td>'
+
+
+def _matrix(result: AuditResult) -> str:
+    from harness.report import matrix
+
+    cells = matrix(result.verdict.findings, result.tenants)
+    head = "".join(f"<th>{escape(t)}</th>" for t in result.tenants)
+    rows = []
+    for victim in result.tenants:
+        tds = ['<td class="self">-</td>' if victim == seen else _cell(victim, seen, dict(cells[(victim, seen)]))
+               for seen in result.tenants]
+        rows.append(f"<tr><th>{escape(victim)}</th>{''.join(tds)}</tr>")
+    return (f'<table class="matrix" id="matrix"><tr><th>canary of \\ seen in</th>{head}</tr>'
+            f"{''.join(rows)}</table>")
+
+
+def _findings(findings: list[Finding], table_id: str) -> str:
+    if not findings:
+        return '<p class="muted">None.</p>'
+    rows = []
+    for f in findings:
+        who = f"{escape(f.victim or '-')} &rarr; {escape(f.seen_in or '-')}"
+        what = escape(f.canary or "-") + (f" [{escape(f.encoding)}]" if f.encoding and f.encoding != "plain" else "")
+        detail = f"<div>{escape(f.detail)}</div>" if f.detail else ""
+        evidence = f"<code>{escape(f.evidence)}</code>" if f.evidence else ""
+        rows.append(f'<tr><td class="kind">{escape(f.kind)}</td><td>{who}</td><td>{what}</td>'
+                    f"<td>{escape(f.channel)}</td><td><code>{escape(f.location)}</code></td>"
+                    f"<td>{evidence}{detail}</td><td><code class='fp'>{f.fingerprint()}</code></td></tr>")
+    return (f'<table id="{table_id}"><tr><th>kind</th><th>victim &rarr; seen in</th><th>canary</th><th>channel</th>'
+            f"<th>pointer (flow id / file@offset)</th><th>evidence (redacted)</th><th>fingerprint</th></tr>"
+            f"{''.join(rows)}</table>")
+
+
+def _timeline(result: AuditResult) -> str:
+    if not result.timeline:
+        return '<p class="muted">No turns recorded.</p>'
+    rows = "".join(
+        f"<tr><td>{escape(str(e.get('scenario', '')))}/{escape(str(e.get('phase', '')))}</td>"
+        f"<td>{escape(str(e.get('tenant', '')))}</td><td>{escape(str(e.get('driver', '')))}</td>"
+        f"<td>{'ok' if e.get('ok') else 'FAILED'}</td><td>{e.get('seconds', '')}</td><td>{e.get('flows', '')}</td>"
+        f"<td>{escape(str(e.get('detail', '')))}</td></tr>"
+        for e in result.timeline)
+    return ('<table id="timeline"><tr><th>scenario/phase</th><th>tenant</th><th>driver</th><th>result</th>'
+            f"<th>seconds</th><th>flows so far</th><th>detail</th></tr>{rows}</table>")
+
+
+def render(result: AuditResult) -> str:
+    """The whole page as one string."""
+    v = result.verdict
+    versions = ", ".join(f"{escape(k)} {escape(str(val))}" for k, val in result.versions.items())
+    reasons = ("<ul class=reasons>" + "".join(f"<li>{escape(r)}</li>" for r in v.reasons) + "</ul>"
+               if v.reasons else "")
+    inspected = ", ".join(f"{escape(k)} {n}" for k, n in sorted(result.inspected.items())) or "nothing"
+    fixed = ("<h2>Fixed (in the baseline, no longer seen)</h2><ul>"
+             + "".join(f"<li><code>{escape(fp)}</code></li>" for fp in result.fixed) + "</ul>") if result.fixed else ""
+    return f"""<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
+<title>tenancy-audit: {escape(v.status)}</title><style>{CSS}</style></head>
+<body><div class="banner {escape(v.status)}" id="verdict" data-verdict="{escape(v.status)}">
+<h1>{escape(v.status.upper())}</h1>
+<div>scenario <b>{escape(result.scenario)}</b> &middot; tenants {escape(", ".join(result.tenants))} &middot;
+{len(v.findings)} new finding(s), {len(v.known)} known &middot; {result.seconds:.1f} s &middot; {versions}</div>
+{reasons}</div>
+<main>
+<h2>Who leaked into whom</h2>
+<p class="muted">Row: the tenant whose canary or key it is. Column: the tenant whose channel carried it.</p>
+{_matrix(result)}
+<h2>Findings ({len(v.findings)})</h2>
+{_findings(v.findings, "findings")}
+<h2>Known (in the baseline, {len(v.known)})</h2>
+{_findings(v.known, "known")}
+{fixed}
+<h2>Timeline</h2>
+{_timeline(result)}
+<h2>Inspected</h2><p>{inspected}</p>
+</main></body></html>
+"""
