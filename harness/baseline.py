@@ -2,7 +2,9 @@
 
 A baseline lists findings by a stable fingerprint (kind, victim's canary kind, channel, scenario,
 phase: never a random value). Known findings are reported as known and do not fail the run; a new
-one fails it; a baseline entry that no longer occurs is reported as fixed.
+one fails it; a baseline entry that no longer occurs is reported as fixed. Entries marked
+`intermittent` (seen in some runs of the same scenario, not all) are never reported as fixed, and an
+entry whose scenario/phase did not run this time is neither required nor fixed.
 """
 
 from __future__ import annotations
@@ -39,22 +41,39 @@ def load(path: Path) -> dict[str, dict[str, Any]]:
     return entries
 
 
-def split(findings: list[Finding], known: dict[str, dict[str, Any]]) -> tuple[list[Finding], list[Finding], list[str]]:
-    """(new findings, known findings, fingerprints of baseline entries no longer seen)."""
+def split(
+    findings: list[Finding], known: dict[str, dict[str, Any]], ran: set[tuple[str, str]] | None = None
+) -> tuple[list[Finding], list[Finding], list[str]]:
+    """(new findings, known findings, fingerprints of baseline entries no longer seen).
+
+    `ran` is the set of (scenario, phase) that ran; entries of other phases are not expected."""
     new = [f for f in findings if f.fingerprint() not in known]
     old = [f for f in findings if f.fingerprint() in known]
     seen = {f.fingerprint() for f in old}
-    return new, old, sorted(fp for fp in known if fp not in seen)
+
+    def expected(entry: dict[str, Any]) -> bool:
+        if entry.get("intermittent"):
+            return False
+        return ran is None or entry.get("phase") is None or (entry.get("scenario"), entry.get("phase")) in ran
+
+    return new, old, sorted(fp for fp, entry in known.items() if fp not in seen and expected(entry))
 
 
-def write(path: Path, findings: list[Finding], note: str = "") -> int:
-    """Write a baseline that knows every finding given; returns the number of entries."""
+def write(path: Path, runs: list[list[Finding]], note: str = "") -> int:
+    """Write a baseline that knows every finding of every run; those missing from some run are
+    `intermittent`. Returns the number of entries."""
     entries: dict[str, dict[str, Any]] = {}
-    for f in findings:
-        entries.setdefault(f.fingerprint(), {
-            "fingerprint": f.fingerprint(), "kind": f.kind, "canary": f.canary, "channel": f.channel,
-            "scenario": f.scenario, "phase": f.phase, "example": f.summary()[:200],
-        })
+    counts: dict[str, int] = {}
+    for findings in runs:
+        for fp in {f.fingerprint() for f in findings}:
+            counts[fp] = counts.get(fp, 0) + 1
+        for f in findings:
+            entries.setdefault(f.fingerprint(), {
+                "fingerprint": f.fingerprint(), "kind": f.kind, "canary": f.canary, "channel": f.channel,
+                "scenario": f.scenario, "phase": f.phase, "example": f.summary()[:200],
+            })
+    for fp, entry in entries.items():
+        entry["intermittent"] = counts[fp] < len(runs)
     doc = {"version": VERSION, "tool": "tenancy-audit", "note": note,
            "entries": sorted(entries.values(), key=lambda e: (e["scenario"] or "", e["phase"] or "", e["kind"]))}
     write_private(Path(path), (json.dumps(doc, indent=2) + "\n").encode())

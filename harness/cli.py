@@ -31,7 +31,6 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--plant", action="append", default=[], choices=sorted(plants.PLANTS),
                      help="deliberately break isolation (negative control); repeatable")
     run.add_argument("--baseline", type=Path, help="known findings that do not fail the run")
-    run.add_argument("--write-baseline", type=Path, help="write the findings of this run as a baseline")
     run.add_argument("--out", type=Path, help="evidence folder (default evidence/<timestamp>)")
     run.add_argument("--force", action="store_true", help="replace an existing evidence folder")
     run.add_argument("--hermes-python", type=Path, help="python of the Hermes install to audit")
@@ -65,6 +64,20 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--hermes-python", type=Path)
     st.add_argument("--out", type=Path)
 
+    bl = sub.add_parser("baseline", help="run a scenario N times and write its findings as a baseline")
+    bl.add_argument("--scenario", default="oneshot", choices=sorted(scenarios.SCENARIOS))
+    bl.add_argument("--runs", type=int, default=3, help="runs; findings missing from some run are intermittent")
+    bl.add_argument("--phases", help="comma-separated multi-profile phases (as for run)")
+    bl.add_argument("--hermes-python", type=Path)
+    bl.add_argument("--evidence", type=Path, help="keep the runs' evidence folders here")
+    bl.add_argument("--out", type=Path, required=True, help="the baseline file to write")
+
+    ex = sub.add_parser("export", help="redacted copies of saved flows: HAR 1.2 and/or a .mitm flow file")
+    ex.add_argument("source", type=Path, help="an evidence folder (registry.yaml + flows.mitm) or a flow file")
+    ex.add_argument("--registry", type=Path, help="the registry (default: registry.yaml in the evidence folder)")
+    ex.add_argument("--har", type=Path, help="write a HAR 1.2 file here")
+    ex.add_argument("--flows", type=Path, help="write a redacted flow file here (mitmweb -r, reconcile)")
+
     sub.add_parser("cleanup", help="reap processes a killed run left behind")
     return p
 
@@ -75,7 +88,6 @@ def _print_findings(findings: list[Finding]) -> None:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from harness import baseline
     from harness.run import run_audit
 
     opts = RunOptions(scenario=a.scenario, tenants=a.tenants or (2 if a.scenario == "oneshot" else 3),
@@ -85,10 +97,6 @@ def cmd_run(a: argparse.Namespace) -> int:
                       redact=a.redact, stub_fault=a.stub_fault)
     code, out = run_audit(opts)
     doc = json.loads((out / "findings.json").read_text())
-    if a.write_baseline:
-        n = baseline.write(a.write_baseline, [Finding.from_dict(d) for d in doc["findings"] + doc["known"]],
-                           note=f"hermes-agent {doc['versions'].get('hermes-agent')}, scenario {a.scenario}")
-        print(f"wrote baseline {a.write_baseline} ({n} entries)", file=sys.stderr)
     if a.json:
         print(json.dumps(doc, indent=2))
     else:
@@ -167,6 +175,54 @@ def cmd_selftest(a: argparse.Namespace) -> int:
     return 0 if failures == 0 else 1
 
 
+def cmd_baseline(a: argparse.Namespace) -> int:
+    import tempfile
+
+    from harness import baseline
+    from harness.run import run_audit
+
+    runs = []
+    with tempfile.TemporaryDirectory(prefix="tenancy-baseline-") as tmp:
+        root = a.evidence or Path(tmp)
+        version = "?"
+        for i in range(a.runs):
+            opts = RunOptions(scenario=a.scenario, tenants=2 if a.scenario == "oneshot" else 3,
+                              hermes_python=a.hermes_python, out=root / f"run-{i}", force=True, quiet=True,
+                              phases=[p for p in (a.phases or "").split(",") if p])
+            code, out = run_audit(opts)
+            doc = json.loads((out / "findings.json").read_text())
+            version = doc["versions"].get("hermes-agent", "?")
+            runs.append([Finding.from_dict(d) for d in doc["findings"]])
+            print(f"run {i + 1}/{a.runs}: {doc['verdict']} (exit {code}), {len(runs[-1])} findings", file=sys.stderr)
+    n = baseline.write(a.out, runs, note=f"hermes-agent {version}, scenario {a.scenario}, {a.runs} runs")
+    print(f"wrote {a.out}: {n} entries")
+    return 0
+
+
+def cmd_export(a: argparse.Namespace) -> int:
+    from harness import export, scan
+    from harness.reconcile import read_flows
+    from harness.registry import load
+
+    if not (a.har or a.flows):
+        raise UsageError("export: pass --har FILE and/or --flows FILE")
+    flows_path = a.source / "flows.mitm" if a.source.is_dir() else a.source
+    registry_path = a.registry or (a.source / "registry.yaml" if a.source.is_dir() else None)
+    if registry_path is None:
+        raise UsageError("export: a flow file needs --registry")
+    if not flows_path.is_file():
+        raise UsageError(f"export: {flows_path} does not exist")
+    matcher = scan.matcher_for(load(registry_path))
+    flows, truncated = read_flows(flows_path)
+    if truncated:
+        print(f"tenancy-audit: {truncated}", file=sys.stderr)
+    if a.har:
+        print(f"wrote {a.har}: {export.write_har(a.har, flows, matcher)} entries")
+    if a.flows:
+        print(f"wrote {a.flows}: {export.write_flows(a.flows, flows, matcher)} flows")
+    return 0
+
+
 def cmd_cleanup(_: argparse.Namespace) -> int:
     from harness.procs import reap_stale
 
@@ -177,7 +233,7 @@ def cmd_cleanup(_: argparse.Namespace) -> int:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     handler = {"run": cmd_run, "reconcile": cmd_reconcile, "scan": cmd_scan, "selftest": cmd_selftest,
-               "cleanup": cmd_cleanup}[args.command]
+               "baseline": cmd_baseline, "export": cmd_export, "cleanup": cmd_cleanup}[args.command]
     try:
         return handler(args)
     except ERRORS as exc:

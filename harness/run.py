@@ -31,7 +31,7 @@ from harness.procs import ProcessSet, reap_stale
 from harness.proxy import FORWARD_DOMAIN, Proxy, free_port
 from harness.reconcile import LogSource, reconcile
 from harness.registry import load, mint, write_private
-from harness.report import AuditResult, write_reports
+from harness.report import AuditResult, summary_table, write_reports
 from harness.stubs import StubProvider
 
 REPO = Path(__file__).resolve().parents[1]
@@ -67,10 +67,12 @@ def tenant_names(n: int) -> list[str]:
 
 
 def hermes_python(opt: Path | None) -> Path:
+    """--hermes-python, else $TENANCY_HERMES_PYTHON, else the bootstrap's venv; absolute, links kept (a
+    venv's python is a symlink, and resolving it would leave the venv)."""
     if opt is not None:
-        return opt
+        return Path(os.path.abspath(opt))
     if env := os.environ.get("TENANCY_HERMES_PYTHON"):
-        return Path(env)
+        return Path(os.path.abspath(env))
     return REPO / ".hermes-venv" / "bin" / "python"
 
 
@@ -195,6 +197,7 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
         write_private(out / "timeline.json", json.dumps({"phases": [p.__dict__ for p in ctx.phases],
                                                           "turns": ctx.timeline}, indent=2).encode())
         registry = load(registry_path)  # canaries may have been minted mid-scenario
+        progress(opts.quiet, f"phase reconcile: {proxy.flows_path.name}, homes, logs")
         rec = reconcile(
             registry, proxy.flows_path,
             homes={t.name: Path(t.home) for t in registry if t.home},
@@ -209,7 +212,8 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
         reasons += rec.reasons
         findings, known, fixed = rec.findings, [], []
         if base is not None:
-            findings, known, fixed = baselines.split(rec.findings, base)
+            ran = {(ph.scenario, ph.name) for ph in ctx.phases}
+            findings, known, fixed = baselines.split(rec.findings, base, ran)
         missing = check_plants(planted, rec.findings)
         reasons += missing
         verdict = Verdict(findings, known, reasons)
@@ -217,8 +221,11 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
                              {"hermes-agent": version, "mitmproxy": mitmproxy.version.VERSION,
                               "tenancy-audit": harness.__version__},
                              inspected={**rec.inspected, "flows": rec.flows}, timeline=ctx.timeline, fixed=fixed,
-                             seconds=time.monotonic() - started)
+                             seconds=time.monotonic() - started,
+                             snapshots={t: len(snaps) for t, snaps in rec.snapshots.items()})
         write_reports(out, result)
+        for line in summary_table(result).splitlines():
+            progress(opts.quiet, line)
         if opts.redact:
             from harness.redact import write_redacted
 
