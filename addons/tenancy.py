@@ -56,6 +56,7 @@ class Tenancy:
         self.findings: list[Finding] = []
         self.ledger: IO[str] | None = None
         self._stamp: tuple[int, int, int] | None = None
+        self._path = Path()  # the registry file, once loaded
         #: The report of every request in flight, reused by `_finish` while the request is unchanged.
         self._inflight: dict[str, tuple[_RequestState, inspect.RequestReport]] = {}
 
@@ -113,10 +114,11 @@ class Tenancy:
         stamp = _stamp(path)
         reg = registry.load(path)
         self.registry, self.matcher, self._stamp = reg, Matcher.for_registry(reg), stamp
+        self._path = path
 
     def _maybe_reload(self) -> None:
         """Pick up canaries minted mid-scenario; a broken new version keeps the old one in force."""
-        path = Path(ctx.options.tenancy_registry)
+        path = self._path
         stamp = _stamp(path)
         if stamp == self._stamp:
             return
@@ -225,14 +227,14 @@ class Tenancy:
         logging.log(ALERT, f"tenancy: wrote {len(self.findings)} findings to {path}")
 
 
-_RequestState = tuple[Matcher, bytes | None, str, str, str, tuple[tuple[bytes, bytes], ...]]
+_RequestState = tuple[Matcher, bytes | None, bytes, bytes, bytes, str, tuple[tuple[bytes, bytes], ...]]
 
 
 def _request_state(flow: http.HTTPFlow, matcher: Matcher) -> _RequestState:
     """What a request report depends on: the matcher (a reloaded registry builds a new one), the body,
     method, path, host and headers. Comparing two states is cheap: the same body object is not read."""
-    req = flow.request
-    return matcher, req.raw_content, req.method, req.path, req.pretty_host, req.headers.fields
+    data = flow.request.data  # the raw fields: no decoding, no parsing (pretty_host would parse the Host)
+    return matcher, data.content, data.method, data.path, data.authority, data.host, data.headers.fields
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:

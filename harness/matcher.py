@@ -109,11 +109,12 @@ class Matcher:
         """Every occurrence, ordered by offset; overlapping forms of one canary are reported once."""
         if self._automaton is None or not data:
             return []
+        found = self._automaton.find_matches_as_indexes(data, overlapping=True)
+        if not found:  # the common case (every header line, most bodies): nothing more to build
+            return []
         hits: list[Hit] = []
         claimed: dict[tuple[str, str], int] = {}
-        matches = sorted(
-            self._automaton.find_matches_as_indexes(data, overlapping=True), key=lambda m: (m[1], -m[2])
-        )
+        matches = sorted(found, key=lambda m: (m[1], -m[2]))
         # An ASCII canary in UTF-16 text matches both byte orders, one byte apart (BE at s, LE at s + 1):
         # the form aligned on an even offset is the text's real byte order.
         utf16 = {

@@ -224,7 +224,9 @@ class StubProvider:
         if self.fault not in FAULTS:
             raise ValueError(f"unknown stub fault {self.fault!r}")
         self._server = _Server(self)
-        threading.Thread(target=self._server.serve_forever, daemon=True, name=f"stub-{self.tenant.name}").start()
+        # A short poll interval: `stop()` (shutdown) waits up to one interval, 0.5 s by default, per stub.
+        threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
+                         name=f"stub-{self.tenant.name}").start()
         return self
 
     @property

@@ -1,0 +1,158 @@
+"""Benchmark the one-shot audit against the same Hermes runs without proxy and reconciler, interleaved.
+
+    .venv/bin/python bench/audit.py [--quick] [--rounds N] [--tenants 2,4,8]
+
+For each tenant count, every round runs both, in an order alternating by round:
+
+- `audit`: `harness.run.run_audit` (scenario oneshot, reverse topology): mint, stubs, Hermes check,
+  mitmdump with the addon, homes, the tenants' one-shot turns (concurrently), proxy stop, reconcile
+  (flows, homes, logs), reports;
+- `bare`: mint, stubs, homes pointing straight at the stubs, and the same `Hermes.oneshot` turns, run
+  concurrently the same way; no proxy, no reconcile, no reports.
+
+Prints the wall time ratio audit/bare per round (median) and where the audit's time goes: each step of
+`run_audit` is timed by wrapping the function it calls (nothing in the harness is changed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+from harness import proxy, reconcile, run, scan, scenarios
+from harness.hermes import Hermes, Sandbox, write_home
+from harness.procs import ProcessSet
+from harness.proxy import free_port
+from harness.registry import mint
+from harness.stubs import StubProvider
+
+STEPS: dict[str, float] = defaultdict(float)
+
+
+@contextmanager
+def timed_steps() -> Iterator[None]:
+    """Wrap the functions `run_audit` calls so each step's wall time adds up in STEPS."""
+    patches: list[tuple[Any, str, Any]] = [
+        (Hermes, "check", "hermes check"),
+        (proxy.Proxy, "start", "mitmdump start"),
+        (proxy.Proxy, "stop", "mitmdump stop"),
+        (run, "write_homes", "write homes"),
+        (run, "reconcile", "reconcile"),
+        (scan, "scan_tree", "reconcile: scan_tree"),
+        (reconcile, "read_flows", "reconcile: read flows"),
+        (run, "write_reports", "reports"),
+        (run, "seal", "seal"),
+        (run, "reap_stale", "reap stale"),
+    ]
+    saved = []
+    for owner, name, label in patches:
+        original = getattr(owner, name)
+        saved.append((owner, name, original))
+        setattr(owner, name, _timer(original, label))
+    driver = scenarios.SCENARIOS["oneshot"]
+    scenarios.SCENARIOS["oneshot"] = _timer(driver, "hermes turns")
+    try:
+        yield
+    finally:
+        scenarios.SCENARIOS["oneshot"] = driver
+        for owner, name, original in saved:
+            setattr(owner, name, original)
+
+
+def _timer(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        t = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            STEPS[label] += time.perf_counter() - t
+
+    return wrapped
+
+
+def audit(tenants: int, root: Path) -> float:
+    t = time.perf_counter()
+    code, _ = run.run_audit(run.RunOptions(tenants=tenants, out=root / "audit", quiet=True))
+    seconds = time.perf_counter() - t
+    if code != 0:
+        raise RuntimeError(f"audit of {tenants} tenants exited {code} (evidence in {root / 'audit'})")
+    return seconds
+
+
+def bare(tenants: int, root: Path) -> float:
+    """The same Hermes one-shot turns, straight at the stubs."""
+    t = time.perf_counter()
+    procs = ProcessSet()
+    sandbox = Sandbox(root / "bare" / "sandbox")
+    names = run.tenant_names(tenants)
+    registry = mint(names, sandbox.root / "work", {n: {"listen": free_port()} for n in names})
+    stubs = {n: StubProvider(registry[n]).start() for n in names}
+    try:
+        for tenant in registry:
+            write_home(tenant, sandbox.home_of(tenant.name), f"{stubs[tenant.name].url}/v1",
+                       launch=tenant.name == sandbox.launch)
+        hermes = Hermes(run.hermes_python(None), sandbox, procs, root / "bare" / "logs")
+        with ThreadPoolExecutor(max_workers=tenants) as pool:
+            results = list(pool.map(lambda n: hermes.oneshot(n, scenarios.PROMPT), names))
+    finally:
+        for stub in stubs.values():
+            stub.stop()
+        procs.close()
+    seconds = time.perf_counter() - t
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise RuntimeError(f"bare run of {failed[0].tenant} failed: {failed[0].detail}")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="2 tenants only, 2 rounds")
+    ap.add_argument("--rounds", type=int, help="rounds per tenant count (default 3; --quick 2)")
+    ap.add_argument("--tenants", default="2,4,8", help="tenant counts (default 2,4,8)")
+    a = ap.parse_args(argv)
+    rounds = a.rounds or (2 if a.quick else 3)
+    counts = [2] if a.quick else [int(x) for x in a.tenants.split(",")]
+    print(f"{'tenants':>7} {'round':>5} {'audit s':>8} {'bare s':>7} {'audit/bare':>10}")
+    summary = []
+    for n in counts:
+        ratios, audits, bares = [], [], []
+        STEPS.clear()
+        for r in range(rounds):
+            with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
+                order = (("audit", audit), ("bare", bare)) if r % 2 == 0 else (("bare", bare), ("audit", audit))
+                got = {}
+                for name, fn in order:
+                    if name == "audit":
+                        with timed_steps():
+                            got[name] = fn(n, Path(tmp))
+                    else:
+                        got[name] = fn(n, Path(tmp))
+            audits.append(got["audit"])
+            bares.append(got["bare"])
+            ratios.append(got["audit"] / got["bare"])
+            print(f"{n:7d} {r:5d} {got['audit']:8.2f} {got['bare']:7.2f} {ratios[-1]:9.2f}x", flush=True)
+        total = sum(audits)
+        print(f"  where the audit's time goes ({n} tenants, sum of {rounds} rounds, share of audit wall time):")
+        for label, secs in sorted(STEPS.items(), key=lambda kv: -kv[1]):
+            print(f"    {label:24} {secs / rounds:6.2f} s/run {secs / total:6.1%}")
+        other = total - sum(v for k, v in STEPS.items() if not k.startswith("reconcile:"))
+        print(f"    {'(rest: mint, stubs, ...)':24} {other / rounds:6.2f} s/run {other / total:6.1%}")
+        summary.append(f"  {n} tenants: audit/bare {statistics.median(ratios):.2f}x "
+                       f"(audit {statistics.median(audits):.1f} s, bare {statistics.median(bares):.1f} s)")
+    print("median of per-round ratios:")
+    print("\n".join(summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

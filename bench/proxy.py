@@ -1,0 +1,460 @@
+"""Benchmark the tenancy addon against plain mitmdump and a direct connection, side by side in one run.
+
+    .venv/bin/python bench/proxy.py [--quick] [--rounds N]
+
+A minimal asyncio stub (a child process; HTTP and HTTPS) answers every POST with a JSON body or an SSE
+stream (1 KiB events) of the size the query asks for. A bounded keep-alive load client (asyncio, 1/8/32
+connections opened and warmed up before the clock starts, a fixed number of requests per round) sends
+chat-completion main turns of the same size, each connection as one of 8 tenants (12 canaries each: the
+registry the addon loads), through
+
+- `direct`:     straight to the stub (HTTP);
+- `plain-rev`:  `mitmdump --mode reverse:<stub>@<port>` (8 listeners, one per tenant);
+- `addon-rev`:  the same with `-s addons/tenancy.py` (registry, ledger);
+- `plain-fwd`:  `mitmdump` regular mode, `connection_strategy=lazy`: CONNECT, TLS with the CA of a temp
+                confdir, upstream TLS to the stub (`ssl_insecure`; the stub's certificate is throw-away);
+- `addon-fwd`:  the same with the addon: CONNECT `<tenant>.llm.test:443`, routed to the stub by the addon.
+
+The configurations run interleaved (round r runs every configuration once, in an order rotated by r), and
+what is printed is req/s, p50/p99 latency and the ratio addon/plain of the same round (median over rounds).
+Then the SSE first-token delay: a stream of 10 events 20 ms apart, one request at a time, every
+configuration in turn; the first event's arrival against the last one's shows whether a proxy buffers.
+Everything listens on 127.0.0.1; every child is stopped by its pid at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import ipaddress
+import json
+import os
+import signal
+import socket
+import ssl
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.parse
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import mitmproxy.version
+from cryptography import x509
+from cryptography.hazmat.primitives import serialization
+from hooks import FILLER, make_registry, request_body
+from mitmproxy import certs
+
+from harness.proxy import ADDON, REPO, free_port, mitmdump_binary
+from harness.registry import Registry
+
+KiB = 1024
+EVENT = 1024  # bytes per SSE event
+SIZES = (1 * KiB, 256 * KiB)
+CONCURRENCY = (1, 8, 32)
+KINDS = ("json", "sse")
+CONFIGS = ("direct", "plain-rev", "addon-rev", "plain-fwd", "addon-fwd")
+PAIRS = (("addon-rev", "plain-rev"), ("addon-fwd", "plain-fwd"))
+
+
+# -- the stub (a child process: `bench/proxy.py --stub HTTP_PORT TLS_PORT CERT KEY`) --------------------------
+
+
+def stub_json(size: int) -> bytes:
+    doc = {"id": "chatcmpl-bench", "object": "chat.completion", "model": "bench",
+           "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}]}
+    pad = max(0, size - len(json.dumps(doc)))
+    doc["choices"][0]["message"]["content"] = (FILLER * (pad // len(FILLER) + 1))[:pad]
+    return json.dumps(doc).encode()
+
+
+def stub_events(size: int) -> list[bytes]:
+    """SSE `data:` events of about EVENT bytes, about `size` bytes in all (at least one), then `[DONE]`."""
+    events: list[bytes] = []
+    total = 0
+    while total < size or not events:
+        delta = {"content": (FILLER * (EVENT // len(FILLER) + 1))[: min(EVENT, size) - 140]}
+        event = {"id": "chatcmpl-bench", "object": "chat.completion.chunk", "model": "bench",
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
+        events.append(f"data: {json.dumps(event)}\n\n".encode())
+        total += len(events[-1])
+    return [*events, b"data: [DONE]\n\n"]
+
+
+def _chunk(data: bytes) -> bytes:
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+class Stub:
+    """Answers `POST ...?kind=json|sse&size=N[&events=N&delay=S]`; bodies are built once per query."""
+
+    def __init__(self) -> None:
+        self.cache: dict[bytes, tuple[bytes, list[bytes], float]] = {}
+
+    def answer(self, target: bytes) -> tuple[bytes, list[bytes], float]:
+        if target not in self.cache:
+            q = dict(urllib.parse.parse_qsl(urllib.parse.urlsplit(target.decode()).query))
+            size, delay = int(q.get("size", 1024)), float(q.get("delay", 0))
+            if q.get("kind") == "sse":
+                events = stub_events(size)[: int(q["events"])] if "events" in q else stub_events(size)
+                head = (b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ncache-control: no-cache\r\n"
+                        b"transfer-encoding: chunked\r\n\r\n")
+                self.cache[target] = (head, [*map(_chunk, events), b"0\r\n\r\n"], delay)
+            else:
+                body = stub_json(size)
+                head = f"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {len(body)}\r\n\r\n"
+                self.cache[target] = (head.encode(), [body], 0.0)
+        return self.cache[target]
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.split(b"\r\n")
+                target = lines[0].split(b" ")[1]
+                length = next((int(x.split(b":", 1)[1]) for x in lines if x.lower().startswith(b"content-length:")), 0)
+                if length:
+                    await reader.readexactly(length)
+                status, parts, delay = self.answer(target)
+                if not delay:
+                    writer.write(status + b"".join(parts))
+                else:
+                    writer.write(status)
+                    for part in parts:
+                        writer.write(part)
+                        await writer.drain()
+                        await asyncio.sleep(delay)
+                await writer.drain()
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ssl.SSLError):
+            pass
+        finally:
+            writer.close()
+
+
+async def serve_stub(http_port: int, tls_port: int, cert: str, key: str) -> None:
+    stub = Stub()
+    ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ctx.load_cert_chain(cert, key)
+    plain = await asyncio.start_server(stub.handle, "127.0.0.1", http_port)
+    tls = await asyncio.start_server(stub.handle, "127.0.0.1", tls_port, ssl=ctx)
+    async with plain, tls:
+        await asyncio.gather(plain.serve_forever(), tls.serve_forever())
+
+
+# -- the load client ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Target:
+    """Where connection i of a configuration goes, as which tenant."""
+
+    name: str
+    registry: Registry
+    ports: list[int]  # one per tenant (reverse, direct) or the proxy's single port (forward)
+    connect: Callable[[int], str] | None = None  # forward: the CONNECT authority for tenant i
+
+    def tenant(self, i: int) -> str:
+        return self.registry.names()[i % len(self.registry.names())]
+
+
+class Conn:
+    """One keep-alive HTTP/1.1 connection (through CONNECT + TLS in the forward topology)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, host: str) -> None:
+        self.reader, self.writer, self.host = reader, writer, host
+
+    @classmethod
+    async def open(cls, target: Target, i: int, tls: ssl.SSLContext) -> Conn:
+        port = target.ports[i % len(target.ports)]
+        reader, writer = await asyncio.open_connection("127.0.0.1", port, limit=1 << 20)
+        writer.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        host = f"127.0.0.1:{port}"
+        if target.connect is not None:
+            authority = target.connect(i)
+            writer.write(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+            await writer.drain()
+            reply = await reader.readuntil(b"\r\n\r\n")
+            if not reply.startswith(b"HTTP/1.1 200"):
+                raise RuntimeError(f"{target.name}: CONNECT {authority} -> {reply[:60]!r}")
+            host = f"{target.tenant(i)}.llm.test"
+            await writer.start_tls(tls, server_hostname=host)
+        return cls(reader, writer, host)
+
+    async def request(self, raw: bytes) -> tuple[float, float]:
+        """(seconds to the whole response, seconds to the first byte of its body)."""
+        start = time.perf_counter()
+        self.writer.write(raw)
+        await self.writer.drain()
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        if not head.startswith(b"HTTP/1.1 200"):
+            raise RuntimeError(f"status {head[:40]!r}")
+        lower = head.lower()
+        first = 0.0
+        if b"transfer-encoding: chunked" in lower:
+            while True:
+                size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+                await self.reader.readexactly(size + 2)
+                if size and not first:
+                    first = time.perf_counter() - start
+                if size == 0:
+                    break
+        else:
+            length = int(lower.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0])
+            await self.reader.readexactly(length)
+            first = time.perf_counter() - start
+        return time.perf_counter() - start, first
+
+    async def close(self) -> None:
+        self.writer.close()
+        with contextlib.suppress(Exception):
+            await self.writer.wait_closed()
+
+
+def request_bytes(target: Target, i: int, host: str, query: str, size: int) -> bytes:
+    t = target.registry[target.tenant(i)]
+    body = request_body(target.registry, t.name, size)
+    return (f"POST /v1/chat/completions?{query} HTTP/1.1\r\nHost: {host}\r\ncontent-type: application/json\r\n"
+            f"authorization: Bearer {t.key}\r\ncontent-length: {len(body)}\r\n\r\n").encode() + body
+
+
+@dataclass
+class Round:
+    seconds: float
+    latencies: list[float]
+    firsts: list[float]
+
+    @property
+    def rate(self) -> float:
+        return len(self.latencies) / self.seconds
+
+
+async def load(target: Target, tls: ssl.SSLContext, conc: int, total: int, query: str, size: int) -> Round:
+    """`total` requests over `conc` warmed-up keep-alive connections; the clock runs only for those."""
+    conns = [await Conn.open(target, i, tls) for i in range(conc)]
+    raws = [request_bytes(target, i, c.host, query, size) for i, c in enumerate(conns)]
+    await asyncio.gather(*(c.request(r) for c, r in zip(conns, raws, strict=True)))  # warm-up
+    left = total
+    lat: list[float] = []
+    firsts: list[float] = []
+
+    async def worker(conn: Conn, raw: bytes) -> None:
+        nonlocal left
+        while left > 0:
+            left -= 1
+            whole, first = await conn.request(raw)
+            lat.append(whole)
+            firsts.append(first)
+
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(c, r) for c, r in zip(conns, raws, strict=True)))
+    seconds = time.perf_counter() - start
+    for c in conns:
+        await c.close()
+    return Round(seconds, lat, firsts)
+
+
+# -- processes ------------------------------------------------------------------------------------------------
+
+
+def _accepts(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
+def spawn(argv: list[str], ports: list[int], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+    with log.open("wb") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=fh, env=env, start_new_session=True)
+    deadline = time.monotonic() + 60
+    while not all(map(_accepts, ports)):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{argv[0]} did not come up: {log.read_text()[-400:]}")
+        time.sleep(0.05)
+    return proc
+
+
+def stop(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+
+
+def mitmdump_argv(confdir: Path, modes: list[str], extra: list[str]) -> list[str]:
+    argv = [str(mitmdump_binary()), "-q", "--set", f"confdir={confdir}", "--set", "listen_host=127.0.0.1",
+            "--set", "termlog_verbosity=warn"]
+    for mode in modes:
+        argv += ["--mode", mode]
+    return argv + extra
+
+
+def addon_args(registry: Path, ledger: Path) -> list[str]:
+    return ["-s", str(ADDON), "--set", f"tenancy_registry={registry}", "--set", f"tenancy_ledger={ledger}"]
+
+
+def stub_cert(confdir: Path) -> tuple[Path, Path]:
+    """Create the confdir's CA (mitmdump uses it too) and a throw-away certificate for the stub."""
+    store = certs.CertStore.from_store(confdir, "mitmproxy", 2048)
+    entry = store.get_cert("127.0.0.1", [x509.IPAddress(ipaddress.ip_address("127.0.0.1"))])
+    cert, key = confdir / "stub-cert.pem", confdir / "stub-key.pem"
+    cert.write_bytes(entry.cert.to_pem())
+    key.write_bytes(entry.privatekey.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()))
+    return cert, key
+
+
+# -- the benchmark --------------------------------------------------------------------------------------------
+
+
+def _ms(x: float) -> str:
+    return f"{x * 1e3:8.2f}"
+
+
+def _p(xs: list[float], q: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+async def throughput(targets: dict[str, Target], tls: ssl.SSLContext, rounds: int, quick: bool) -> list[str]:
+    summary = []
+    print(f"{'body':5} {'size':>7} {'conc':>4}  {'config':10} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}  vs plain")
+    for kind in KINDS:
+        for size in SIZES:
+            for conc in CONCURRENCY:
+                base = (150 if quick else 400) if size < 64 * KiB else (24 if quick else 60)
+                total = max(base, (2 if quick else 4) * conc)
+                query = f"kind={kind}&size={size}"
+                results: dict[str, list[Round]] = {name: [] for name in targets}
+                for r in range(rounds):
+                    names = list(targets)
+                    for name in names[r % len(names):] + names[: r % len(names)]:
+                        results[name].append(await load(targets[name], tls, conc, total, query, size))
+                for name, rs in results.items():
+                    lat = [x for res in rs for x in res.latencies]
+                    rate = statistics.median(res.rate for res in rs)
+                    ratio = ""
+                    for addon, plain in PAIRS:
+                        if name == addon:
+                            ratios = [a.rate / p.rate for a, p in zip(rs, results[plain], strict=True)]
+                            ratio = f"{statistics.median(ratios):5.2f}x"
+                            summary.append(f"{kind:5} {size // KiB:4d} KiB conc {conc:2d}  {addon}/{plain} {ratio}")
+                    print(f"{kind:5} {size // KiB:4d}KiB {conc:4d}  {name:10} {rate:8.1f} {_ms(_p(lat, 0.5))} "
+                          f"{_ms(_p(lat, 0.99))}  {ratio}")
+                print()
+    return summary
+
+
+async def first_token(targets: dict[str, Target], tls: ssl.SSLContext, n: int) -> None:
+    """One request at a time, every configuration in turn: 10 events of 1 KiB, 20 ms apart."""
+    query = "kind=sse&size=10240&events=10&delay=0.02"
+    conns = {name: await Conn.open(t, 0, tls) for name, t in targets.items()}
+    raws = {name: request_bytes(targets[name], 0, c.host, query, KiB) for name, c in conns.items()}
+    got: dict[str, list[tuple[float, float]]] = {name: [] for name in targets}
+    for name, c in conns.items():
+        await c.request(raws[name])  # warm-up
+    for i in range(n):
+        names = list(targets)
+        for name in names[i % len(names):] + names[: i % len(names)]:
+            whole, first = await conns[name].request(raws[name])
+            got[name].append((first, whole))
+    for c in conns.values():
+        await c.close()
+    print(f"SSE first token: 10 events x 1 KiB, 20 ms apart, 1 connection, median of {n} interleaved requests")
+    print(f"{'config':10} {'first ms':>9} {'last ms':>9}  first token added vs direct / vs plain (same request round)")
+    for name, xs in got.items():
+        first = statistics.median(f for f, _ in xs)
+        whole = statistics.median(w for _, w in xs)
+        vs_direct = statistics.median(a[0] - d[0] for a, d in zip(xs, got["direct"], strict=True))
+        plain = dict(PAIRS).get(name)
+        vs_plain = (f"{statistics.median(a[0] - p[0] for a, p in zip(xs, got[plain], strict=True)) * 1e3:+8.2f} ms"
+                    if plain else "")
+        print(f"{name:10} {first * 1e3:9.2f} {whole * 1e3:9.2f}  {vs_direct * 1e3:+8.2f} ms {vs_plain}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer requests and rounds (about 2 minutes)")
+    ap.add_argument("--rounds", type=int, help="rounds per cell (default 3, --quick 2)")
+    ap.add_argument("--stub", nargs=4, metavar=("HTTP_PORT", "TLS_PORT", "CERT", "KEY"), help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.stub:
+        with contextlib.suppress(KeyboardInterrupt):
+            asyncio.run(serve_stub(int(a.stub[0]), int(a.stub[1]), a.stub[2], a.stub[3]))
+        return 0
+    rounds = a.rounds or (2 if a.quick else 3)
+    procs: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
+        root = Path(tmp)
+        confdir = root / "confdir"
+        confdir.mkdir()
+        try:
+            cert, key = stub_cert(confdir)
+            http_port, tls_port = free_port(), free_port()
+            procs.append(spawn([sys.executable, __file__, "--stub", str(http_port), str(tls_port), str(cert), str(key)],
+                               [http_port, tls_port], root / "stub.log"))
+            rev = make_registry(root / "rev", upstream=f"http://127.0.0.1:{http_port}")
+            for t in rev:
+                t.route = {"listen": free_port()}
+            fwd = make_registry(root / "fwd", upstream=f"https://127.0.0.1:{tls_port}")
+            for t in fwd:
+                t.route = {"host": f"{t.name}.llm.test"}
+            for reg, name in ((rev, "rev"), (fwd, "fwd")):
+                reg.validate()
+                reg.save(root / f"registry-{name}.yaml")
+            plain_ports = [free_port() for _ in rev]
+            fwd_plain, fwd_addon = free_port(), free_port()
+            upstream = f"reverse:http://127.0.0.1:{http_port}"
+            env = {**os.environ, "PYTHONPATH": str(REPO)}
+            lazy = ["--set", "connection_strategy=lazy", "--set", "ssl_insecure=true"]
+            rev_ports = [t.listen for t in rev if t.listen is not None]
+            launches = [
+                (mitmdump_argv(confdir, [f"{upstream}@127.0.0.1:{p}" for p in plain_ports], []), plain_ports),
+                (mitmdump_argv(confdir, [f"{upstream}@127.0.0.1:{p}" for p in rev_ports],
+                               addon_args(root / "registry-rev.yaml", root / "ledger-rev.jsonl")), rev_ports),
+                (mitmdump_argv(confdir, [f"regular@127.0.0.1:{fwd_plain}"], lazy), [fwd_plain]),
+                (mitmdump_argv(confdir, [f"regular@127.0.0.1:{fwd_addon}"],
+                               lazy + addon_args(root / "registry-fwd.yaml", root / "ledger-fwd.jsonl")), [fwd_addon]),
+            ]
+            for i, (cmd, ports) in enumerate(launches):
+                procs.append(spawn(cmd, ports, root / f"mitmdump-{i}.log", env))
+            targets = {
+                "direct": Target("direct", rev, [http_port]),
+                "plain-rev": Target("plain-rev", rev, plain_ports),
+                "addon-rev": Target("addon-rev", rev, rev_ports),
+                "plain-fwd": Target("plain-fwd", fwd, [fwd_plain], lambda i: f"127.0.0.1:{tls_port}"),
+                "addon-fwd": Target("addon-fwd", fwd, [fwd_addon], lambda i: f"{fwd.names()[i % 8]}.llm.test:443"),
+            }
+            tls = ssl.create_default_context(cafile=str(confdir / "mitmproxy-ca-cert.pem"))
+            canaries = len(rev[rev.names()[0]].all_canaries())
+            print(f"mitmproxy {mitmproxy.version.VERSION}; {len(rev.names())} tenants x {canaries} canaries; "
+                  f"{rounds} interleaved rounds per cell; {os.cpu_count()} CPUs")
+            summary = asyncio.run(throughput(targets, tls, rounds, a.quick))
+            asyncio.run(first_token(targets, tls, 20 if a.quick else 50))
+        finally:
+            for proc in procs:
+                stop(proc)
+        flagged = seen = 0
+        for name in ("rev", "fwd"):
+            for line in (root / f"ledger-{name}.jsonl").read_text().splitlines():
+                seen += 1
+                flagged += json.loads(line)["flagged"]
+        print(f"\naddon ledgers: {seen} flows, {flagged} flagged (expected 0: every request is the tenant's own)")
+        print("addon/plain throughput (median of per-round ratios):")
+        print("\n".join(f"  {line}" for line in summary))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
