@@ -5,14 +5,20 @@ Fixtures:
   bootstrap's `.hermes-venv`); a missing install FAILS the test, it is never skipped.
 - `tenancy_audit`: run a whole audit (`tenancy_audit(scenario="oneshot", plants=[...])`) into a tmp
   evidence folder and get an `Audit` back (exit code, findings.json, folder).
-- `tenancy_registry`: a fresh two-tenant registry (`tenancy_registry(n)` for more), saved to tmp.
-Helper: `assert_isolated(audit_or_findings)` fails with every finding as the message.
+- `tenancy_registry`: a fresh two-tenant registry (`tenancy_registry(n)` for more), saved to tmp, each
+  tenant's home in the test's sandbox.
+- `tenancy_proxy`: stubs plus a running mitmdump with the addon in front of them (`TenancyProxy`: registry,
+  ports, flows path, `base_url(tenant)`, `check(turns)`); torn down after the test. Tenants: 2, or
+  `@pytest.mark.tenancy(tenants=N)`.
+- `tenant_homes`: every tenant's Hermes home written for `tenancy_proxy` (tenant -> home).
+- `hermes`: a `harness.hermes.Hermes` driver on the test's sandbox (`hermes.oneshot(tenant, prompt)`).
+Helper: `assert_isolated(audit_or_check_or_findings)` fails with every finding as the message.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,8 +26,12 @@ from typing import Any
 import pytest
 
 from harness.findings import Finding
-from harness.proxy import free_port
+from harness.hermes import Hermes, Sandbox, TurnResult, write_home
+from harness.procs import ProcessSet
+from harness.proxy import Proxy, free_port
+from harness.reconcile import LogSource, Reconciliation, reconcile
 from harness.registry import Registry, mint
+from harness.stubs import StubProvider
 
 
 @dataclass
@@ -45,10 +55,53 @@ class Audit:
         return self.doc["verdict"]
 
 
-def assert_isolated(result: Audit | Iterable[Finding]) -> None:
+@dataclass
+class TenancyProxy:
+    """Stubs and mitmdump with the tenancy addon, for one test; `check()` stops it and reconciles."""
+
+    registry: Registry
+    registry_path: Path
+    out: Path
+    stubs: dict[str, StubProvider]
+    proxy: Proxy
+
+    @property
+    def ports(self) -> dict[str, int]:
+        return {t.name: t.listen for t in self.registry if t.listen is not None}
+
+    @property
+    def flows_path(self) -> Path:
+        return self.proxy.flows_path
+
+    def base_url(self, tenant: str) -> str:
+        return self.proxy.base_url(tenant)
+
+    def check(self, turns: Iterable[TurnResult] = ()) -> Reconciliation:
+        """Stop the proxy (the flow file is then complete) and reconcile flows, stubs, homes and the turns'
+        logs; each completed turn must have produced an env snapshot, a failed turn is a reason."""
+        turns = list(turns)
+        self.proxy.stop()
+        stub_log = self.out / "stubs.jsonl"
+        stub_log.write_text("".join(json.dumps({"tenant": n, **r.to_dict()}) + "\n"
+                                    for n, s in self.stubs.items() for r in s.snapshot()))
+        want: dict[str, int] = {}
+        for t in turns:
+            want[t.tenant] = want.get(t.tenant, 0) + t.ok
+        rec = reconcile(self.registry, self.flows_path, homes={t.name: Path(t.home) for t in self.registry if t.home},
+                        logs=[LogSource(t.log, t.tenant) for t in turns if t.log is not None], stub_log=stub_log,
+                        expect_snapshots=want)
+        rec.reasons += [f"{t.driver} turn of {t.tenant} failed: {t.detail}" for t in turns if not t.ok]
+        return rec
+
+
+def assert_isolated(result: Audit | Reconciliation | Iterable[Finding]) -> None:
     """Fail with every finding (and every inconclusive reason) when tenants were not proven isolated."""
-    findings = result.findings if isinstance(result, Audit) else list(result)
-    reasons = result.doc["reasons"] if isinstance(result, Audit) else []
+    if isinstance(result, Audit):
+        findings, reasons = result.findings, result.doc["reasons"]
+    elif isinstance(result, Reconciliation):
+        findings, reasons = result.findings, result.reasons
+    else:
+        findings, reasons = list(result), []
     if findings or reasons:
         lines = [f.summary() for f in findings] + [f"inconclusive: {r}" for r in reasons]
         pytest.fail("tenants not proven isolated:\n  " + "\n  ".join(lines), pytrace=False)
@@ -56,6 +109,10 @@ def assert_isolated(result: Audit | Iterable[Finding]) -> None:
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--hermes-python", default=None, help="python of the Hermes install to audit")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "tenancy(tenants=N): how many tenants `tenancy_proxy` runs")
 
 
 @pytest.fixture(scope="session")
@@ -86,13 +143,71 @@ def tenancy_audit(tmp_path: Path, hermes_python: Path) -> Callable[..., Audit]:
 
 
 @pytest.fixture
-def tenancy_registry(tmp_path: Path) -> Callable[..., Registry]:
+def tenancy_sandbox(tmp_path: Path) -> Sandbox:
+    """The throw-away HOME of this test's Hermes children (the first tenant is the launch profile)."""
+    return Sandbox(tmp_path / "sandbox")
+
+
+@pytest.fixture
+def tenancy_registry(tmp_path: Path, tenancy_sandbox: Sandbox) -> Callable[..., Registry]:
     def make(n: int = 2) -> Registry:
         from harness.run import tenant_names
 
         names = tenant_names(n)
-        registry = mint(names, tmp_path / "work", {name: {"listen": free_port()} for name in names})
+        registry = mint(names, tenancy_sandbox.root / "work", {name: {"listen": free_port()} for name in names})
+        for t in registry:
+            t.home = str(tenancy_sandbox.home_of(t.name))
         registry.save(tmp_path / "registry.yaml")
         return registry
 
     return make
+
+
+@pytest.fixture
+def tenancy_procs() -> Iterator[ProcessSet]:
+    """Every child a test starts; all of them are killed (and proven gone) after the test."""
+    procs = ProcessSet()
+    yield procs
+    survivors = procs.close()
+    assert not survivors, f"{len(survivors)} child process(es) survived teardown"
+
+
+@pytest.fixture
+def tenancy_proxy(request: pytest.FixtureRequest, tmp_path: Path, tenancy_registry: Callable[..., Registry],
+                  tenancy_procs: ProcessSet) -> Iterator[TenancyProxy]:
+    marker = request.node.get_closest_marker("tenancy")
+    registry = tenancy_registry(marker.kwargs.get("tenants", 2) if marker else 2)
+    out = tmp_path / "evidence"
+    out.mkdir(exist_ok=True)
+    stubs = {t.name: StubProvider(t).start() for t in registry}
+    try:
+        for t in registry:
+            t.upstream = stubs[t.name].url
+        registry_path = tmp_path / "registry.yaml"
+        registry.save(registry_path)
+        proxy = Proxy(registry, registry_path, out, tenancy_procs).start()
+        try:
+            yield TenancyProxy(registry, registry_path, out, stubs, proxy)
+        finally:
+            proxy.stop()
+    finally:
+        for stub in stubs.values():
+            stub.stop()
+
+
+@pytest.fixture
+def tenant_homes(tenancy_proxy: TenancyProxy, tenancy_sandbox: Sandbox) -> dict[str, Path]:
+    """Every tenant's Hermes home (config routed through `tenancy_proxy`, .env, memory, SOUL)."""
+    homes = {}
+    for t in tenancy_proxy.registry:
+        homes[t.name] = tenancy_sandbox.home_of(t.name)
+        write_home(t, homes[t.name], tenancy_proxy.base_url(t.name), launch=t.name == tenancy_sandbox.launch)
+    return homes
+
+
+@pytest.fixture
+def hermes(hermes_python: Path, tenancy_sandbox: Sandbox, tenancy_procs: ProcessSet, tmp_path: Path) -> Hermes:
+    """The Hermes install under test, driving children in this test's sandbox."""
+    driver = Hermes(hermes_python, tenancy_sandbox, tenancy_procs, tmp_path / "evidence" / "logs")
+    driver.check()
+    return driver

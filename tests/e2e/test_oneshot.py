@@ -13,7 +13,8 @@ from harness.registry import load
 
 pytestmark = pytest.mark.e2e
 
-EVIDENCE = ("registry.yaml", "flows.mitm", "ledger.jsonl", "findings.json", "report.md", "junit.xml", "stubs.jsonl")
+EVIDENCE = ("registry.yaml", "flows.mitm", "ledger.jsonl", "findings.json", "report.md", "report.html", "junit.xml",
+            "findings.sarif", "stubs.jsonl")
 
 
 def test_clean_two_tenant_audit(tenancy_audit):
@@ -31,7 +32,7 @@ def test_clean_two_tenant_audit(tenancy_audit):
     # the human report and the findings hold no secret
     registry = load(audit.out / "registry.yaml")
     secrets = Matcher.for_registry(registry, secrets_only=True)
-    for name in ("findings.json", "report.md", "junit.xml", "ledger.jsonl"):
+    for name in ("findings.json", "report.md", "report.html", "junit.xml", "findings.sarif", "ledger.jsonl"):
         assert secrets.find((audit.out / name).read_bytes()) == [], name
 
 

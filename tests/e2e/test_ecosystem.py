@@ -1,0 +1,145 @@
+"""The ecosystem around one real planted-leak audit: report.html in headless Chromium, SARIF, mitmweb filters
+on the real flows.mitm, and the redacted HAR / flow export."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+from mitmproxy import flowfilter
+
+from harness import cli, scan
+from harness.reconcile import read_flows
+from harness.registry import load
+from harness.run import RunOptions, run_audit
+
+pytestmark = pytest.mark.e2e
+
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory, hermes_python) -> tuple[Path, dict]:
+    """One audit of real Hermes with default's memory planted into alpha's home."""
+    code, out = run_audit(RunOptions(plants=["memory"], out=tmp_path_factory.mktemp("planted") / "evidence",
+                                     hermes_python=hermes_python, quiet=True))
+    doc = json.loads((out / "findings.json").read_text())
+    assert code == 1 and doc["verdict"] == "leak", doc["reasons"]
+    return out, doc
+
+
+def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
+    exe = shutil.which("chromium") or shutil.which("chromium-browser")
+    if exe is None:
+        pytest.fail("chromium is not installed: ./tenancy test installs Debian's package (apt-get install chromium)",
+                    pytrace=False)
+    argv = [exe, *CHROMIUM_FLAGS, f"--user-data-dir={tmp_path / 'chromium-profile'}", *args]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+class Cells(HTMLParser):
+    """The matrix cells and the verdict banner of a rendered report."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.cells: dict[tuple[str, str], int] = {}
+        self.verdict = ""
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        a = dict(attrs)
+        if tag == "td" and "data-victim" in a:
+            self.cells[(a["data-victim"] or "", a["data-seen-in"] or "")] = int(a["data-count"] or 0)
+        if a.get("id") == "verdict":
+            self.verdict = a.get("data-verdict") or ""
+
+
+def test_report_html_renders_the_planted_leak_in_chromium(planted, tmp_path):
+    out, doc = planted
+    url = (out / "report.html").as_uri()
+    dom = chromium(tmp_path, "--dump-dom", url)
+    assert dom.returncode == 0, dom.stderr[-500:]
+    cells = Cells()
+    cells.feed(dom.stdout.decode())
+    assert cells.verdict == "leak"
+    crossed = sum(1 for f in doc["findings"] if (f["victim"], f["seen_in"]) == ("default", "alpha"))
+    assert crossed >= 2  # the memory reaches alpha's requests and alpha's files
+    assert cells.cells == {("default", "alpha"): crossed, ("alpha", "default"): 0}
+    shot = tmp_path / "report.png"
+    rendered = chromium(tmp_path, "--window-size=1280,1000", f"--screenshot={shot}", url)
+    assert rendered.returncode == 0, rendered.stderr[-500:]
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and shot.stat().st_size > 20_000
+
+
+def test_sarif_matches_the_findings(planted):
+    out, doc = planted
+    sarif = json.loads((out / "findings.sarif").read_text())
+    results = sarif["runs"][0]["results"]
+    assert [(r["ruleId"], r["partialFingerprints"]["tenancyFingerprint/v1"]) for r in results] == [
+        (f["kind"], f["fingerprint"]) for f in doc["findings"]]
+    for r in results:
+        uri = r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
+        assert (out / uri).is_file(), uri  # every location resolves inside the evidence folder
+
+
+def test_mitmweb_filters_on_the_real_flow_file(planted):
+    out, _ = planted
+    flows, truncated = read_flows(out / "flows.mitm")
+    assert truncated is None and flows
+
+    def count(expr: str) -> int:
+        match = flowfilter.parse(expr)
+        return sum(1 for f in flows if match(f))
+
+    flagged = [f for f in flows if f.metadata["tenancy"]["flagged"]]
+    assert flagged and all(f.comment.startswith("tenancy: ") for f in flagged)
+    assert count("~marked") == count("~meta \"'flagged': True\"") == len(flagged)
+    assert count("~meta tenancy") == len(flows)
+    per_tenant = {t: count(f"~meta \"'tenant': '{t}'\"") for t in ("default", "alpha")}
+    assert all(per_tenant.values()) and sum(per_tenant.values()) == len(flows)
+    assert count("~meta \"'tenant': 'alpha'\" & ~marked") == len(flagged)  # the leak rode on alpha's requests
+    assert count("~comment request_leak") == len(flagged)
+
+
+def test_export_har_and_flows_hold_no_canary(planted, tmp_path, capsys):
+    out, doc = planted
+    har_path, mitm_path = tmp_path / "flows.har", tmp_path / "redacted.mitm"
+    assert cli.main(["export", str(out), "--har", str(har_path), "--flows", str(mitm_path)]) == 0
+    matcher = scan.matcher_for(load(out / "registry.yaml"))
+    assert scan.scan_bytes((out / "flows.mitm").read_bytes(), matcher)  # the original holds canaries
+    assert scan.scan_bytes(har_path.read_bytes(), matcher) == []
+    assert scan.scan_bytes(mitm_path.read_bytes(), matcher) == []
+    har = json.loads(har_path.read_text())
+    entries = har["log"]["entries"]
+    assert har["log"]["version"] == "1.2" and har["log"]["creator"]["name"] == "tenancy-audit"
+    assert len(entries) == doc["inspected"]["flows"]
+    for e in entries:
+        assert {"startedDateTime", "time", "request", "response", "cache", "timings"} <= set(e)
+        assert {"method", "url", "httpVersion", "cookies", "headers", "queryString"} <= set(e["request"])
+        for h in e["request"]["headers"]:
+            if h["name"].lower() == "authorization":
+                assert h["value"] in ("Bearer <default:key>", "Bearer <alpha:key>", "<redacted>"), h["value"]
+    assert sum(1 for e in entries if e.get("comment", "").startswith("tenancy: ")) == sum(
+        1 for e in entries if e["_tenancy"]["flagged"]) > 0
+    redacted, _ = read_flows(mitm_path)
+    original, _ = read_flows(out / "flows.mitm")
+    assert [f.id for f in redacted] == [f.id for f in original]
+    assert [bool(f.marked) for f in redacted] == [bool(f.marked) for f in original]
+    assert stat_mode(har_path) == stat_mode(mitm_path) == 0o600
+
+
+def stat_mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
