@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -38,6 +39,7 @@ class ProcessSet:
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.pidfile = runs_dir() / f"{self.run_id}.json"
         self.procs: list[subprocess.Popen[Any]] = []
+        self._lock = threading.Lock()  # drivers spawn from several threads at once
         self._write()
 
     def _write(self) -> None:
@@ -72,8 +74,9 @@ class ProcessSet:
             text=text,
             start_new_session=True,
         )
-        self.procs.append(proc)
-        self._write()
+        with self._lock:
+            self.procs.append(proc)
+            self._write()
         return proc
 
     def run(
