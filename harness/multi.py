@@ -169,20 +169,23 @@ def _settings(ctx: Context, backend: RpcBackend, sessions: dict[str, str], drive
     """Settings writes addressed to one non-launch profile must change only that profile's files."""
     target = ctx.registry.names()[1]
     tag = new_tag()
-    model = f"model-set-{target}-{tag}"
-    key = f"sk-or-saved-{target}-{tag}"
-    ctx.mint(target, "set_model", model)
+    workdir = str(Path(ctx.registry[target].canaries["workdir"]).parent / f"work-set-{target}-{tag}")
+    key = f"sk-saved-{target}-{tag}"
+    Path(workdir).mkdir(parents=True, exist_ok=True)
+    ctx.mint(target, "workdir_set", workdir)
     ctx.mint(target, "saved_key", key)
     before = _fingerprint_files(ctx)
     sid = sessions[target]
-    writes = [("config.set", {"session_id": sid, "key": "model", "value": model}),
-              ("model.save_key", {"session_id": sid, "slug": "openrouter", "api_key": key})]
+    writes = [("config.set", {"session_id": sid, "key": "cwd", "value": workdir}),
+              ("config.set", {"session_id": sid, "key": "yolo", "value": "on", "scope": "global"}),
+              ("model.save_key", {"session_id": sid, "slug": "deepseek", "api_key": key})]
     for method, params in writes:
         try:
             reply = backend.call(method, params, tenant=target, timeout=60)
         except BackendError as exc:
             reply = {"error": str(exc)}
-        ctx.say(f"  {target:<10} {method:<15} {'ok' if 'result' in reply else 'error'}")
+        state = "ok" if "result" in reply else f"error: {str(reply.get('error'))[:100]}"
+        ctx.say(f"  {target:<10} {method} {params.get('key', params.get('slug'))}: {state}")
     after = _fingerprint_files(ctx)
     for path, digest in after.items():
         owner = _owner_of_path(ctx, path)
