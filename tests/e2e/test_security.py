@@ -155,11 +155,12 @@ def test_evidence_and_ca_are_private(audit):
 
 def test_redacted_copy_holds_no_secret_and_reconciles(audit, registry):
     red = audit["out"] / "redacted"
-    assert {"flows.mitm", "ledger.jsonl", "report.md", "findings.json", "registry.yaml"} <= {p.name for p in red.iterdir()}
+    wanted = {"flows.mitm", "ledger.jsonl", "report.md", "findings.json", "registry.yaml"}
+    assert wanted <= {p.name for p in red.iterdir()}
     assert scan.scan_paths([audit["out"] / "flows.mitm"], registry, None).findings  # the original holds secrets
     assert scan.scan_paths([red], registry, None).findings == []
-    done = subprocess.run([sys.executable, "-m", "harness.cli", "scan", "--registry", str(audit["out"] / "registry.yaml"),
-                           str(red)], capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "scan", "--registry",
+                           str(audit["out"] / "registry.yaml"), str(red)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done
     flows, _ = read_flows(audit["out"] / "flows.mitm")
     done = subprocess.run([sys.executable, "-m", "harness.cli", "reconcile", "--registry", str(red / "registry.yaml"),
