@@ -179,9 +179,10 @@ class Hermes:
     sandbox: Sandbox
     procs: ProcessSet
     logs: Path
+    route_env: dict[str, str] = field(default_factory=dict)  # how children reach the proxy (forward topology)
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
-        return hermetic_env(self.sandbox.home, self.python, extra)
+        return hermetic_env(self.sandbox.home, self.python, {**self.route_env, **(extra or {})})
 
     def check(self) -> str:
         """Hermes' version; proves the install works and the profile root resolves inside the sandbox."""

@@ -156,16 +156,21 @@ class Proxy:
             return f"http://127.0.0.1:{t.listen}/v1"
         return f"https://{t.host}/v1"
 
-    def child_env(self, ca_bundle: Path | None) -> dict[str, str]:
-        """Extra environment for a child in the forward topology (none in reverse)."""
+    def child_env(self) -> dict[str, str]:
+        """Extra environment for every Hermes child: in the forward topology, every connection goes through
+        the proxy and trusts certifi's roots plus this project's CA (none of this in reverse)."""
         if self.topology == "reverse":
             return {}
+        bundle = self.out / "ca-bundle.pem"
+        if not bundle.exists():
+            import certifi
+
+            ca = (self.confdir / "mitmproxy-ca-cert.pem").read_bytes()
+            bundle.write_bytes(Path(certifi.where()).read_bytes() + b"\n" + ca)
+            bundle.chmod(0o600)
         url = f"http://127.0.0.1:{self.forward_port}"
-        env = {"HTTPS_PROXY": url, "HTTP_PROXY": url, "https_proxy": url, "http_proxy": url,
-               "NO_PROXY": "", "no_proxy": ""}
-        if ca_bundle is not None:
-            env.update(SSL_CERT_FILE=str(ca_bundle), REQUESTS_CA_BUNDLE=str(ca_bundle))
-        return env
+        return {"HTTPS_PROXY": url, "HTTP_PROXY": url, "https_proxy": url, "http_proxy": url,
+                "NO_PROXY": "", "no_proxy": "", "SSL_CERT_FILE": str(bundle), "REQUESTS_CA_BUNDLE": str(bundle)}
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGINT (mitmdump flushes and closes the flow file), then SIGKILL if it hangs."""

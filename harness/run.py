@@ -178,6 +178,7 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
         progress(opts.quiet, f"Hermes {version}; {len(names)} tenants; scenario {opts.scenario}; {opts.topology}")
         proxy = Proxy(registry, registry_path, out, procs, topology=opts.topology,
                       forward_port=free_port() if opts.topology == "forward" else 0).start()
+        hermes.route_env = proxy.child_env()
         ctx = scenarios.Context(registry, registry_path, sandbox, hermes, proxy, stubs, opts, out,
                                 lambda m: progress(opts.quiet, m), scenario=opts.scenario,
                                 gateway_port=free_port() if opts.scenario in ("gateway", "all") else 0)

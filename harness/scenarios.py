@@ -107,12 +107,11 @@ class Context:
 
 def oneshot(ctx: Context) -> None:
     """`hermes [-p NAME] -z PROMPT` for every tenant, the tenants' turns running concurrently."""
-    env = ctx.proxy.child_env(ctx.out / "ca-bundle.pem" if ctx.opts.topology == "forward" else None)
     with ctx.phase("turns"):
         for _ in range(ctx.opts.turns):
             with ThreadPoolExecutor(max_workers=len(ctx.registry.names())) as pool:
                 results = list(pool.map(
-                    lambda name: ctx.hermes.oneshot(name, PROMPT, timeout=ctx.opts.timeout, extra_env=env),
+                    lambda name: ctx.hermes.oneshot(name, PROMPT, timeout=ctx.opts.timeout),
                     ctx.registry.names(),
                 ))
             for r in results:

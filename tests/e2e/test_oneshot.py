@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import stat
 
 import pytest
@@ -49,3 +50,20 @@ def test_planted_leak_is_caught(tenancy_audit, plant):
     for f in audit.findings:
         if f.kind not in {"bypass", "shortfall"}:
             assert {f.victim, f.seen_in} <= {"default", "alpha"}
+
+
+def test_forward_topology_clean(tenancy_audit):
+    """HTTPS_PROXY + TLS terminated with the project's CA; tenants at <name>.llm.test."""
+    audit = tenancy_audit(topology="forward")
+    assert_isolated(audit)
+    assert audit.code == 0
+    ledger = (audit.out / "ledger.jsonl").read_text().splitlines()
+    hosts = {json.loads(line)["host"] for line in ledger}
+    assert hosts == {"default.llm.test", "alpha.llm.test"}
+    assert audit.doc["inspected"]["env"] >= 2
+
+
+def test_forward_topology_catches_a_crossed_route(tenancy_audit):
+    audit = tenancy_audit(topology="forward", plants=["route"])
+    assert audit.code == 1
+    assert {"wrong_key", "wrong_model", "request_leak"} <= audit.kinds
