@@ -56,8 +56,12 @@ def _matrix(result: AuditResult) -> str:
         tds = ['<td class="self">-</td>' if victim == seen else _cell(victim, seen, dict(cells[(victim, seen)]))
                for seen in result.tenants]
         rows.append(f"<tr><th>{escape(victim)}</th>{''.join(tds)}</tr>")
+    outside = sum(1 for f in result.verdict.findings if f.victim not in result.tenants
+                  or f.seen_in not in result.tenants)
+    note = (f'<p class="muted">{outside} finding(s) not between two tenants (egress, bypass, shortfall, logs '
+            "serving every tenant): see below.</p>") if outside else ""
     return (f'<table class="matrix" id="matrix"><tr><th>canary of \\ seen in</th>{head}</tr>'
-            f"{''.join(rows)}</table>")
+            f"{''.join(rows)}</table>{note}")
 
 
 def _findings(findings: list[Finding], table_id: str) -> str:

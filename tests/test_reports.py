@@ -201,6 +201,7 @@ def test_html_escapes_evidence_and_fills_the_matrix(audit):
     assert 'class="banner leak"' in html
     assert 'data-victim="default" data-seen-in="alpha" data-count="4"' in html  # request, 2 x file, log
     assert 'data-victim="alpha" data-seen-in="default" data-count="0"' in html  # the known one is not counted
+    assert "4 finding(s) not between two tenants" in html  # rpc text_leak, egress, bypass, shortfall
     assert "http://" not in html.replace("http://127", "") and "src=" not in html  # self-contained
 
 
