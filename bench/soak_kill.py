@@ -1,0 +1,95 @@
+"""Soak: kill `tenancy-audit run` mid-run N times (SIGINT, SIGTERM, SIGKILL in turn) and count survivors.
+
+    TENANCY_HERMES_PYTHON=.hermes-venv/bin/python .venv/bin/python bench/soak_kill.py [--kills 20]
+
+Each run is killed once its ledger has lines (Hermes turns in flight); after a SIGKILL, `tenancy-audit
+cleanup` reaps. Survivors are counted by an independent psutil sweep (the run's TENANCY_RUN marker or
+its process groups, from its pid file). tests/e2e/test_faults.py runs the same with 3 kills.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+
+from harness.procs import RUN_MARKER, runs_dir
+from harness.run import hermes_python
+
+CLI = [sys.executable, "-m", "harness.cli"]
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
+
+
+def _run_of(pid: int) -> tuple[str, list[int]] | None:
+    for path in runs_dir().glob("*.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("harness") == pid:
+            return path.stem, data.get("groups", [])
+    return None
+
+
+def _sweep(run_id: str, groups: list[int]) -> list[int]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE and (
+                    os.getpgid(proc.pid) in groups or proc.environ().get(RUN_MARKER) == run_id):
+                found.append(proc.pid)
+        except (psutil.Error, OSError):
+            continue
+    return found
+
+
+def one_kill(root: Path, n: int, sig: signal.Signals) -> tuple[int, int, float]:
+    """(processes of the run at the kill, survivors after teardown/cleanup, seconds from kill to none left)."""
+    out = root / f"run-{n}"
+    proc = subprocess.Popen([*CLI, "run", "--quiet", "--out", str(out), "--hermes-python", str(hermes_python(None))],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        ledger = out / "ledger.jsonl"
+        if ledger.exists() and len(ledger.read_bytes().splitlines()) >= 3 and (run := _run_of(proc.pid)):
+            break
+        time.sleep(0.05)
+    else:
+        raise SystemExit(f"run {n} ended or stalled before it could be killed")
+    run_id, groups = run
+    at_kill = len(_sweep(run_id, groups))
+    killed = time.monotonic()
+    proc.send_signal(sig)
+    proc.wait(timeout=120)
+    if sig == signal.SIGKILL:
+        subprocess.run([*CLI, "cleanup"], check=True, capture_output=True, timeout=120)
+    survivors = _sweep(run_id, groups)
+    return at_kill, len(survivors), time.monotonic() - killed
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kills", type=int, default=20)
+    args = ap.parse_args()
+    total = 0
+    with tempfile.TemporaryDirectory(prefix="tenancy-soak-") as tmp:
+        for n in range(args.kills):
+            sig = SIGNALS[n % len(SIGNALS)]
+            at_kill, left, seconds = one_kill(Path(tmp), n, sig)
+            total += left
+            print(f"kill {n + 1:>2} {sig.name:<7} processes at kill {at_kill:>2}  survivors {left}  "
+                  f"all gone after {seconds:4.1f}s", flush=True)
+    print(f"soak: {args.kills} kills, {total} survivors")
+    return 1 if total else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
