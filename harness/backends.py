@@ -16,6 +16,7 @@ import json
 import queue
 import re
 import secrets
+import signal
 import subprocess
 import threading
 import time
@@ -26,6 +27,18 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.hermes import Hermes
+from harness.procs import kill_group
+
+
+def terminate(proc: subprocess.Popen[Any], grace: float = 30.0) -> None:
+    """SIGTERM the backend's process group, SIGKILL it if it lingers, then kill what is left in the group."""
+    kill_group(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        kill_group(proc.pid)
+        proc.wait(timeout=10)
+    kill_group(proc.pid)
 
 
 class BackendError(RuntimeError):
@@ -210,8 +223,6 @@ class TuiBackend(RpcBackend):
             self.proc.wait(timeout=20)
         except (subprocess.TimeoutExpired, OSError, ValueError):
             pass
-        from harness.procs import kill_group
-
         kill_group(self.proc.pid)
         self.proc.wait(timeout=10)
         self._stderr.close()
@@ -274,21 +285,11 @@ class ServeBackend(RpcBackend):
             raise BackendError(f"websocket closed: {type(exc).__name__}") from None
 
     def close(self) -> None:
-        import signal
-
-        from harness.procs import kill_group
-
         if self.proc is None:
             return
         with contextlib.suppress(Exception):
             self.ws.close()
-        kill_group(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            kill_group(self.proc.pid)
-            self.proc.wait(timeout=10)
-        kill_group(self.proc.pid)
+        terminate(self.proc)
         self._out.close()
 
 
@@ -349,17 +350,7 @@ class GatewayBackend:
         return self.proc.pid if self.proc else None
 
     def close(self) -> None:
-        import signal
-
-        from harness.procs import kill_group
-
         if self.proc is None:
             return
-        kill_group(self.proc.pid, signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            kill_group(self.proc.pid)
-            self.proc.wait(timeout=10)
-        kill_group(self.proc.pid)
+        terminate(self.proc)
         self._out.close()
