@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -209,7 +209,8 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
             phases=ctx.phases,
             empty_ok=True,
         )
-        rec.findings += ctx.findings + failed_turns(ctx.timeline)
+        rec.findings = [f if f.scenario else replace(f, scenario=opts.scenario, phase=f.phase or "end")
+                        for f in rec.findings + ctx.findings + failed_turns(ctx.timeline)]
         reasons += rec.reasons
         findings, known, fixed = rec.findings, [], []
         if base is not None:
