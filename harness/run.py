@@ -214,7 +214,7 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
         reasons += rec.reasons
         findings, known, fixed = rec.findings, [], []
         if base is not None:
-            ran = {(ph.scenario, ph.name) for ph in ctx.phases}
+            ran = {(ph.scenario, ph.name) for ph in ctx.phases} | {(opts.scenario, "end")}  # files: at the end
             findings, known, fixed = baselines.split(rec.findings, base, ran)
         missing = check_plants(planted, rec.findings)
         reasons += missing
