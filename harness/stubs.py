@@ -9,6 +9,7 @@ reconciler can prove each one also passed the proxy (the addon stamps `X-Tenancy
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 import uuid
@@ -205,6 +206,11 @@ class _Server(ThreadingHTTPServer):
     def __init__(self, stub: StubProvider) -> None:
         self.stub = stub
         super().__init__(("127.0.0.1", 0), _Handler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up (a killed proxy or Hermes) is expected; anything else is printed."""
+        if not isinstance(sys.exc_info()[1], ConnectionError):
+            super().handle_error(request, client_address)
 
 
 @dataclass

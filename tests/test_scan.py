@@ -540,13 +540,6 @@ def test_unreadable_directory_reported(tmp_path: Path, registry: Registry, monke
     assert result.findings == [] and result.unreadable == [str(home / "sealed")]
 
 
-@pytest.mark.skipif(os.geteuid() == 0, reason="root reads mode-000 files")
-def test_mode_000_file_reported(tmp_path: Path, registry: Registry) -> None:
-    (tmp_path / "x").write_text(value_of(registry, "key"))
-    (tmp_path / "x").chmod(0)
-    assert scan_tree(tmp_path, registry, OWNER).unreadable == [str(tmp_path / "x")]
-
-
 def test_file_vanishing_during_walk_reported(
     tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch
 ) -> None:
