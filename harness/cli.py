@@ -9,7 +9,7 @@ from pathlib import Path
 
 from harness import plants, scenarios
 from harness.baseline import BaselineError
-from harness.findings import EXIT_ERROR, EXIT_INCONCLUSIVE, Finding, Verdict
+from harness.findings import EXIT_ERROR, EXIT_INCONCLUSIVE, EXIT_LEAK, INCONCLUSIVE_KINDS, Finding, Verdict
 from harness.hermes import HermesError
 from harness.proxy import ProxyError
 from harness.reconcile import EvidenceError
@@ -164,10 +164,14 @@ def cmd_selftest(a: argparse.Namespace) -> int:
     failures = 0
     for name, (_, expected) in plants.PLANTS.items():
         out = (a.out / name) if a.out else None
-        code, folder = run_audit(RunOptions(plants=[name], out=out, hermes_python=a.hermes_python, quiet=True))
+        topology = plants.TOPOLOGY.get(name, "reverse")
+        code, folder = run_audit(RunOptions(plants=[name], out=out, hermes_python=a.hermes_python, quiet=True,
+                                            topology=topology))
         doc = json.loads((folder / "findings.json").read_text())
         kinds = {f["kind"] for f in doc["findings"]}
-        ok = code == 1 and expected <= kinds
+        # a plant that only defeats the proof (a bypass) must end inconclusive; every other one in a leak
+        want = EXIT_INCONCLUSIVE if expected <= INCONCLUSIVE_KINDS else EXIT_LEAK
+        ok = code == want and expected <= kinds
         failures += not ok
         verdict = "caught" if ok else "MISSED"
         print(f"{verdict}  {name:<8} exit {code}  expected {sorted(expected)}  got {sorted(kinds)}")

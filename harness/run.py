@@ -136,6 +136,8 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
     for p in opts.plants:
         if p not in plants.PLANTS:
             raise UsageError(f"unknown plant {p!r} (choose from {', '.join(plants.PLANTS)})")
+        if plants.TOPOLOGY.get(p, opts.topology) != opts.topology:
+            raise UsageError(f"plant {p!r} needs --topology {plants.TOPOLOGY[p]}")
     from harness.multi import ALL_PHASES
 
     for ph in opts.phases:
