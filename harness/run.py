@@ -14,6 +14,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -172,14 +173,20 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
         registry_path = out / "registry.yaml"
         registry.save(registry_path)
         hermes = Hermes(python, sandbox, procs, out / "logs")
-        try:
-            version = hermes.check()
-        except HermesError:
-            _discard(out)
-            raise
-        progress(opts.quiet, f"Hermes {version}; {len(names)} tenants; scenario {opts.scenario}; {opts.topology}")
         proxy = Proxy(registry, registry_path, out, procs, topology=opts.topology,
-                      forward_port=free_port() if opts.topology == "forward" else 0).start()
+                      forward_port=free_port() if opts.topology == "forward" else 0)
+        with ThreadPoolExecutor(max_workers=1) as pool:
+            checking = pool.submit(hermes.check)  # Hermes' check runs while mitmdump starts
+            try:
+                proxy.start()
+            finally:
+                try:
+                    version = checking.result()
+                except HermesError:
+                    proxy.stop()
+                    _discard(out)
+                    raise
+        progress(opts.quiet, f"Hermes {version}; {len(names)} tenants; scenario {opts.scenario}; {opts.topology}")
         hermes.route_env = proxy.child_env()
         ctx = scenarios.Context(registry, registry_path, sandbox, hermes, proxy, stubs, opts, out,
                                 lambda m: progress(opts.quiet, m), scenario=opts.scenario,
