@@ -160,5 +160,5 @@ class Matcher:
                 lo = e if e <= hit.start else s
             if s < hi < e:
                 hi = s if s >= hit.end else e
-        text = self.redact(data[lo:hi]).decode("utf-8", "replace")
+        text = self.redact(data[lo:hi]).decode("utf-8", "replace").strip("\ufffd")  # chars cut at the edges
         return "".join(c if c.isprintable() else " " for c in text)
