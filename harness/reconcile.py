@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,10 +100,10 @@ def reconcile(
     flows_path: Path,
     *,
     homes: dict[str, Path] | None = None,
-    logs: list[LogSource] = (),  # type: ignore[assignment]
+    logs: Sequence[LogSource] = (),
     stub_log: Path | None = None,
     expect_snapshots: dict[str, int] | None = None,
-    phases: list[Phase] = (),  # type: ignore[assignment]
+    phases: Sequence[Phase] = (),
     launch: str | None = None,
     empty_ok: bool = False,
 ) -> Reconciliation:
