@@ -1,6 +1,6 @@
 """Benchmark the tenancy addon against plain mitmdump and a direct connection, side by side in one run.
 
-    .venv/bin/python bench/proxy.py [--quick] [--rounds N]
+    .venv/bin/python bench/proxy.py [--quick] [--rounds N] [--ref GIT_REF] [--kinds sse] [--sizes 256] [--conc 1,8]
 
 A minimal asyncio stub (a child process; HTTP and HTTPS) answers every POST with a JSON body or an SSE
 stream (1 KiB events) of the size the query asks for. A bounded keep-alive load client (asyncio, 1/8/32
@@ -13,10 +13,16 @@ registry the addon loads), through
 - `addon-rev`:  the same with `-s addons/tenancy.py` (registry, ledger);
 - `plain-fwd`:  `mitmdump` regular mode, `connection_strategy=lazy`: CONNECT, TLS with the CA of a temp
                 confdir, upstream TLS to the stub (`ssl_insecure`; the stub's certificate is throw-away);
-- `addon-fwd`:  the same with the addon: CONNECT `<tenant>.llm.test:443`, routed to the stub by the addon.
+- `addon-fwd`:  the same with the addon: CONNECT `<tenant>.llm.test:443`, routed to the stub by the addon;
+- `stream-rev`, `stream-fwd` (SSE cells only): plain mitmdump with `-s bench/stream_sse.py`, which streams
+                `text/event-stream` responses as the addon does (plain mitmdump buffers a stream): the fair
+                baseline for SSE;
+- `old-rev`, `old-fwd` (with `--ref`): the addon and harness of that git ref (`git archive` into the temp
+                dir), so the old and the new addon are compared in the same run.
 
 The configurations run interleaved (round r runs every configuration once, in an order rotated by r), and
-what is printed is req/s, p50/p99 latency and the ratio addon/plain of the same round (median over rounds).
+what is printed is req/s, p50/p99 latency and the ratios addon/plain and (SSE) addon/stream of the same round
+(median over rounds).
 Then the SSE first-token delay: a stream of 10 events 20 ms apart, one request at a time, every
 configuration in turn; the first event's arrival against the last one's shows whether a proxy buffers.
 Everything listens on 127.0.0.1; every child is stopped by its pid at the end.
@@ -49,7 +55,7 @@ from cryptography.hazmat.primitives import serialization
 from hooks import FILLER, make_registry, request_body
 from mitmproxy import certs
 
-from harness.proxy import ADDON, REPO, free_port, mitmdump_binary
+from harness.proxy import REPO, free_port, mitmdump_binary
 from harness.registry import Registry
 
 KiB = 1024
@@ -57,8 +63,15 @@ EVENT = 1024  # bytes per SSE event
 SIZES = (1 * KiB, 256 * KiB)
 CONCURRENCY = (1, 8, 32)
 KINDS = ("json", "sse")
-CONFIGS = ("direct", "plain-rev", "addon-rev", "plain-fwd", "addon-fwd")
-PAIRS = (("addon-rev", "plain-rev"), ("addon-fwd", "plain-fwd"))
+STREAM_ADDON = Path(__file__).resolve().parent / "stream_sse.py"
+#: Every configuration with an addon, and the configurations it is compared with (those present in a cell).
+BASELINES = {
+    "addon-rev": ("plain-rev", "stream-rev", "old-rev"),
+    "old-rev": ("plain-rev", "stream-rev"),
+    "addon-fwd": ("plain-fwd", "stream-fwd", "old-fwd"),
+    "old-fwd": ("plain-fwd", "stream-fwd"),
+}
+SSE_ONLY = ("stream-rev", "stream-fwd")  # the same as plain-* for JSON bodies
 
 
 # -- the stub (a child process: `bench/proxy.py --stub HTTP_PORT TLS_PORT CERT KEY`) --------------------------
@@ -300,10 +313,6 @@ def mitmdump_argv(confdir: Path, modes: list[str], extra: list[str]) -> list[str
     return argv + extra
 
 
-def addon_args(registry: Path, ledger: Path) -> list[str]:
-    return ["-s", str(ADDON), "--set", f"tenancy_registry={registry}", "--set", f"tenancy_ledger={ledger}"]
-
-
 def stub_cert(confdir: Path) -> tuple[Path, Path]:
     """Create the confdir's CA (mitmdump uses it too) and a throw-away certificate for the stub."""
     store = certs.CertStore.from_store(confdir, "mitmproxy", 2048)
@@ -327,31 +336,37 @@ def _p(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-async def throughput(targets: dict[str, Target], tls: ssl.SSLContext, rounds: int, quick: bool) -> list[str]:
+def _ratios(name: str, got: dict[str, list[Round]]) -> dict[str, float]:
+    """addon/baseline throughput: the median of the per-round ratios, for every baseline in the cell."""
+    return {base: statistics.median(a.rate / b.rate for a, b in zip(got[name], got[base], strict=True))
+            for base in BASELINES.get(name, ()) if base in got}
+
+
+async def throughput(targets: dict[str, Target], tls: ssl.SSLContext, rounds: int, quick: bool,
+                     cells: tuple[list[str], list[int], list[int]]) -> list[str]:
     summary = []
-    print(f"{'body':5} {'size':>7} {'conc':>4}  {'config':10} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}  vs plain")
-    for kind in KINDS:
-        for size in SIZES:
-            for conc in CONCURRENCY:
+    print(f"{'body':5} {'size':>7} {'conc':>4}  {'config':10} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}  ratios")
+    kinds, sizes, concs = cells
+    for kind in kinds:
+        for size in sizes:
+            for conc in concs:
                 base = (150 if quick else 400) if size < 64 * KiB else (24 if quick else 60)
                 total = max(base, (2 if quick else 4) * conc)
                 query = f"kind={kind}&size={size}"
-                results: dict[str, list[Round]] = {name: [] for name in targets}
+                names = [n for n in targets if kind == "sse" or n not in SSE_ONLY]
+                results: dict[str, list[Round]] = {name: [] for name in names}
                 for r in range(rounds):
-                    names = list(targets)
                     for name in names[r % len(names):] + names[: r % len(names)]:
                         results[name].append(await load(targets[name], tls, conc, total, query, size))
                 for name, rs in results.items():
                     lat = [x for res in rs for x in res.latencies]
                     rate = statistics.median(res.rate for res in rs)
-                    ratio = ""
-                    for addon, plain in PAIRS:
-                        if name == addon:
-                            ratios = [a.rate / p.rate for a, p in zip(rs, results[plain], strict=True)]
-                            ratio = f"{statistics.median(ratios):5.2f}x"
-                            summary.append(f"{kind:5} {size // KiB:4d} KiB conc {conc:2d}  {addon}/{plain} {ratio}")
+                    ratios = _ratios(name, results)
+                    shown = "  ".join(f"/{b.split('-')[0]} {x:4.2f}x" for b, x in ratios.items())
+                    if ratios:
+                        summary.append(f"{kind:5} {size // KiB:4d} KiB conc {conc:2d}  {name:9} {shown}")
                     print(f"{kind:5} {size // KiB:4d}KiB {conc:4d}  {name:10} {rate:8.1f} {_ms(_p(lat, 0.5))} "
-                          f"{_ms(_p(lat, 0.99))}  {ratio}")
+                          f"{_ms(_p(lat, 0.99))}  {shown}")
                 print()
     return summary
 
@@ -372,21 +387,38 @@ async def first_token(targets: dict[str, Target], tls: ssl.SSLContext, n: int) -
     for c in conns.values():
         await c.close()
     print(f"SSE first token: 10 events x 1 KiB, 20 ms apart, 1 connection, median of {n} interleaved requests")
-    print(f"{'config':10} {'first ms':>9} {'last ms':>9}  first token added vs direct / vs plain (same request round)")
+    print(f"{'config':10} {'first ms':>9} {'last ms':>9}  first token added vs direct / vs the streaming plain")
     for name, xs in got.items():
         first = statistics.median(f for f, _ in xs)
         whole = statistics.median(w for _, w in xs)
         vs_direct = statistics.median(a[0] - d[0] for a, d in zip(xs, got["direct"], strict=True))
-        plain = dict(PAIRS).get(name)
-        vs_plain = (f"{statistics.median(a[0] - p[0] for a, p in zip(xs, got[plain], strict=True)) * 1e3:+8.2f} ms"
-                    if plain else "")
-        print(f"{name:10} {first * 1e3:9.2f} {whole * 1e3:9.2f}  {vs_direct * 1e3:+8.2f} ms {vs_plain}")
+        stream = next((b for b in BASELINES.get(name, ()) if b in SSE_ONLY), None)
+        vs_stream = (f"{statistics.median(a[0] - p[0] for a, p in zip(xs, got[stream], strict=True)) * 1e3:+8.2f} ms"
+                     if stream else "")
+        print(f"{name:10} {first * 1e3:9.2f} {whole * 1e3:9.2f}  {vs_direct * 1e3:+8.2f} ms {vs_stream}")
+
+
+def old_tree(ref: str, root: Path) -> Path:
+    """`addons/` and `harness/` of git `ref`, extracted under `root` (the working tree is not touched)."""
+    root.mkdir()
+    archive = subprocess.run(["git", "-C", str(REPO), "archive", ref, "addons", "harness"],
+                             check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(root)], input=archive, check=True)
+    return root
+
+
+def _ints(text: str) -> list[int]:
+    return [int(x) for x in text.split(",")]
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests and rounds (about 2 minutes)")
     ap.add_argument("--rounds", type=int, help="rounds per cell (default 3, --quick 2)")
+    ap.add_argument("--ref", help="also run the addon of this git ref (old-rev, old-fwd), e.g. HEAD")
+    ap.add_argument("--kinds", default=",".join(KINDS), help="body kinds (default json,sse)")
+    ap.add_argument("--sizes", default=",".join(str(x // KiB) for x in SIZES), help="body KiB (default 1,256)")
+    ap.add_argument("--conc", default=",".join(map(str, CONCURRENCY)), help="connections (default 1,8,32)")
     ap.add_argument("--stub", nargs=4, metavar=("HTTP_PORT", "TLS_PORT", "CERT", "KEY"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.stub:
@@ -394,6 +426,7 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(serve_stub(int(a.stub[0]), int(a.stub[1]), a.stub[2], a.stub[3]))
         return 0
     rounds = a.rounds or (2 if a.quick else 3)
+    cells = (a.kinds.split(","), [x * KiB for x in _ints(a.sizes)], _ints(a.conc))
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
         root = Path(tmp)
@@ -404,54 +437,68 @@ def main(argv: list[str] | None = None) -> int:
             http_port, tls_port = free_port(), free_port()
             procs.append(spawn([sys.executable, __file__, "--stub", str(http_port), str(tls_port), str(cert), str(key)],
                                [http_port, tls_port], root / "stub.log"))
-            rev = make_registry(root / "rev", upstream=f"http://127.0.0.1:{http_port}")
-            for t in rev:
-                t.route = {"listen": free_port()}
+            upstream = f"reverse:http://127.0.0.1:{http_port}"
+            lazy = ["--set", "connection_strategy=lazy", "--set", "ssl_insecure=true"]
+            trees = {"addon": REPO} | ({"old": old_tree(a.ref, root / "old")} if a.ref else {})
             fwd = make_registry(root / "fwd", upstream=f"https://127.0.0.1:{tls_port}")
             for t in fwd:
                 t.route = {"host": f"{t.name}.llm.test"}
-            for reg, name in ((rev, "rev"), (fwd, "fwd")):
-                reg.validate()
-                reg.save(root / f"registry-{name}.yaml")
-            plain_ports = [free_port() for _ in rev]
-            fwd_plain, fwd_addon = free_port(), free_port()
-            upstream = f"reverse:http://127.0.0.1:{http_port}"
-            env = {**os.environ, "PYTHONPATH": str(REPO)}
-            lazy = ["--set", "connection_strategy=lazy", "--set", "ssl_insecure=true"]
-            rev_ports = [t.listen for t in rev if t.listen is not None]
-            launches = [
-                (mitmdump_argv(confdir, [f"{upstream}@127.0.0.1:{p}" for p in plain_ports], []), plain_ports),
-                (mitmdump_argv(confdir, [f"{upstream}@127.0.0.1:{p}" for p in rev_ports],
-                               addon_args(root / "registry-rev.yaml", root / "ledger-rev.jsonl")), rev_ports),
-                (mitmdump_argv(confdir, [f"regular@127.0.0.1:{fwd_plain}"], lazy), [fwd_plain]),
-                (mitmdump_argv(confdir, [f"regular@127.0.0.1:{fwd_addon}"],
-                               lazy + addon_args(root / "registry-fwd.yaml", root / "ledger-fwd.jsonl")), [fwd_addon]),
-            ]
-            for i, (cmd, ports) in enumerate(launches):
-                procs.append(spawn(cmd, ports, root / f"mitmdump-{i}.log", env))
-            targets = {
-                "direct": Target("direct", rev, [http_port]),
-                "plain-rev": Target("plain-rev", rev, plain_ports),
-                "addon-rev": Target("addon-rev", rev, rev_ports),
-                "plain-fwd": Target("plain-fwd", fwd, [fwd_plain], lambda i: f"127.0.0.1:{tls_port}"),
-                "addon-fwd": Target("addon-fwd", fwd, [fwd_addon], lambda i: f"{fwd.names()[i % 8]}.llm.test:443"),
-            }
+            fwd.validate()
+            fwd.save(root / "registry-fwd.yaml")
+            targets: dict[str, Target] = {}
+            for name in ("direct", "plain", "stream", *trees):
+                # one registry per reverse configuration: the addon attributes a flow by its listener's port
+                rev = make_registry(root / f"rev-{name}", upstream=f"http://127.0.0.1:{http_port}")
+                for t in rev:
+                    t.route = {"listen": free_port()}
+                rev.validate()
+                rev.save(root / f"registry-{name}-rev.yaml")
+                if name == "direct":
+                    targets["direct"] = Target("direct", rev, [http_port])
+                    continue
+                ports = [t.listen for t in rev if t.listen is not None]
+                fwd_port = free_port()
+                tree = trees.get(name)
+                env = {**os.environ, "PYTHONPATH": str(tree or REPO)}
+                fwd.save(root / f"registry-{name}-fwd.yaml")
+                for topo, modes, extra, reg, listen in (
+                    ("rev", [f"{upstream}@127.0.0.1:{p}" for p in ports], [], rev, ports),
+                    ("fwd", [f"regular@127.0.0.1:{fwd_port}"], lazy, fwd, [fwd_port]),
+                ):
+                    if tree is not None:
+                        extra = [*extra, "-s", str(tree / "addons" / "tenancy.py"),
+                                 "--set", f"tenancy_registry={root / f'registry-{name}-{topo}.yaml'}",
+                                 "--set", f"tenancy_ledger={root / f'ledger-{name}-{topo}.jsonl'}"]
+                    elif name == "stream":
+                        extra = [*extra, "-s", str(STREAM_ADDON)]
+                    procs.append(spawn(mitmdump_argv(confdir, modes, extra), listen,
+                                       root / f"mitmdump-{name}-{topo}.log", env))
+                    connect = None
+                    if topo == "fwd":
+                        connect = (lambda i: f"{fwd.names()[i % 8]}.llm.test:443") if tree else (
+                            lambda i: f"127.0.0.1:{tls_port}")
+                    targets[f"{name}-{topo}"] = Target(f"{name}-{topo}", reg, listen, connect)
+            order = ["direct", "plain-rev", "stream-rev", "addon-rev", "old-rev",
+                     "plain-fwd", "stream-fwd", "addon-fwd", "old-fwd"]
+            targets = {name: targets[name] for name in order if name in targets}
             tls = ssl.create_default_context(cafile=str(confdir / "mitmproxy-ca-cert.pem"))
-            canaries = len(rev[rev.names()[0]].all_canaries())
-            print(f"mitmproxy {mitmproxy.version.VERSION}; {len(rev.names())} tenants x {canaries} canaries; "
-                  f"{rounds} interleaved rounds per cell; {os.cpu_count()} CPUs")
-            summary = asyncio.run(throughput(targets, tls, rounds, a.quick))
+            canaries = len(fwd[fwd.names()[0]].all_canaries())
+            print(f"mitmproxy {mitmproxy.version.VERSION}; {len(fwd.names())} tenants x {canaries} canaries; "
+                  f"{rounds} interleaved rounds per cell; {os.cpu_count()} CPUs"
+                  + (f"; old = {a.ref}" if a.ref else ""))
+            summary = asyncio.run(throughput(targets, tls, rounds, a.quick, cells))
             asyncio.run(first_token(targets, tls, 20 if a.quick else 50))
         finally:
             for proc in procs:
                 stop(proc)
         flagged = seen = 0
-        for name in ("rev", "fwd"):
-            for line in (root / f"ledger-{name}.jsonl").read_text().splitlines():
+        for path in sorted(root.glob("ledger-*.jsonl")):
+            for line in path.read_text().splitlines():
                 seen += 1
                 flagged += json.loads(line)["flagged"]
         print(f"\naddon ledgers: {seen} flows, {flagged} flagged (expected 0: every request is the tenant's own)")
-        print("addon/plain throughput (median of per-round ratios):")
+        print("addon/baseline throughput (median of per-round ratios; /plain, /stream: plain mitmdump, "
+              "buffering or streaming SSE; /old: the addon of --ref):")
         print("\n".join(f"  {line}" for line in summary))
     return 0
 
