@@ -13,6 +13,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from mitmproxy import ctx as mitmproxy_ctx
 from mitmproxy import exceptions, flowfilter, http, io
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow
@@ -101,13 +102,18 @@ def respond(f: http.HTTPFlow, content: bytes | str, ctype: str = "application/js
     f.response.raw_content = content.encode() if isinstance(content, str) else content
 
 
+def hook(method, f: http.HTTPFlow) -> None:
+    """Call one of the addon's (async) hooks to completion on the test context's event loop."""
+    mitmproxy_ctx.master.event_loop.run_until_complete(method(f))
+
+
 def run(addon, f: http.HTTPFlow, response: bytes | str | None = b'{"ok": true}') -> http.HTTPFlow:
-    addon.request(f)
+    hook(addon.request, f)
     if f.response is None and response is not None:
         respond(f, response)
         addon.responseheaders(f)
     if f.response is not None:
-        addon.response(f)
+        hook(addon.response, f)
     return f
 
 
@@ -270,14 +276,14 @@ def sse(*pieces: str) -> bytes:
 
 def stream_through(addon, f: http.HTTPFlow, body: bytes, chunk: int = 7) -> list[bytes]:
     """What the proxy core does with a streamed response: headers hook, chunks via .stream, response hook."""
-    addon.request(f)
+    hook(addon.request, f)
     f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
     f.response.data.content = None
     addon.responseheaders(f)
     assert callable(f.response.stream)
     out = [f.response.stream(body[i:i + chunk]) for i in range(0, len(body), chunk)]
     out.append(f.response.stream(b""))
-    addon.response(f)
+    hook(addon.response, f)
     return out
 
 
@@ -322,10 +328,10 @@ def test_forward_routes_to_the_tenants_upstream(tctx, addon, reg, tmp_path):
 
 def test_egress_flag_records_and_lets_through(tctx, addon, reg):
     f = forward_flow("api.openai.com", {"k": reg["gamma"].canaries["memory"]})
-    addon.request(f)
+    hook(addon.request, f)
     assert f.response is None and f.request.host == "api.openai.com"
     respond(f, "{}")
-    addon.response(f)
+    hook(addon.response, f)
     assert kinds(f) == ["egress", "request_leak"] and f.marked
     egress = f.metadata["tenancy"]["findings"][0]
     assert egress["victim"] is None and egress["seen_in"] is None and "api.openai.com" in egress["detail"]
@@ -334,17 +340,17 @@ def test_egress_flag_records_and_lets_through(tctx, addon, reg):
 def test_egress_block_answers_403_without_an_upstream(tctx, addon, tmp_path):
     tctx.configure(addon, tenancy_egress="block")
     f = forward_flow("evil.example")
-    addon.request(f)
+    hook(addon.request, f)
     assert f.response.status_code == 403 and b"egress to evil.example blocked" in f.response.content
-    addon.response(f)
+    hook(addon.response, f)
     assert kinds(f) == ["egress"] and ledger(tmp_path)[0]["status"] == 403
     connect = tflow.tflow(req=http.Request.make("CONNECT", "http://evil.example:443/"))
     connect.request.host, connect.request.port = "evil.example", 443
-    addon.http_connect(connect)
+    hook(addon.http_connect, connect)
     assert connect.response.status_code == 403
     assert [[x["kind"] for x in line["findings"]] for line in ledger(tmp_path)] == [["egress"], ["egress"]]
     ok = tflow.tflow(req=http.Request.make("CONNECT", "http://gamma.test:443/"))
-    addon.http_connect(ok)
+    hook(addon.http_connect, ok)
     assert ok.response is None
 
 
@@ -354,13 +360,13 @@ def test_egress_block_answers_403_without_an_upstream(tctx, addon, tmp_path):
 def test_registry_reload_picks_up_new_canaries_and_survives_a_broken_file(tctx, addon, reg, regfile, caplog):
     minted = "fresh-canary-beta-0123456789"
     first = reverse_flow("alpha", {"m": minted})
-    addon.request(first)  # in flight while the registry changes
+    hook(addon.request, first)  # in flight while the registry changes
     reg.add_canary("beta", "late", minted)
     reg.save(regfile)
     second = run(addon, reverse_flow("alpha", {"m": minted}))
     assert kinds(second) == ["request_leak"] and second.metadata["tenancy"]["findings"][0]["canary"] == "late"
     respond(first, "{}")
-    addon.response(first)
+    hook(addon.response, first)
     assert kinds(first) == ["request_leak"]  # the in-flight flow is still finished and recorded
     regfile.write_text("version: 1\ntenants: [broken\n")
     with caplog.at_level(logging.ERROR, logger="tenancy"):
@@ -426,9 +432,9 @@ def test_filters_find_flagged_flows_and_tenants(tctx, addon, reg):
 
 def test_error_flows_get_a_ledger_line(tctx, addon, reg, tmp_path):
     f = reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key)
-    addon.request(f)
+    hook(addon.request, f)
     f.error = tflow.terr("connection refused")
-    addon.error(f)
+    hook(addon.error, f)
     (line,) = ledger(tmp_path)
     assert line["status"] is None and line["response_bytes"] is None and line["error"] == "connection refused"
 
