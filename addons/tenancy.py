@@ -7,9 +7,10 @@ Thin glue over `harness.inspect` (the detection core the offline reconciler uses
 finding is marked, commented, logged at WARNING and carries its findings in `flow.metadata["tenancy"]`;
 every flow is one line of the JSONL ledger. See docs/addon.md.
 
-The hooks are coroutines: a body of `OFFLOAD_BYTES` or more is scanned in a worker thread (the matcher
-releases the GIL), so mitmproxy's event loop keeps proxying other flows on the other core meanwhile. A flow
-still waits for its own inspection, exactly as before: nothing is forwarded or saved earlier.
+The hooks are coroutines: while other flows are in flight, a body of `OFFLOAD_BYTES` or more is scanned in a
+worker thread (the matcher releases the GIL), so mitmproxy's event loop keeps proxying them on the other
+core meanwhile; a lone flow is scanned inline, which is quicker than the trip to a thread. A flow still
+waits for its own inspection, exactly as before: nothing is forwarded or saved earlier.
 """
 
 from __future__ import annotations
@@ -158,7 +159,7 @@ class Tenancy:
             elif tenant is not None and tenant.upstream:
                 _route_to(flow.request, tenant.upstream)
         flow.request.headers[FLOW_HEADER] = flow.id
-        report = await _run(inspect.flow_request_inspection(registry, matcher, flow), matcher)
+        report = await _run(inspect.flow_request_inspection(registry, matcher, flow), matcher, bool(self._inflight))
         self._inflight[flow.id] = (_request_state(flow, matcher), report)
         flow.metadata["tenancy"] = {"tenant": report.tenant, "route": report.route, "kind": report.kind}
         if report.findings:
@@ -185,7 +186,8 @@ class Tenancy:
             flow.response.data.content = bytes(flow.response.stream.data)  # saved flows keep the stream
             flow.response.stream = False
         known = inflight[1] if inflight and inflight[0] == _request_state(flow, matcher) else None
-        report = await _run(inspect.flow_inspection(registry, matcher, flow, request=known), matcher)
+        inspection = inspect.flow_inspection(registry, matcher, flow, request=known)
+        report = await _run(inspection, matcher, bool(self._inflight))
         entry = report.ledger_entry()
         flow.metadata["tenancy"] = {k: v for k, v in entry.items() if k not in ("time", "flow")}
         if report.findings:
@@ -236,12 +238,12 @@ class Tenancy:
         logging.log(ALERT, f"tenancy: wrote {len(self.findings)} findings to {path}")
 
 
-async def _run[T](inspection: inspect.Inspection[T], matcher: Matcher) -> T:
-    """`inspect.run`, scanning big buffers in a worker thread while the event loop serves other flows."""
+async def _run[T](inspection: inspect.Inspection[T], matcher: Matcher, offload: bool) -> T:
+    """`inspect.run`; with `offload` (other flows in flight), big buffers are scanned in a worker thread."""
     try:
         buffers = next(inspection)
         while True:
-            if sum(map(len, buffers)) >= OFFLOAD_BYTES:
+            if offload and sum(map(len, buffers)) >= OFFLOAD_BYTES:
                 buffers = inspection.send(await asyncio.to_thread(matcher.find_all, buffers))
             else:
                 buffers = inspection.send(matcher.find_all(buffers))

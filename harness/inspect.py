@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import sys
 import zlib
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -157,20 +157,36 @@ def sse_streams(data: bytes) -> dict[str, str]:
             event = json.loads(line[5:])
         except ValueError:
             continue
-        for path, text in _strings(event, ""):
-            streams.setdefault(path, []).append(text)
+        if isinstance(event, str):
+            streams.setdefault("", []).append(event)
+        elif isinstance(event, dict | list):
+            _collect(event, "", streams)
     return {path: "".join(parts) for path, parts in streams.items() if len(parts) > 1}
 
 
-def _strings(node: Any, path: str) -> Iterator[tuple[str, str]]:
-    if isinstance(node, str):
-        yield path, node
-    elif isinstance(node, dict):
-        for key, value in node.items():
-            yield from _strings(value, f"{path}.{key}" if path else str(key))
-    elif isinstance(node, list):
-        for i, value in enumerate(node):
-            yield from _strings(value, f"{path}[{i}]")
+def _collect(node: dict[str, Any] | list[Any], path: str, streams: dict[str, list[str]]) -> None:
+    """Append every string under `node` to `streams[its path]`, in document order. The paths of other
+    leaves are never built: this walk is half of the reassembly's cost."""
+    pairs = node.items() if isinstance(node, dict) else enumerate(node)
+    for key, value in pairs:
+        if isinstance(value, str):
+            sub = (f"{path}.{key}" if path else key) if isinstance(node, dict) else f"{path}[{key}]"
+            if sub in streams:
+                streams[sub].append(value)
+            else:
+                streams[sub] = [value]
+        elif isinstance(value, dict | list):
+            _collect(value, (f"{path}.{key}" if path else key) if isinstance(node, dict) else f"{path}[{key}]",
+                     streams)
+
+
+def _utf8(text: str) -> bytes:
+    """`text` as the bytes it came from (surrogateescape). A lone surrogate from a JSON escape (`"\\ud83d"`,
+    or a pair cut across two events) cannot be written so; it is then written as surrogatepass does."""
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
 
 
 def _label(body_encoding: str | None, hit: Hit) -> str:
@@ -368,7 +384,7 @@ def response_inspection(
     scan = _Scan(matcher, flow_id, tenant, "response", "response_leak")
     scan.headers(headers, "response")
     streams = sse_streams(decoded.data) if streamed and not decoded.note else {}
-    texts = [text.encode("utf-8", "surrogateescape") for text in streams.values()]
+    texts = [_utf8(text) for text in streams.values()]
     body_hits, *text_hits = yield [decoded.data, *texts]
     scan.body(decoded, "response.body", body_hits)
     for path, text, hits in zip(streams, texts, text_hits, strict=True):

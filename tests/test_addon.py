@@ -10,6 +10,7 @@ import json
 import logging
 import os
 import stat
+import threading
 from pathlib import Path
 
 import pytest
@@ -298,6 +299,40 @@ def test_sse_is_passed_through_chunk_by_chunk_and_inspected_reassembled(tctx, ad
     assert finding["kind"] == "response_leak" and finding["canary"] == "workdir"
     assert finding["location"].startswith(f"flow:{f.id}:response.sse.choices[0].delta.content@")
     assert f.metadata["tenancy"]["streamed"] is True
+
+
+def test_sse_with_lone_surrogates_is_inspected_not_crashed(tctx, addon, reg, tmp_path):
+    secret = reg["beta"].canaries["workdir"]
+    body = b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in (
+        {"c": "\ud83d"}, {"c": "\ude00 " + secret[:9]}, {"c": secret[9:] + " \ud800"}))  # as "\\ud83d"
+    f = reverse_flow("alpha", main_turn(reg, "alpha", stream=True), key=reg["alpha"].key)
+    stream_through(addon, f, body)
+    (finding,) = f.metadata["tenancy"]["findings"]
+    assert finding["canary"] == "workdir" and finding["location"].startswith(f"flow:{f.id}:response.sse.c@")
+    assert [line["flow"] for line in ledger(tmp_path)] == [f.id]
+
+
+def test_big_bodies_scanned_off_the_event_loop_find_the_same(tctx, addon, reg, monkeypatch):
+    threads = []
+    find_all = Matcher.find_all
+
+    def spy(self: Matcher, buffers: list[bytes]) -> list:
+        threads.append(threading.get_ident())
+        return find_all(self, buffers)
+
+    monkeypatch.setattr(Matcher, "find_all", spy)
+    other = reverse_flow("beta", main_turn(reg, "beta"), key=reg["beta"].key)
+    hook(addon.request, other)  # in flight: the next flow's big scans go to a worker thread
+    secret, soul = reg["beta"].canaries["workdir"], reg["beta"].canaries["soul"]
+    pad = "x" * tenancy.OFFLOAD_BYTES
+    body = sse(pad, "cwd is ", secret[:10], secret[10:], pad)
+    f = reverse_flow("alpha", main_turn(reg, "alpha", stream=True, messages=[{"content": pad + soul}]),
+                     key=reg["alpha"].key)
+    stream_through(addon, f, body, chunk=4096)
+    assert kinds(f) == ["request_leak", "response_leak"]
+    assert threading.get_ident() not in threads[-2:]  # the request's and the response's scans
+    assert [x.to_dict() for x in inspect.inspect_flow(reg, Matcher.for_registry(reg), f).findings] == (
+        f.metadata["tenancy"]["findings"])
 
 
 def test_clean_sse_is_not_flagged(tctx, addon, reg):
