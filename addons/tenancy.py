@@ -6,16 +6,10 @@
 Thin glue over `harness.inspect` (the detection core the offline reconciler uses too). A flow with a
 finding is marked, commented, logged at WARNING and carries its findings in `flow.metadata["tenancy"]`;
 every flow is one line of the JSONL ledger. See docs/addon.md.
-
-The hooks are coroutines: while other flows are in flight, a body of `OFFLOAD_BYTES` or more is scanned in a
-worker thread (the matcher releases the GIL), so mitmproxy's event loop keeps proxying them on the other
-core meanwhile; a lone flow is scanned inline, which is quicker than the trip to a thread. A flow still
-waits for its own inspection, exactly as before: nothing is forwarded or saved earlier.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
@@ -42,8 +36,6 @@ from harness.stubs import FLOW_HEADER
 log = logging.getLogger("tenancy")
 EGRESS_CHOICES = ("flag", "block")
 MARK = ":warning:"
-#: Scans of at least this many bytes run in a worker thread; below it the hop costs more than it frees.
-OFFLOAD_BYTES = 64 * 1024
 
 
 class _StreamTap:
@@ -137,30 +129,29 @@ class Tenancy:
             self._stamp = stamp
             log.error(f"tenancy: keeping the previous registry: {exc}")
 
-    async def http_connect(self, flow: http.HTTPFlow) -> None:
+    def http_connect(self, flow: http.HTTPFlow) -> None:
         """Block a CONNECT to a host no tenant owns before anything is dialled (when egress is `block`)."""
         if self.registry is None or ctx.options.tenancy_egress != "block":
             return
         self._maybe_reload()
         if inspect.tenant_for(self.registry, host=flow.request.pretty_host) is None:
             self._block(flow)
-            await self._finish(flow)
+            self._finish(flow)
 
-    async def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> None:
         if self.registry is None or self.matcher is None or flow.response or flow.error:
             return
         self._maybe_reload()
-        registry, matcher = self.registry, self.matcher  # another flow's hook may reload while this one waits
         route = inspect.route_of(flow)
-        tenant = inspect.tenant_for(registry, listen_port=route.listen_port, host=route.host)
+        tenant = inspect.tenant_for(self.registry, listen_port=route.listen_port, host=route.host)
         if route.topology == "forward":
             if tenant is None and ctx.options.tenancy_egress == "block":
                 self._block(flow)
             elif tenant is not None and tenant.upstream:
                 _route_to(flow.request, tenant.upstream)
         flow.request.headers[FLOW_HEADER] = flow.id
-        report = await _run(inspect.flow_request_inspection(registry, matcher, flow), matcher, bool(self._inflight))
-        self._inflight[flow.id] = (_request_state(flow, matcher), report)
+        report = inspect.inspect_flow_request(self.registry, self.matcher, flow)
+        self._inflight[flow.id] = (_request_state(flow, self.matcher), report)
         flow.metadata["tenancy"] = {"tenant": report.tenant, "route": report.route, "kind": report.kind}
         if report.findings:
             flow.marked = MARK
@@ -171,23 +162,21 @@ class Tenancy:
         if "text/event-stream" in flow.response.headers.get("content-type", "").lower():
             flow.response.stream = _StreamTap()
 
-    async def response(self, flow: http.HTTPFlow) -> None:
-        await self._finish(flow)
+    def response(self, flow: http.HTTPFlow) -> None:
+        self._finish(flow)
 
-    async def error(self, flow: http.HTTPFlow) -> None:
-        await self._finish(flow)
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._finish(flow)
 
-    async def _finish(self, flow: http.HTTPFlow) -> None:
+    def _finish(self, flow: http.HTTPFlow) -> None:
         inflight = self._inflight.pop(flow.id, None)
-        registry, matcher = self.registry, self.matcher
-        if registry is None or matcher is None or "tenancy" not in flow.metadata:
+        if self.registry is None or self.matcher is None or "tenancy" not in flow.metadata:
             return
         if flow.response is not None and isinstance(flow.response.stream, _StreamTap):
             flow.response.data.content = bytes(flow.response.stream.data)  # saved flows keep the stream
             flow.response.stream = False
-        known = inflight[1] if inflight and inflight[0] == _request_state(flow, matcher) else None
-        inspection = inspect.flow_inspection(registry, matcher, flow, request=known)
-        report = await _run(inspection, matcher, bool(self._inflight))
+        known = inflight[1] if inflight and inflight[0] == _request_state(flow, self.matcher) else None
+        report = inspect.inspect_flow(self.registry, self.matcher, flow, request=known)
         entry = report.ledger_entry()
         flow.metadata["tenancy"] = {k: v for k, v in entry.items() if k not in ("time", "flow")}
         if report.findings:
@@ -236,19 +225,6 @@ class Tenancy:
         except OSError as exc:
             raise exceptions.CommandError(f"tenancy.report: cannot write {path}: {exc.strerror}") from None
         logging.log(ALERT, f"tenancy: wrote {len(self.findings)} findings to {path}")
-
-
-async def _run[T](inspection: inspect.Inspection[T], matcher: Matcher, offload: bool) -> T:
-    """`inspect.run`; with `offload` (other flows in flight), big buffers are scanned in a worker thread."""
-    try:
-        buffers = next(inspection)
-        while True:
-            if offload and sum(map(len, buffers)) >= OFFLOAD_BYTES:
-                buffers = inspection.send(await asyncio.to_thread(matcher.find_all, buffers))
-            else:
-                buffers = inspection.send(matcher.find_all(buffers))
-    except StopIteration as done:
-        return done.value
 
 
 _RequestState = tuple[Matcher, bytes | None, bytes, bytes, bytes, str, tuple[tuple[bytes, bytes], ...]]

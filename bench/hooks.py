@@ -6,15 +6,12 @@ A registry of 8 tenants x 12 canaries; one reverse-mode main turn whose request 
 (JSON, or SSE passed through the stream tap) are `--kib` KiB and carry the tenant's own canaries. Prints
 the time per flow of request + responseheaders + response, the request and response hooks separately, and
 the share of it that is the matcher's scan (the floor: every byte must be scanned once), JSON and SSE
-interleaved in the same run. The hooks are coroutines; each is run to completion on the test context's
-event loop, so a scan that goes to a worker thread counts in full. `--profile` prints the top of a cProfile
-of the hooks.
+interleaved in the same run. `--profile` prints the top of a cProfile of the hooks.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import cProfile
 import importlib.util
 import json
@@ -99,8 +96,7 @@ def _addon_module():
     return module
 
 
-def one_flow(addon, loop: asyncio.AbstractEventLoop, reg: Registry, tenant: str, body: bytes,
-             response: bytes | list[bytes]) -> tuple[float, float]:
+def one_flow(addon, reg: Registry, tenant: str, body: bytes, response: bytes | list[bytes]) -> tuple[float, float]:
     """(request hook seconds, responseheaders + stream + response hook seconds) of one flow."""
     port = reg[tenant].listen
     hdrs = {"content-type": "application/json", "authorization": f"Bearer {reg[tenant].key}"}
@@ -109,7 +105,7 @@ def one_flow(addon, loop: asyncio.AbstractEventLoop, reg: Registry, tenant: str,
     f.client_conn.proxy_mode = ProxyMode.parse(f"reverse:http://127.0.0.1:9@{port}")
     f.response = None
     t0 = time.perf_counter()
-    loop.run_until_complete(addon.request(f))
+    addon.request(f)
     t1 = time.perf_counter()
     sse = isinstance(response, list)
     ctype = "text/event-stream" if sse else "application/json"
@@ -121,7 +117,7 @@ def one_flow(addon, loop: asyncio.AbstractEventLoop, reg: Registry, tenant: str,
     if sse:
         for event in response:
             f.response.stream(event)
-    loop.run_until_complete(addon.response(f))
+    addon.response(f)
     t3 = time.perf_counter()
     assert not f.marked, f.metadata["tenancy"]["findings"]
     return t1 - t0, t3 - t2
@@ -153,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
             scan: dict[str, list[float]] = {k: [] for k in cases}
             for _ in range(a.rounds):  # interleaved: json, sse, json, sse ...
                 for kind, resp in cases.items():
-                    req_s, resp_s = one_flow(addon, ctx.master.event_loop, reg, "t0", body, resp)
+                    req_s, resp_s = one_flow(addon, reg, "t0", body, resp)
                     times[kind][0].append(req_s)
                     times[kind][1].append(resp_s)
                     data = resp if isinstance(resp, bytes) else b"".join(resp)
@@ -169,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                 ratio = statistics.median(flow) / statistics.median(scan[kind])
                 print(f"{kind:5} {_ms(req):>11} {_ms(resp):>12} {_ms(flow):>8} {_ms(scan[kind]):>8} {ratio:9.2f}x")
             if a.profile:
-                run: Callable[[], object] = lambda: [one_flow(addon, ctx.master.event_loop, reg, "t0", body, r)  # noqa: E731
+                run: Callable[[], object] = lambda: [one_flow(addon, reg, "t0", body, r)  # noqa: E731
                                                      for _ in range(50) for r in cases.values()]
                 prof = cProfile.Profile()
                 prof.runcall(run)

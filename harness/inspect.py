@@ -4,10 +4,6 @@ Everything here works on plain data (route, method, path, header pairs, raw body
 is the one adapter from a mitmproxy `HTTPFlow` (live or read back from a `.mitm` file). Bodies are decoded
 from their content-encoding with a bounded output; whatever cannot be decoded or parsed is scanned as the
 raw bytes it is, so no body can crash an inspection or hide from it.
-
-`inspect_flow` runs an `Inspection`: a generator that yields the big buffers it needs scanned
-(bodies, reassembled streams) and is sent their hits, so that the live addon can run `Matcher.find`, which
-releases the GIL, in a worker thread instead of on mitmproxy's event loop; `run` scans them inline.
 """
 
 from __future__ import annotations
@@ -15,7 +11,7 @@ from __future__ import annotations
 import json
 import sys
 import zlib
-from collections.abc import Generator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -38,18 +34,6 @@ MAX_BODY = 16 * 1024 * 1024
 #: Headers that carry a provider credential (OpenAI `Authorization: Bearer`, Azure/Anthropic style keys).
 KEY_HEADERS = ("authorization", "api-key", "x-api-key")
 Headers = Sequence[tuple[str, str]]
-#: Yields the buffers to scan, is sent their hits (one list per buffer, in order), returns its report.
-type Inspection[T] = Generator[list[bytes], list[list[Hit]], T]
-
-
-def run[T](inspection: Inspection[T], matcher: Matcher) -> T:
-    """Drive an inspection to its report, scanning every buffer it asks for inline."""
-    try:
-        buffers = next(inspection)
-        while True:
-            buffers = inspection.send(matcher.find_all(buffers))
-    except StopIteration as done:
-        return done.value
 
 
 @dataclass(frozen=True)
@@ -216,10 +200,8 @@ class _Scan:
         skip: frozenset[tuple[str, str]] = frozenset(),
         offsets: bool = True,
         only_new: bool = False,
-        hits: list[Hit] | None = None,
     ) -> None:
-        """Record a finding for each foreign canary in `data`; `hits` is `matcher.find(data)` if done."""
-        for hit in self.matcher.find(data) if hits is None else hits:
+        for hit in self.matcher.find(data):
             ident = (hit.tenant, hit.kind)
             if hit.tenant == self.tenant or ident in skip or (only_new and ident in self.seen):
                 continue
@@ -245,8 +227,8 @@ class _Scan:
             self.scan(f"{name}: {value}".encode("utf-8", "surrogateescape"), f"{prefix}.headers.{name.lower()}",
                       skip=own_skip, offsets=False)
 
-    def body(self, body: Body, part: str, hits: list[Hit], skip: frozenset[tuple[str, str]] = frozenset()) -> None:
-        self.scan(body.data, part, encoding=body.encoding, skip=skip, hits=hits)
+    def body(self, body: Body, part: str, skip: frozenset[tuple[str, str]] = frozenset()) -> None:
+        self.scan(body.data, part, encoding=body.encoding, skip=skip)
 
 
 @dataclass
@@ -296,7 +278,7 @@ def request_kind(path: str, doc: Any) -> str:
     return "main" if isinstance(doc, dict) and doc.get("tools") else "aux"
 
 
-def request_inspection(
+def inspect_request(
     registry: Registry,
     matcher: Matcher,
     *,
@@ -306,9 +288,8 @@ def request_inspection(
     path: str,
     headers: Headers,
     body: bytes | None,
-) -> Inspection[RequestReport]:
-    """Attribute and check one request (`wrong_key`, `wrong_model`, `request_leak`, `egress`); it asks for
-    the scan of the decoded body."""
+) -> RequestReport:
+    """Attribute and check one request: `wrong_key`, `wrong_model`, `request_leak`, `egress`."""
     tenant = tenant_for(registry, listen_port=route.listen_port, host=route.host)
     name = tenant.name if tenant else None
     decoded = decode_body(body, header(headers, "content-encoding"))
@@ -359,13 +340,12 @@ def request_inspection(
     scan = _Scan(matcher, flow_id, name, "request", "request_leak")
     scan.scan(path.encode("utf-8", "surrogateescape"), "request.path", offsets=False)
     scan.headers(headers, "request", frozenset(skip_headers))
-    (hits,) = yield [decoded.data]
-    scan.body(decoded, "request.body", hits, frozenset(skip_body))
+    scan.body(decoded, "request.body", frozenset(skip_body))
     report.findings += scan.findings
     return report
 
 
-def response_inspection(
+def inspect_response(
     matcher: Matcher,
     *,
     flow_id: str,
@@ -374,21 +354,18 @@ def response_inspection(
     headers: Headers,
     body: bytes | None,
     error: str | None = None,
-) -> Inspection[ResponseReport]:
-    """Check one response (JSON, SSE or anything else) for another tenant's canary (`response_leak`); it
-    asks for the scans of the decoded body and of the reassembled streams."""
+) -> ResponseReport:
+    """Check one response (JSON, SSE or anything else) for another tenant's canary: `response_leak`."""
     decoded = decode_body(body, header(headers, "content-encoding"))
     streamed = "text/event-stream" in header(headers, "content-type").lower()
     size = len(body) if body is not None else None
     report = ResponseReport(status, size, streamed, error, decoded.note)
     scan = _Scan(matcher, flow_id, tenant, "response", "response_leak")
     scan.headers(headers, "response")
-    streams = sse_streams(decoded.data) if streamed and not decoded.note else {}
-    texts = [_utf8(text) for text in streams.values()]
-    body_hits, *text_hits = yield [decoded.data, *texts]
-    scan.body(decoded, "response.body", body_hits)
-    for path, text, hits in zip(streams, texts, text_hits, strict=True):
-        scan.scan(text, f"response.sse.{path}", only_new=True, hits=hits)
+    scan.body(decoded, "response.body")
+    if streamed and not decoded.note:
+        for path, text in sse_streams(decoded.data).items():
+            scan.scan(_utf8(text), f"response.sse.{path}", only_new=True)
     report.findings = scan.findings
     return report
 
@@ -448,10 +425,10 @@ def _pairs(headers: Any) -> list[tuple[str, str]]:
     return list(headers.items(multi=True))
 
 
-def flow_request_inspection(registry: Registry, matcher: Matcher, flow: http.HTTPFlow) -> Inspection[RequestReport]:
+def inspect_flow_request(registry: Registry, matcher: Matcher, flow: http.HTTPFlow) -> RequestReport:
     req = flow.request
-    return request_inspection(registry, matcher, flow_id=flow.id, route=route_of(flow), method=req.method,
-                              path=req.path, headers=_pairs(req.headers), body=req.raw_content)
+    return inspect_request(registry, matcher, flow_id=flow.id, route=route_of(flow), method=req.method,
+                           path=req.path, headers=_pairs(req.headers), body=req.raw_content)
 
 
 def inspect_flow(
@@ -462,19 +439,12 @@ def inspect_flow(
     `request` is the report of this very request from the same registry and matcher, if the caller has one
     (the live addon inspects each request in its `request` hook); it is then not inspected again.
     """
-    return run(flow_inspection(registry, matcher, flow, request=request), matcher)
-
-
-def flow_inspection(
-    registry: Registry, matcher: Matcher, flow: http.HTTPFlow, *, request: RequestReport | None = None
-) -> Inspection[FlowReport]:
-    """The inspection behind `inspect_flow`."""
     if request is None:
-        request = yield from flow_request_inspection(registry, matcher, flow)
+        request = inspect_flow_request(registry, matcher, flow)
     report = FlowReport(flow.id, flow.request.timestamp_start, flow.request.pretty_host, request)
     if flow.response is not None or flow.error is not None:
         resp = flow.response
-        report.response = yield from response_inspection(
+        report.response = inspect_response(
             matcher, flow_id=flow.id, tenant=request.tenant,
             status=resp.status_code if resp else None,
             headers=_pairs(resp.headers) if resp else [],

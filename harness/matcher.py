@@ -9,7 +9,7 @@ from __future__ import annotations
 import base64
 import math
 import urllib.parse
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import ahocorasick_rs
@@ -132,10 +132,6 @@ class Matcher:
             claimed[ident] = end
             hits.append(Hit(canary.tenant, canary.kind, start, end, encoding))
         return hits
-
-    def find_all(self, buffers: Sequence[bytes]) -> list[list[Hit]]:
-        """`find` of each buffer, in order (one call, so one trip to a worker thread)."""
-        return [self.find(data) for data in buffers]
 
     def redact(self, data: bytes) -> bytes:
         """Replace every occurrence of every canary (any encoding) with `<tenant:kind>`."""

@@ -10,11 +10,9 @@ import json
 import logging
 import os
 import stat
-import threading
 from pathlib import Path
 
 import pytest
-from mitmproxy import ctx as mitmproxy_ctx
 from mitmproxy import exceptions, flowfilter, http, io
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow
@@ -103,18 +101,13 @@ def respond(f: http.HTTPFlow, content: bytes | str, ctype: str = "application/js
     f.response.raw_content = content.encode() if isinstance(content, str) else content
 
 
-def hook(method, f: http.HTTPFlow) -> None:
-    """Call one of the addon's (async) hooks to completion on the test context's event loop."""
-    mitmproxy_ctx.master.event_loop.run_until_complete(method(f))
-
-
 def run(addon, f: http.HTTPFlow, response: bytes | str | None = b'{"ok": true}') -> http.HTTPFlow:
-    hook(addon.request, f)
+    addon.request(f)
     if f.response is None and response is not None:
         respond(f, response)
         addon.responseheaders(f)
     if f.response is not None:
-        hook(addon.response, f)
+        addon.response(f)
     return f
 
 
@@ -277,14 +270,14 @@ def sse(*pieces: str) -> bytes:
 
 def stream_through(addon, f: http.HTTPFlow, body: bytes, chunk: int = 7) -> list[bytes]:
     """What the proxy core does with a streamed response: headers hook, chunks via .stream, response hook."""
-    hook(addon.request, f)
+    addon.request(f)
     f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
     f.response.data.content = None
     addon.responseheaders(f)
     assert callable(f.response.stream)
     out = [f.response.stream(body[i:i + chunk]) for i in range(0, len(body), chunk)]
     out.append(f.response.stream(b""))
-    hook(addon.response, f)
+    addon.response(f)
     return out
 
 
@@ -310,29 +303,6 @@ def test_sse_with_lone_surrogates_is_inspected_not_crashed(tctx, addon, reg, tmp
     (finding,) = f.metadata["tenancy"]["findings"]
     assert finding["canary"] == "workdir" and finding["location"].startswith(f"flow:{f.id}:response.sse.c@")
     assert [line["flow"] for line in ledger(tmp_path)] == [f.id]
-
-
-def test_big_bodies_scanned_off_the_event_loop_find_the_same(tctx, addon, reg, monkeypatch):
-    threads = []
-    find_all = Matcher.find_all
-
-    def spy(self: Matcher, buffers: list[bytes]) -> list:
-        threads.append(threading.get_ident())
-        return find_all(self, buffers)
-
-    monkeypatch.setattr(Matcher, "find_all", spy)
-    other = reverse_flow("beta", main_turn(reg, "beta"), key=reg["beta"].key)
-    hook(addon.request, other)  # in flight: the next flow's big scans go to a worker thread
-    secret, soul = reg["beta"].canaries["workdir"], reg["beta"].canaries["soul"]
-    pad = "x" * tenancy.OFFLOAD_BYTES
-    body = sse(pad, "cwd is ", secret[:10], secret[10:], pad)
-    f = reverse_flow("alpha", main_turn(reg, "alpha", stream=True, messages=[{"content": pad + soul}]),
-                     key=reg["alpha"].key)
-    stream_through(addon, f, body, chunk=4096)
-    assert kinds(f) == ["request_leak", "response_leak"]
-    assert threading.get_ident() not in threads[-2:]  # the request's and the response's scans
-    assert [x.to_dict() for x in inspect.inspect_flow(reg, Matcher.for_registry(reg), f).findings] == (
-        f.metadata["tenancy"]["findings"])
 
 
 def test_clean_sse_is_not_flagged(tctx, addon, reg):
@@ -363,10 +333,10 @@ def test_forward_routes_to_the_tenants_upstream(tctx, addon, reg, tmp_path):
 
 def test_egress_flag_records_and_lets_through(tctx, addon, reg):
     f = forward_flow("api.openai.com", {"k": reg["gamma"].canaries["memory"]})
-    hook(addon.request, f)
+    addon.request(f)
     assert f.response is None and f.request.host == "api.openai.com"
     respond(f, "{}")
-    hook(addon.response, f)
+    addon.response(f)
     assert kinds(f) == ["egress", "request_leak"] and f.marked
     egress = f.metadata["tenancy"]["findings"][0]
     assert egress["victim"] is None and egress["seen_in"] is None and "api.openai.com" in egress["detail"]
@@ -375,17 +345,17 @@ def test_egress_flag_records_and_lets_through(tctx, addon, reg):
 def test_egress_block_answers_403_without_an_upstream(tctx, addon, tmp_path):
     tctx.configure(addon, tenancy_egress="block")
     f = forward_flow("evil.example")
-    hook(addon.request, f)
+    addon.request(f)
     assert f.response.status_code == 403 and b"egress to evil.example blocked" in f.response.content
-    hook(addon.response, f)
+    addon.response(f)
     assert kinds(f) == ["egress"] and ledger(tmp_path)[0]["status"] == 403
     connect = tflow.tflow(req=http.Request.make("CONNECT", "http://evil.example:443/"))
     connect.request.host, connect.request.port = "evil.example", 443
-    hook(addon.http_connect, connect)
+    addon.http_connect(connect)
     assert connect.response.status_code == 403
     assert [[x["kind"] for x in line["findings"]] for line in ledger(tmp_path)] == [["egress"], ["egress"]]
     ok = tflow.tflow(req=http.Request.make("CONNECT", "http://gamma.test:443/"))
-    hook(addon.http_connect, ok)
+    addon.http_connect(ok)
     assert ok.response is None
 
 
@@ -395,13 +365,13 @@ def test_egress_block_answers_403_without_an_upstream(tctx, addon, tmp_path):
 def test_registry_reload_picks_up_new_canaries_and_survives_a_broken_file(tctx, addon, reg, regfile, caplog):
     minted = "fresh-canary-beta-0123456789"
     first = reverse_flow("alpha", {"m": minted})
-    hook(addon.request, first)  # in flight while the registry changes
+    addon.request(first)  # in flight while the registry changes
     reg.add_canary("beta", "late", minted)
     reg.save(regfile)
     second = run(addon, reverse_flow("alpha", {"m": minted}))
     assert kinds(second) == ["request_leak"] and second.metadata["tenancy"]["findings"][0]["canary"] == "late"
     respond(first, "{}")
-    hook(addon.response, first)
+    addon.response(first)
     assert kinds(first) == ["request_leak"]  # the in-flight flow is still finished and recorded
     regfile.write_text("version: 1\ntenants: [broken\n")
     with caplog.at_level(logging.ERROR, logger="tenancy"):
@@ -467,9 +437,9 @@ def test_filters_find_flagged_flows_and_tenants(tctx, addon, reg):
 
 def test_error_flows_get_a_ledger_line(tctx, addon, reg, tmp_path):
     f = reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key)
-    hook(addon.request, f)
+    addon.request(f)
     f.error = tflow.terr("connection refused")
-    hook(addon.error, f)
+    addon.error(f)
     (line,) = ledger(tmp_path)
     assert line["status"] is None and line["response_bytes"] is None and line["error"] == "connection refused"
 
