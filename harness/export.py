@@ -46,7 +46,7 @@ def _withheld(msg: http.Message, matcher: Matcher) -> str | None:
     if scan.scan_bytes(raw, matcher):
         return "a canary survives redaction inside a container"
     if "event-stream" in msg.headers.get("content-type", "") and any(
-            matcher.find(text.encode()) for text in sse_streams(raw).values()):
+            matcher.find(text.encode("utf-8", "surrogatepass")) for text in sse_streams(raw).values()):
         return "a canary is split across SSE events"
     return None
 
