@@ -364,14 +364,15 @@ def _check_owner(registry: Registry, owner: str | None) -> None:
         raise ValueError(f"unknown tenant {owner!r}")
 
 
-def _file_findings(hits: Iterable[ScanHit], owner: str | None, label: str) -> list[Finding]:
+def _findings(hits: Iterable[ScanHit], owner: str | None, label: str, kind: str, channel: str) -> list[Finding]:
+    """One finding per hit that counts against `owner`, located `label` + the hit's place."""
     return [
         Finding(
-            kind="file_leak",
+            kind=kind,
             victim=h.tenant,
             seen_in=owner,
             canary=h.kind,
-            channel="file",
+            channel=channel,
             location=h.location(label),
             encoding=h.encoding,
             evidence=h.evidence,
@@ -387,20 +388,7 @@ def scan_text(
     """`text_leak` findings in a log or RPC stream (`channel` "log" or "rpc"), located `label@offset`."""
     _check_owner(registry, owner)
     data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
-    return [
-        Finding(
-            kind="text_leak",
-            victim=h.tenant,
-            seen_in=owner,
-            canary=h.kind,
-            channel=channel,
-            location=h.location(label),
-            encoding=h.encoding,
-            evidence=h.evidence,
-        )
-        for h in scan_bytes(data, matcher_for(registry))
-        if _counts(h, owner)
-    ]
+    return _findings(scan_bytes(data, matcher_for(registry)), owner, label, "text_leak", channel)
 
 
 def scan_tree(
@@ -473,7 +461,7 @@ def _scan_entry(
     result.files += 1
     result.bytes += st.st_size
     result.notes += [f"{label}{n}" if n.startswith("@") else f"{label}: {n}" for n in notes]
-    result.findings += _file_findings(hits, owner, label)
+    result.findings += _findings(hits, owner, label, "file_leak", "file")
 
 
 def scan_paths(paths: Iterable[Path | str], registry: Registry, owner: str | None) -> TreeScan:
