@@ -41,9 +41,10 @@ def mitmdump_binary() -> Path:
     return path
 
 
-def _accepts(port: int) -> bool:
+def accepts(port: int, timeout: float = 0.5) -> bool:
+    """Something listens on 127.0.0.1:`port`."""
     try:
-        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+        with socket.create_connection(("127.0.0.1", port), timeout=timeout):
             return True
     except OSError:
         return False
@@ -111,7 +112,7 @@ class Proxy:
         """Start mitmdump and wait until every listener accepts; re-pick ports that are taken."""
         protect_certs(self.confdir)
         for attempt in range(attempts):
-            taken = [p for p in self.ports() if _accepts(p)]
+            taken = [p for p in self.ports() if accepts(p)]
             if not taken and self._launch(timeout):
                 return self
             self._repick_ports()
@@ -131,7 +132,7 @@ class Proxy:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 return False
-            if all(_accepts(p) for p in self.ports()):
+            if all(accepts(p) for p in self.ports()):
                 return True
             time.sleep(0.05)
         kill_group(self.proc.pid)
