@@ -41,6 +41,12 @@ class HermesError(RuntimeError):
     """Hermes is missing, broken, or its sandbox would escape; the message is one line."""
 
 
+def require_python(python: Path) -> None:
+    """The Hermes install's python must exist (checked before anything is written)."""
+    if not Path(python).exists():
+        raise HermesError(f"Hermes python {python} does not exist (run ./tenancy once, or pass --hermes-python)")
+
+
 def real_home() -> Path:
     return Path(pwd.getpwuid(os.getuid()).pw_dir).resolve()
 
@@ -186,9 +192,7 @@ class Hermes:
 
     def check(self) -> str:
         """Hermes' version; proves the install works and the profile root resolves inside the sandbox."""
-        if not Path(self.python).exists():
-            raise HermesError(f"Hermes python {self.python} does not exist (bootstrap with ./tenancy or pass "
-                              "--hermes-python)")
+        require_python(self.python)
         self.sandbox.home.mkdir(parents=True, exist_ok=True)
         code = (
             "import json, importlib.metadata as m; from hermes_cli.profiles import _get_profiles_root as r; "

@@ -27,7 +27,8 @@ from harness import baseline as baselines
 from harness import plants, scenarios
 from harness.backends import BackendError
 from harness.findings import Finding, Verdict
-from harness.hermes import Hermes, HermesError, Sandbox, write_home
+from harness.hermes import Hermes, HermesError, Sandbox, require_python, write_home
+from harness.multi import ALL_PHASES
 from harness.procs import ProcessSet, reap_stale
 from harness.proxy import FORWARD_DOMAIN, Proxy, free_port
 from harness.reconcile import LogSource, reconcile
@@ -139,8 +140,6 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
             raise UsageError(f"unknown plant {p!r} (choose from {', '.join(plants.PLANTS)})")
         if plants.TOPOLOGY.get(p, opts.topology) != opts.topology:
             raise UsageError(f"plant {p!r} needs --topology {plants.TOPOLOGY[p]}")
-    from harness.multi import ALL_PHASES
-
     for ph in opts.phases:
         if ph not in ALL_PHASES:
             raise UsageError(f"unknown phase {ph!r} (choose from {', '.join(ALL_PHASES)})")
@@ -148,8 +147,7 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
         raise UsageError("--tenants must be at least 2")
     base = baselines.load(opts.baseline) if opts.baseline else None
     python = hermes_python(opts.hermes_python)
-    if not python.exists():
-        raise HermesError(f"Hermes python {python} does not exist (run ./tenancy once, or pass --hermes-python)")
+    require_python(python)
     out = prepare_out(opts.out, opts.force)
     reaped = reap_stale()
     if reaped:
