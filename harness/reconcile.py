@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -90,8 +90,6 @@ def _phase_of(t: float, phases: list[Phase]) -> Phase | None:
 def _tag(findings: list[Finding], phase: Phase | None) -> list[Finding]:
     if phase is None:
         return findings
-    from dataclasses import replace
-
     return [replace(f, scenario=f.scenario or phase.scenario, phase=f.phase or phase.name) for f in findings]
 
 
@@ -104,7 +102,6 @@ def reconcile(
     stub_log: Path | None = None,
     expect_snapshots: dict[str, int] | None = None,
     phases: Sequence[Phase] = (),
-    launch: str | None = None,
     empty_ok: bool = False,
 ) -> Reconciliation:
     """Every invariant over the evidence; findings carry the scenario/phase they happened in."""
@@ -138,7 +135,7 @@ def reconcile(
             rec.inspected["env"] += 1
             rec.findings += _tag(snapshots.check(snap, registry, matcher), phase)
     if stub_log is not None:
-        rec.findings += _bypass(registry, stub_log, flow_ids, phases)
+        rec.findings += _bypass(stub_log, flow_ids, phases)
     for name, home in (homes or {}).items():
         if not home.exists():
             rec.reasons.append(f"home of tenant {name!r} is missing: {home}")
@@ -208,7 +205,7 @@ def _json_body(flow: http.HTTPFlow) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
-def _bypass(registry: Registry, stub_log: Path, flow_ids: set[str], phases: list[Phase]) -> list[Finding]:
+def _bypass(stub_log: Path, flow_ids: set[str], phases: list[Phase]) -> list[Finding]:
     """Every request a stub saw must have passed the proxy (carry the id of a saved flow)."""
     try:
         lines = stub_log.read_text().splitlines()
