@@ -209,8 +209,7 @@ def _profiles(ctx: Context, pid: int | None, proc: Any, driver: str) -> None:
             ok, detail = False, f"hermes {' '.join(argv)} failed: {(err or out).strip()[-160:]}"
     if proc is None or proc.poll() is not None or proc.pid != pid:
         ok, detail = False, f"the {driver} backend (pid {pid}) did not survive profile create/delete"
-    ctx.record(TurnResult(ctx.sandbox.launch, f"{driver}-profiles", ok, 0.0, detail), "profiles")
-    ctx.timeline[-1]["snapshot"] = False
+    ctx.record(TurnResult(ctx.sandbox.launch, f"{driver}-profiles", ok, 0.0, detail), "profiles", snapshot=False)
 
 
 def tui(ctx: Context) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from harness import scan
+from harness.backends import RpcLog
 from harness.findings import Finding
 from harness.hermes import Hermes, Sandbox, TurnResult
 from harness.matcher import Matcher
@@ -44,7 +45,7 @@ class Context:
     phases: list[Phase] = field(default_factory=list)
     timeline: list[dict[str, Any]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)  # what drivers observe directly (route_auth, bleed)
-    rpc_logs: dict[str, Any] = field(default_factory=dict)
+    rpc_logs: dict[str, RpcLog] = field(default_factory=dict)
     _owners: dict[str, str | None] = field(default_factory=dict)
 
     @contextmanager
@@ -65,21 +66,21 @@ class Context:
         """Register a canary minted mid-scenario; the addon reloads the registry file."""
         self.registry.add_canary(tenant, kind, value)
         self.registry.save(self.registry_path)
-        time.sleep(0.05)
 
-    def rpc_log(self, name: str) -> Any:
-        from harness.backends import RpcLog
-
+    def rpc_log(self, name: str) -> RpcLog:
         if name not in self.rpc_logs:
             (self.out / "logs").mkdir(exist_ok=True)
             self.rpc_logs[name] = RpcLog(self.out / "logs" / f"rpc-{name}.jsonl")
         return self.rpc_logs[name]
 
-    def record(self, result: TurnResult, phase: str) -> None:
+    def record(self, result: TurnResult, phase: str, *, snapshot: bool = True) -> None:
+        """Log a driven step; `snapshot` False when it does not run the env probe (nothing to expect)."""
         flows = sum(1 for _ in self.proxy.ledger_path.open()) if self.proxy.ledger_path.exists() else 0
-        self.timeline.append({"scenario": self.scenario, "phase": phase, "tenant": result.tenant,
-                              "driver": result.driver, "ok": result.ok, "seconds": round(result.seconds, 2),
-                              "detail": result.detail, "flows": flows})
+        entry = {"scenario": self.scenario, "phase": phase, "tenant": result.tenant, "driver": result.driver,
+                 "ok": result.ok, "seconds": round(result.seconds, 2), "detail": result.detail, "flows": flows}
+        if not snapshot:
+            entry["snapshot"] = False
+        self.timeline.append(entry)
         if result.log is not None:
             self._owners[result.log.name] = result.tenant
         state = "ok" if result.ok else f"FAILED ({result.detail})"
