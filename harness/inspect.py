@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import brotli
+import orjson
 
 from harness.findings import Finding
 from harness.matcher import Hit, Matcher
@@ -31,6 +32,8 @@ if TYPE_CHECKING:
     from mitmproxy import http
 
 MAX_BODY = 16 * 1024 * 1024
+#: How deep the SSE walk follows nested JSON; deeper strings are still in the raw body's scan.
+MAX_SSE_DEPTH = 64
 #: Headers that carry a provider credential (OpenAI `Authorization: Bearer`, Azure/Anthropic style keys).
 KEY_HEADERS = ("authorization", "api-key", "x-api-key")
 Headers = Sequence[tuple[str, str]]
@@ -103,14 +106,24 @@ def decode_body(raw: bytes | None, content_encoding: str = "") -> Body:
     return Body(data, "+".join(encodings))
 
 
+def loads(data: bytes) -> Any:
+    """A JSON document, or None. orjson parses it where it can (3-4x faster on small SSE events); json
+    takes what orjson refuses (NaN, lone surrogate escapes, nesting past 1024 levels)."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        pass
+    try:
+        return json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+
+
 def parse_json(body: Body) -> Any:
     """The JSON document in a fully decoded body, or None."""
     if body.note or body.data.lstrip()[:1] not in (b"{", b"["):
         return None
-    try:
-        return json.loads(body.data)
-    except ValueError:
-        return None
+    return loads(body.data)
 
 
 def header(headers: Headers, name: str) -> str:
@@ -137,20 +150,19 @@ def sse_streams(data: bytes) -> dict[str, str]:
     for line in data.splitlines():
         if not line.startswith(b"data:"):
             continue
-        try:
-            event = json.loads(line[5:])
-        except ValueError:
-            continue
+        event = loads(line[5:])
         if isinstance(event, str):
             streams.setdefault("", []).append(event)
         elif isinstance(event, dict | list):
-            _collect(event, "", streams)
+            _collect(event, "", streams, MAX_SSE_DEPTH)
     return {path: "".join(parts) for path, parts in streams.items() if len(parts) > 1}
 
 
-def _collect(node: dict[str, Any] | list[Any], path: str, streams: dict[str, list[str]]) -> None:
-    """Append every string under `node` to `streams[its path]`, in document order. The paths of other
-    leaves are never built: this walk is half of the reassembly's cost."""
+def _collect(node: dict[str, Any] | list[Any], path: str, streams: dict[str, list[str]], depth: int) -> None:
+    """Append every string under `node` (down to `depth` levels) to `streams[its path]`, in document
+    order. The paths of other leaves are never built: this walk is half of the reassembly's cost."""
+    if not depth:
+        return
     pairs = node.items() if isinstance(node, dict) else enumerate(node)
     for key, value in pairs:
         if isinstance(value, str):
@@ -161,7 +173,7 @@ def _collect(node: dict[str, Any] | list[Any], path: str, streams: dict[str, lis
                 streams[sub] = [value]
         elif isinstance(value, dict | list):
             _collect(value, (f"{path}.{key}" if path else key) if isinstance(node, dict) else f"{path}[{key}]",
-                     streams)
+                     streams, depth - 1)
 
 
 def _utf8(text: str) -> bytes:
@@ -201,9 +213,9 @@ class _Scan:
         offsets: bool = True,
         only_new: bool = False,
     ) -> None:
-        for hit in self.matcher.find(data):
+        for hit in self.matcher.find(data, exclude=self.tenant):
             ident = (hit.tenant, hit.kind)
-            if hit.tenant == self.tenant or ident in skip or (only_new and ident in self.seen):
+            if ident in skip or (only_new and ident in self.seen):
                 continue
             self.seen.add(ident)
             self.findings.append(

@@ -199,7 +199,7 @@ def _settings(ctx: Context, backend: RpcBackend, sessions: dict[str, str], drive
 
 def _profiles(ctx: Context, pid: int | None, proc: Any, driver: str) -> None:
     """Create and delete a profile next to the live backend; the backend must survive unchanged."""
-    name = f"scratch{new_tag()[:6]}"
+    name = f"scratch{new_tag()[-6:]}"
     ok = True
     detail = ""
     for argv in (["profile", "create", name], ["profile", "delete", "-y", name]):

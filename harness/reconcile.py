@@ -18,7 +18,7 @@ from mitmproxy.exceptions import FlowReadException
 
 from harness import scan, snapshots
 from harness.findings import Finding, dedupe
-from harness.inspect import inspect_flow
+from harness.inspect import inspect_flow, loads
 from harness.registry import Registry
 
 
@@ -198,10 +198,7 @@ def _scan_rpc(data: bytes, registry: Registry, label: str, phases: list[Phase]) 
 def _json_body(flow: http.HTTPFlow) -> dict[str, Any] | None:
     if not flow.request.path.split("?", 1)[0].endswith("/chat/completions"):
         return None
-    try:
-        body = json.loads(flow.request.get_content(strict=False) or b"{}")
-    except ValueError:
-        return None
+    body = loads(flow.request.get_content(strict=False) or b"{}")
     return body if isinstance(body, dict) else None
 
 

@@ -18,6 +18,10 @@ MIN_CANARY_LEN = 12
 MAX_CANARY_LEN = 4096
 MAX_REGISTRY_BYTES = 4 * 1024 * 1024
 TAG_BYTES = 6  # 48 random bits in every canary: a hit is never a coincidence
+#: The fixed start of every minted tag, so of every minted canary: `Matcher` looks for its few encoded
+#: forms first and runs the full automaton only around them (its hex nibbles are digits, its base64 has
+#: no `+` or `/`, which keeps the forms few).
+TAG_MARKER = "qxcvyb"
 
 #: Canary kinds minted for every tenant besides `key` and `model`.
 MINTED_KINDS = (
@@ -277,7 +281,8 @@ def load(path: Path | str) -> Registry:
 
 
 def new_tag() -> str:
-    return secrets.token_hex(TAG_BYTES)
+    """`TAG_MARKER` and 48 random bits, in hex."""
+    return TAG_MARKER + secrets.token_hex(TAG_BYTES)
 
 
 def mint(names: list[str], workroot: Path, routes: dict[str, dict[str, Any]]) -> Registry:

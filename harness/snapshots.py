@@ -94,8 +94,8 @@ def check(snapshot: EnvSnapshot, registry: Registry, matcher: Matcher, **where: 
         ))
     seen: set[tuple[str, str]] = set()
     for data, encoding in ((snapshot.decoded, "base64"), (snapshot.plain.encode(), None)):
-        for hit in matcher.find(data):
-            if hit.tenant == tenant.name or (hit.tenant, hit.kind) in seen:
+        for hit in matcher.find(data, exclude=tenant.name):
+            if (hit.tenant, hit.kind) in seen:
                 continue
             seen.add((hit.tenant, hit.kind))
             findings.append(Finding(

@@ -305,6 +305,30 @@ def test_sse_with_lone_surrogates_is_inspected_not_crashed(tctx, addon, reg, tmp
     assert [line["flow"] for line in ledger(tmp_path)] == [f.id]
 
 
+def test_sse_that_orjson_refuses_is_reassembled_by_json(tctx, addon, reg):
+    """NaN and a lone surrogate escape make orjson refuse an event; json parses it, so a canary cut
+    across such events is still whole in the reassembled stream."""
+    secret = reg["beta"].canaries["memory"]
+    body = (f'data: {{"n": NaN, "c": "{secret[:10]}"}}\n\n'
+            f'data: {{"n": "\\ud83d", "c": "{secret[10:]}"}}\n\n').encode()
+    f = reverse_flow("alpha", main_turn(reg, "alpha", stream=True), key=reg["alpha"].key)
+    stream_through(addon, f, body)
+    (finding,) = f.metadata["tenancy"]["findings"]
+    assert finding["canary"] == "memory" and finding["location"].startswith(f"flow:{f.id}:response.sse.c@")
+
+
+@pytest.mark.parametrize("depth", [1500, 100_000])
+def test_deeply_nested_json_is_recorded_not_crashed(tctx, addon, reg, tmp_path, depth):
+    """Nesting past the recursion limit (request body and SSE events) once raised RecursionError in the
+    hooks, which left the flow without a ledger line. The raw bytes are still scanned."""
+    secret = reg["beta"].canaries["soul"]
+    nested = b'{"a":' * depth + json.dumps(secret).encode() + b"}" * depth
+    f = reverse_flow("alpha", nested, key=reg["alpha"].key)
+    stream_through(addon, f, b"data: " + nested + b"\n\n" + b"data: " + nested + b"\n\n")
+    assert kinds(f) == ["request_leak", "response_leak", "response_leak"]  # one per event
+    assert [line["flow"] for line in ledger(tmp_path)] == [f.id]
+
+
 def test_clean_sse_is_not_flagged(tctx, addon, reg):
     f = reverse_flow("alpha", main_turn(reg, "alpha", stream=True), key=reg["alpha"].key)
     stream_through(addon, f, sse("hello ", reg["alpha"].canaries["workdir"]))

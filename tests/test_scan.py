@@ -155,6 +155,18 @@ def test_raw(registry: Registry, matcher: Matcher, kind: str, variant: str) -> N
     assert_redacted(matcher, hit)
 
 
+@planted
+def test_raw_in_a_big_buffer(registry: Registry, matcher: Matcher, kind: str, variant: str) -> None:
+    """The same plants in a buffer big enough for the marker prefilter, at the start, middle and end."""
+    assert matcher.prefiltered
+    payload, lo, hi, enc = encode(value_of(registry, kind), variant)
+    filler = os.urandom(30_000).replace(b"\x1f", b"_")
+    for at in (0, 12_345, len(filler)):
+        data = filler[:at] + payload + filler[at:]
+        hit = only(scan_bytes(data, matcher), kind, None)
+        assert (hit.offset, hit.hit.end, hit.encoding) == (at + lo, at + hi, enc)
+
+
 def _compressed(codec: str, inner: bytes) -> tuple[bytes, int]:
     """(file bytes, offset of the stream in the file) for a stream of `codec` holding `inner`."""
     head = b"binary header \x00\x01\x02" * 3

@@ -1,0 +1,113 @@
+"""The marker prefilter: a big buffer gives exactly the matches of a full scan, whatever it holds."""
+
+from __future__ import annotations
+
+import base64
+import os
+import random
+from pathlib import Path
+
+import pytest
+
+from harness import matcher as matcher_mod
+from harness.matcher import PREFILTER_MIN_BYTES, Canary, Matcher, encodings_of
+from harness.registry import TAG_MARKER, Registry, mint
+
+
+def make_registry(root: Path) -> Registry:
+    names = ["alice", "bob", "carol"]
+    reg = mint(names, root / "work", {n: {"listen": 43000 + i} for i, n in enumerate(names)})
+    for t in reg:
+        tag = t.key.rsplit("-", 1)[1]
+        reg.add_canary(t.name, "share_link", f"https://share.test/{t.name}/{tag}?a=1&b=~x y+z")
+        reg.add_canary(t.name, "marker_first", f"{tag}-starts-with-the-marker")
+    return reg
+
+
+@pytest.fixture(scope="module")
+def matcher(tmp_path_factory: pytest.TempPathFactory) -> Matcher:
+    return Matcher.for_registry(make_registry(tmp_path_factory.mktemp("reg")))
+
+
+def full_scan(m: Matcher, data: bytes) -> list[tuple[int, int, int]]:
+    assert m._automaton is not None
+    return sorted(m._automaton.find_matches_as_indexes(data, overlapping=True))
+
+
+def test_minted_canaries_turn_the_prefilter_on(matcher: Matcher) -> None:
+    assert matcher.prefiltered
+    assert all(TAG_MARKER in c.value for c in matcher.canaries)
+
+
+def test_a_canary_without_the_marker_turns_it_off(matcher: Matcher) -> None:
+    other = Matcher([*matcher.canaries, Canary("dave", "memory", "memory-canary-dave-0123456789ab")])
+    assert not other.prefiltered
+    data = os.urandom(3 * PREFILTER_MIN_BYTES) + b"memory-canary-dave-0123456789ab"
+    assert [(h.tenant, h.kind) for h in other.find(data)] == [("dave", "memory")]
+
+
+def _filler(rng: random.Random, size: int) -> bytes:
+    """Random bytes, English-like text, base64, JSON with escapes, or UTF-16 text."""
+    kind = rng.choice(["random", "text", "base64", "json", "utf16"])
+    if kind == "random":
+        return rng.randbytes(size)
+    if kind == "base64":
+        return base64.b64encode(rng.randbytes(size))[:size]
+    words = ["the", "agent", "model", "memory", "soul", "cron", "\\u00e9", "qxc", "vyb", TAG_MARKER[:5], "/tmp"]
+    text = " ".join(rng.choice(words) for _ in range(size // 3)).encode()[:size]
+    return text.decode().encode("utf-16-le")[:size] if kind == "utf16" else text
+
+
+def _plant(rng: random.Random, m: Matcher) -> bytes:
+    """A whole encoded canary, a cut one (a near miss), or a bare encoded marker (a false alarm)."""
+    choice = rng.random()
+    if choice < 0.15:
+        return rng.choice(sorted({f for fs in encodings_of(TAG_MARKER).values() for f in fs}))
+    pattern = rng.choice(m._patterns)
+    if choice < 0.35:
+        return pattern[: rng.randrange(1, len(pattern))]
+    if choice < 0.45:  # two canaries overlapping by a few bytes, when their bytes allow it
+        other = rng.choice(m._patterns)
+        return pattern + other[rng.randrange(0, 4):]
+    return pattern
+
+
+@pytest.mark.parametrize("seed", range(60))
+def test_the_prefilter_finds_exactly_the_full_scans_matches(matcher: Matcher, seed: int) -> None:
+    rng = random.Random(seed)
+    parts: list[bytes] = []
+    size = rng.choice([PREFILTER_MIN_BYTES, 20_000, 100_000, 300_000])
+    dense = seed % 10 == 0  # so many canaries that the windows cover most of it: the full-pass fallback
+    while sum(map(len, parts)) < size:
+        parts.append(_plant(rng, matcher) if dense or rng.random() < 0.1 else _filler(rng, rng.randrange(1, 5000)))
+    parts.insert(rng.randrange(len(parts) + 1), rng.choice(matcher._patterns))
+    data = b"".join(parts)
+    if seed % 3 == 0:
+        data = _plant(rng, matcher) + data + rng.choice(matcher._patterns)  # matches at both edges
+    expected = full_scan(matcher, data)
+    assert expected, "every buffer holds at least one canary"
+    assert sorted(matcher._matches(data)) == expected
+
+
+def test_find_is_unchanged_by_the_prefilter(matcher: Matcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    rng = random.Random(7)
+    buffers = [b"".join(_plant(rng, matcher) + _filler(rng, 3000) for _ in range(40)) for _ in range(5)]
+    with_prefilter = [matcher.find(b) for b in buffers]
+    monkeypatch.setattr(matcher_mod, "PREFILTER_MIN_BYTES", 1 << 40)
+    assert [matcher.find(b) for b in buffers] == with_prefilter
+    assert all(with_prefilter)
+
+
+def test_every_encoded_canary_holds_an_encoded_marker(matcher: Matcher) -> None:
+    """What makes the windows complete; `Matcher` checks it too, and turns the prefilter off if not."""
+    forms = {f for fs in encodings_of(TAG_MARKER).values() for f in fs}
+    assert all(any(f in p for f in forms) for p in matcher._patterns)
+    assert len(forms) <= 64  # more than 64 and ahocorasick-rs gives up its SIMD searcher
+
+
+def test_exclude_drops_one_tenants_canaries_and_nothing_else(matcher: Matcher) -> None:
+    rng = random.Random(11)
+    data = b"".join(_plant(rng, matcher) + _filler(rng, 500) for _ in range(200))
+    hits = matcher.find(data)
+    assert {h.tenant for h in hits} == {"alice", "bob", "carol"}
+    assert matcher.find(data, exclude="bob") == [h for h in hits if h.tenant != "bob"]
