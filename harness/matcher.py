@@ -87,7 +87,7 @@ def encodings_of(value: str) -> dict[str, list[bytes]]:
 class Matcher:
     """Find every canary of the given set in a bytes buffer, in every encoding, in one pass."""
 
-    def __init__(self, canaries: Iterable[Canary]) -> None:
+    def __init__(self, canaries: Iterable[Canary], *, prefilter: bool = True) -> None:
         self.canaries = list(canaries)
         patterns: dict[bytes, tuple[Canary, str]] = {}
         for canary in self.canaries:
@@ -105,7 +105,7 @@ class Matcher:
             ahocorasick_rs.BytesAhoCorasick(self._patterns, implementation=impl) if self._patterns else None
         )
         self._tenant_of = [canary.tenant for canary, _ in self._meta]
-        self._anchors, self._reach = self._prefilter()
+        self._anchors, self._reach = self._prefilter() if prefilter else (None, (0, 0))
 
     def _prefilter(self) -> tuple[ahocorasick_rs.BytesAhoCorasick | None, tuple[int, int]]:
         """The marker forms' automaton, if every pattern holds one (else a match could hide from it), and
@@ -154,12 +154,13 @@ class Matcher:
         return found
 
     @classmethod
-    def for_registry(cls, registry: Registry, *, secrets_only: bool = False) -> Matcher:
+    def for_registry(cls, registry: Registry, *, secrets_only: bool = False, prefilter: bool = True) -> Matcher:
         return cls(
-            Canary(t.name, kind, value)
-            for t in registry
-            for kind, value in t.all_canaries().items()
-            if not secrets_only or is_secret_kind(kind)
+            (Canary(t.name, kind, value)
+             for t in registry
+             for kind, value in t.all_canaries().items()
+             if not secrets_only or is_secret_kind(kind)),
+            prefilter=prefilter,
         )
 
     def find(self, data: bytes | bytearray | memoryview, *, exclude: str | None = None) -> list[Hit]:

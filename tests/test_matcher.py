@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from harness import matcher as matcher_mod
 from harness.matcher import PREFILTER_MIN_BYTES, Canary, Matcher, encodings_of
 from harness.registry import TAG_MARKER, Registry, mint
 
@@ -89,12 +88,13 @@ def test_the_prefilter_finds_exactly_the_full_scans_matches(matcher: Matcher, se
     assert sorted(matcher._matches(data)) == expected
 
 
-def test_find_is_unchanged_by_the_prefilter(matcher: Matcher, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_find_is_unchanged_by_the_prefilter(matcher: Matcher) -> None:
     rng = random.Random(7)
     buffers = [b"".join(_plant(rng, matcher) + _filler(rng, 3000) for _ in range(40)) for _ in range(5)]
     with_prefilter = [matcher.find(b) for b in buffers]
-    monkeypatch.setattr(matcher_mod, "PREFILTER_MIN_BYTES", 1 << 40)
-    assert [matcher.find(b) for b in buffers] == with_prefilter
+    without = Matcher(matcher.canaries, prefilter=False)
+    assert not without.prefiltered
+    assert [without.find(b) for b in buffers] == with_prefilter
     assert all(with_prefilter)
 
 
