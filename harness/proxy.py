@@ -22,6 +22,7 @@ REPO = Path(__file__).resolve().parents[1]
 ADDON = REPO / "addons" / "tenancy.py"
 CERTS = REPO / "certs"
 FORWARD_DOMAIN = "llm.test"
+READY_POLL = 0.01  # s between readiness probes: mitmdump takes 0.6-1 s to listen; a probe costs 0.1 ms
 
 
 class ProxyError(RuntimeError):
@@ -156,7 +157,7 @@ class Proxy:
                 return False
             if all(accepts(p) for p in self.ports()):
                 return True
-            time.sleep(0.05)
+            time.sleep(READY_POLL)
         kill_group(self.proc.pid)
         return False
 
