@@ -33,7 +33,7 @@ from harness.hermes import Hermes, Sandbox, write_home
 from harness.procs import ProcessSet
 from harness.proxy import free_port
 from harness.registry import mint
-from harness.stubs import StubProvider
+from harness.stubs import StubProvider, stop_all
 
 STEPS: dict[str, float] = defaultdict(float)
 
@@ -104,8 +104,7 @@ def bare(tenants: int, root: Path) -> float:
         with ThreadPoolExecutor(max_workers=tenants) as pool:
             results = list(pool.map(lambda n: hermes.oneshot(n, scenarios.PROMPT), names))
     finally:
-        for stub in stubs.values():
-            stub.stop()
+        stop_all(stubs.values())
         procs.close()
     seconds = time.perf_counter() - t
     failed = [r for r in results if not r.ok]

@@ -34,7 +34,7 @@ from harness.proxy import FORWARD_DOMAIN, Proxy, free_port
 from harness.reconcile import LogSource, reconcile
 from harness.registry import load, mint, write_private
 from harness.report import AuditResult, summary_table, write_reports
-from harness.stubs import StubProvider
+from harness.stubs import StubProvider, stop_all
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -245,8 +245,7 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
         with contextlib.suppress(Exception):
             if proxy is not None:
                 proxy.stop()
-        for stub in stubs.values():
-            stub.stop()
+        stop_all(stubs.values())
         survivors = procs.close()
         for s, handler in old.items():
             signal.signal(s, handler)

@@ -13,6 +13,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Collection
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -258,3 +260,9 @@ class StubProvider:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+def stop_all(stubs: Collection[StubProvider]) -> None:
+    """Stop every stub side by side: each `stop()` waits up to one poll interval for its server loop."""
+    with ThreadPoolExecutor(max_workers=max(len(stubs), 1)) as pool:
+        list(pool.map(StubProvider.stop, stubs))
