@@ -403,6 +403,18 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
 
+_TAKEN: set[int] = set()
+
+
+def distinct_port() -> int:
+    """A free port not handed out before in this run (the kernel may offer a just-closed port again)."""
+    port = free_port()
+    while port in _TAKEN:
+        port = free_port()
+    _TAKEN.add(port)
+    return port
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer requests and rounds (about 2 minutes)")
@@ -426,7 +438,7 @@ def main(argv: list[str] | None = None) -> int:
         confdir.mkdir()
         try:
             cert, key = stub_cert(confdir)
-            http_port, tls_port = free_port(), free_port()
+            http_port, tls_port = distinct_port(), distinct_port()
             procs.append(spawn([sys.executable, __file__, "--stub", str(http_port), str(tls_port), str(cert), str(key)],
                                [http_port, tls_port], root / "stub.log"))
             upstream = f"reverse:http://127.0.0.1:{http_port}"
@@ -442,14 +454,14 @@ def main(argv: list[str] | None = None) -> int:
                 # one registry per reverse configuration: the addon attributes a flow by its listener's port
                 rev = make_registry(root / f"rev-{name}", upstream=f"http://127.0.0.1:{http_port}")
                 for t in rev:
-                    t.route = {"listen": free_port()}
+                    t.route = {"listen": distinct_port()}
                 rev.validate()
                 rev.save(root / f"registry-{name}-rev.yaml")
                 if name == "direct":
                     targets["direct"] = Target("direct", rev, [http_port])
                     continue
                 ports = [t.listen for t in rev if t.listen is not None]
-                fwd_port = free_port()
+                fwd_port = distinct_port()
                 tree = trees.get(name)
                 env = {**os.environ, "PYTHONPATH": str(tree or REPO)}
                 fwd.save(root / f"registry-{name}-fwd.yaml")
