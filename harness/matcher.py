@@ -110,6 +110,8 @@ class Matcher:
     def _prefilter(self) -> tuple[ahocorasick_rs.BytesAhoCorasick | None, tuple[int, int]]:
         """The marker forms' automaton, if every pattern holds one (else a match could hide from it), and
         how far a match can reach before and after the start of a marker form found in the data."""
+        if not self._patterns:
+            return None, (0, 0)
         forms = sorted({f for fs in encodings_of(TAG_MARKER).values() for f in fs})
         before = after = 0
         for pattern in self._patterns:
@@ -118,8 +120,6 @@ class Matcher:
                 return None, (0, 0)
             last = max(o for f in forms if (o := pattern.rfind(f)) >= 0)
             before, after = max(before, last), max(after, len(pattern) - min(offsets))
-        if not self._patterns:
-            return None, (0, 0)
         # Leftmost-first (not overlapping) is what lets ahocorasick-rs use its SIMD searcher. A form it
         # skips for overlapping a found one starts less than the longest form's length after it.
         automaton = ahocorasick_rs.BytesAhoCorasick(forms, matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
