@@ -10,7 +10,6 @@ its process groups, from its pid file). tests/e2e/test_faults.py runs the same w
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import subprocess
@@ -21,22 +20,11 @@ from pathlib import Path
 
 import psutil
 
-from harness.procs import RUN_MARKER, runs_dir
+from harness.procs import RUN_MARKER, run_of
 from harness.run import hermes_python
 
 CLI = [sys.executable, "-m", "harness.cli"]
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
-
-
-def _run_of(pid: int) -> tuple[str, list[int]] | None:
-    for path in runs_dir().glob("*.json"):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if data.get("harness") == pid:
-            return path.stem, data.get("groups", [])
-    return None
 
 
 def _sweep(run_id: str, groups: list[int]) -> list[int]:
@@ -59,7 +47,7 @@ def one_kill(root: Path, n: int, sig: signal.Signals) -> tuple[int, int, float]:
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         ledger = out / "ledger.jsonl"
-        if ledger.exists() and len(ledger.read_bytes().splitlines()) >= 3 and (run := _run_of(proc.pid)):
+        if ledger.exists() and len(ledger.read_bytes().splitlines()) >= 3 and (run := run_of(proc.pid)):
             break
         time.sleep(0.05)
     else:

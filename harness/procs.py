@@ -162,6 +162,18 @@ def find_run_processes(run_id: str, groups: Sequence[int] = ()) -> list[psutil.P
     return found
 
 
+def run_of(harness_pid: int) -> tuple[str, list[int]] | None:
+    """The run id and process groups the harness `harness_pid` recorded in its pid file, if any."""
+    for path in runs_dir().glob("*.json"):
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue
+        if data.get("harness") == harness_pid:
+            return path.stem, data.get("groups", [])
+    return None
+
+
 def reap_stale() -> int:
     """Kill what runs whose harness died (e.g. SIGKILL) left behind; returns how many were killed."""
     killed = 0

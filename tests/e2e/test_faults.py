@@ -19,7 +19,7 @@ import psutil
 import pytest
 
 from harness import cli
-from harness.procs import RUN_MARKER, runs_dir
+from harness.procs import RUN_MARKER, run_of, runs_dir
 from harness.reconcile import read_flows
 
 pytestmark = pytest.mark.e2e
@@ -39,18 +39,6 @@ def wait_for(cond, timeout: float, what: str):
             return value
         time.sleep(0.05)
     pytest.fail(f"timed out waiting for {what}", pytrace=False)
-
-
-def pidfile_of(harness_pid: int) -> tuple[str, list[int]] | None:
-    """The run id and process groups the harness `harness_pid` recorded in its pid file."""
-    for path in runs_dir().glob("*.json"):
-        try:
-            data = json.loads(path.read_text())
-        except (OSError, ValueError):
-            continue
-        if data.get("harness") == harness_pid:
-            return path.stem, data.get("groups", [])
-    return None
 
 
 def ledger_lines(out: Path) -> int:
@@ -78,7 +66,7 @@ def mid_run(out: Path, proc: subprocess.Popen[str]) -> tuple[str, list[int]]:
     """Wait until the run has traffic in its ledger and Hermes turns in flight; return (run id, groups)."""
     wait_for(lambda: ledger_lines(out) >= 3 or proc.poll() is not None, 60, "ledger lines")
     assert proc.poll() is None, f"the run ended before it could be killed: {proc.communicate()}"
-    run_id, groups = wait_for(lambda: pidfile_of(proc.pid), 10, "the run's pid file")
+    run_id, groups = wait_for(lambda: run_of(proc.pid), 10, "the run's pid file")
     return run_id, groups
 
 
