@@ -4,14 +4,16 @@
 
 For each tenant count, every round runs both, in an order alternating by round:
 
-- `audit`: `harness.run.run_audit` (scenario oneshot, reverse topology): mint, stubs, Hermes check,
-  mitmdump with the addon, homes, the tenants' one-shot turns (concurrently), proxy stop, reconcile
-  (flows, homes, logs), reports;
+- `audit`: `harness.run.run_audit` (scenario oneshot, reverse topology): mint, stubs, mitmdump with the
+  addon started on listeners bound up front, and while it comes up: Hermes check, homes, the tenants'
+  one-shot turns (concurrently); then proxy stop, reconcile (flows, homes, logs), reports;
 - `bare`: mint, stubs, homes pointing straight at the stubs, and the same `Hermes.oneshot` turns, run
   concurrently the same way; no proxy, no reconcile, no reports.
 
 Prints the wall time ratio audit/bare per round (median) and where the audit's time goes: each step of
-`run_audit` is timed by wrapping the function it calls (nothing in the harness is changed).
+`run_audit` is timed by wrapping the function it calls (nothing in the harness is changed). Steps named
+`beside:` overlap others (mitmdump comes up while Hermes is checked and the turns start); `reconcile:` ones
+are parts of the reconcile.
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ def timed_steps() -> Iterator[None]:
     """Wrap the functions `run_audit` calls so each step's wall time adds up in STEPS."""
     patches: list[tuple[Any, str, Any]] = [
         (Hermes, "check", "hermes check"),
-        (proxy.Proxy, "start", "mitmdump start"),
+        (proxy.Proxy, "spawn", "mitmdump spawn"),
+        (proxy.Proxy, "wait_ready", "beside: mitmdump coming up"),
         (proxy.Proxy, "stop", "mitmdump stop"),
         (run, "write_homes", "write homes"),
         (run, "reconcile", "reconcile"),
@@ -144,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  where the audit's time goes ({n} tenants, sum of {rounds} rounds, share of audit wall time):")
         for label, secs in sorted(STEPS.items(), key=lambda kv: -kv[1]):
             print(f"    {label:24} {secs / rounds:6.2f} s/run {secs / total:6.1%}")
-        other = total - sum(v for k, v in STEPS.items() if not k.startswith("reconcile:"))
+        other = total - sum(v for k, v in STEPS.items() if not k.startswith(("reconcile:", "beside:")))
         print(f"    {'(rest: mint, stubs, ...)':24} {other / rounds:6.2f} s/run {other / total:6.1%}")
         summary.append(f"  {n} tenants: audit/bare {statistics.median(ratios):.2f}x "
                        f"(audit {statistics.median(audits):.1f} s, bare {statistics.median(bares):.1f} s)")

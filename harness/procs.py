@@ -62,8 +62,10 @@ class ProcessSet:
         stdout: int | IO[Any] | None = None,
         stderr: int | IO[Any] | None = None,
         text: bool = False,
+        pass_fds: Sequence[int] = (),
     ) -> subprocess.Popen[Any]:
-        """Start a child in its own session (= process group) carrying the run marker."""
+        """Start a child in its own session (= process group) carrying the run marker; it inherits only
+        `pass_fds` beyond stdio."""
         proc = subprocess.Popen(
             list(argv),
             env={**env, RUN_MARKER: self.run_id},
@@ -73,6 +75,7 @@ class ProcessSet:
             stderr=stderr,
             text=text,
             start_new_session=True,
+            pass_fds=pass_fds,
         )
         with self._lock:
             self.procs.append(proc)

@@ -8,10 +8,11 @@ tenant). Forward topology: one regular listener; children reach `https://<tenant
 from __future__ import annotations
 
 import os
+import select
 import socket
 import subprocess
 import sys
-import time
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,7 +23,6 @@ REPO = Path(__file__).resolve().parents[1]
 ADDON = REPO / "addons" / "tenancy.py"
 CERTS = REPO / "certs"
 FORWARD_DOMAIN = "llm.test"
-READY_POLL = 0.01  # s between readiness probes: mitmdump takes 0.6-1 s to listen; a probe costs 0.1 ms
 
 
 class ProxyError(RuntimeError):
@@ -36,19 +36,55 @@ def free_port() -> int:
 
 
 # mitmdump's own entry point, run by the venv's python and named `mitmdump` (argv[0]; on Linux also the
-# process name ps and psutil show). Once it returns, every addon's `done` has run (flows.mitm and the ledger
-# are closed); the atexit handlers run and the buffers are flushed, and only the interpreter's teardown,
-# 0.2-0.3 s of freeing objects, is skipped. An error exit (SystemExit) still exits the ordinary way.
+# process name ps and psutil show).
+# - Socket hand-over: the harness binds every listener itself and passes the sockets down
+#   (TENANCY_LISTEN_FDS="port=fd,..."). mitmproxy's servers are started on those sockets instead of binding
+#   anew, so a connection made while mitmdump still starts waits in the kernel's backlog (never refused), and
+#   no port can be taken between choosing it and listening on it.
+# - The addon: added where mitmproxy puts an `-s` script (right after its script loader, so before `save`
+#   writes a flow) and configured while the options are parsed, so before any server exists; an error in it
+#   ends mitmdump before it serves. (mitmproxy loads an `-s` script in a task of its own, which can run after
+#   the first connection is accepted.)
 MITMDUMP_MAIN = """\
-import atexit, os, sys
+import asyncio, atexit, importlib.util, os, socket, sys
 sys.argv[0] = "mitmdump"
 try:
     with open("/proc/self/comm", "w") as comm:
         comm.write("mitmdump")
 except OSError:
     pass
-from mitmproxy.tools.main import mitmdump
-mitmdump()
+handed = dict(map(int, item.split("=")) for item in os.environ.pop("TENANCY_LISTEN_FDS").split(","))
+ready = int(os.environ.pop("TENANCY_READY_FD"))
+expected, serving, start_server = len(handed), set(), asyncio.start_server
+
+
+async def serve_handed(handler, host=None, port=None, **kwargs):
+    fd = handed.pop(port, None)
+    if fd is None:
+        return await start_server(handler, host, port, **kwargs)
+    server = await start_server(handler, sock=socket.socket(fileno=fd), **kwargs)
+    serving.add(port)  # the servers start concurrently: ready when the last of them serves
+    if len(serving) == expected:
+        os.write(ready, b"1")
+        os.close(ready)
+    return server
+
+
+asyncio.start_server = serve_handed
+spec = importlib.util.spec_from_file_location("tenancy_addon", os.environ.pop("TENANCY_ADDON"))
+addon = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(addon)
+from mitmproxy.tools import cmdline, dump, main
+
+
+class Master(dump.DumpMaster):
+    def __init__(self, options, **kwargs):
+        super().__init__(options, **kwargs)
+        at = self.addons.chain.index(self.addons.get("scriptloader")) + 1
+        self.addons.chain[at:at] = [self.addons.register(a) for a in addon.addons]
+
+
+main.run(Master, cmdline.mitmdump, None)
 atexit._run_exitfuncs()
 sys.stdout.flush()
 sys.stderr.flush()
@@ -70,6 +106,15 @@ def accepts(port: int, timeout: float = 0.5) -> bool:
             return True
     except OSError:
         return False
+
+
+def ensure_ca(confdir: Path = CERTS) -> None:
+    """Create mitmproxy's CA in `confdir` unless it is there, as mitmdump itself would on its start: the
+    forward topology hands the certificate to children that may start before mitmdump is up."""
+    if not (confdir / "mitmproxy-ca.pem").exists():
+        from mitmproxy.certs import CertStore
+
+        CertStore.create_store(confdir, "mitmproxy", 2048)
 
 
 def protect_certs(confdir: Path = CERTS) -> None:
@@ -94,6 +139,10 @@ class Proxy:
     forward_port: int = 0
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(init=False)
+    _ready_fd: int | None = field(default=None, init=False, repr=False)  # taken by whoever waits (or stops) first
+    _ready_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _settled: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _failure: str = field(default="", init=False, repr=False)
 
     def __post_init__(self) -> None:
         self.log_path = self.out / "mitmdump.log"
@@ -109,7 +158,6 @@ class Proxy:
     def argv(self) -> list[str]:
         argv = [
             sys.executable, "-c", MITMDUMP_MAIN, "-q",
-            "-s", str(ADDON),
             "--set", f"confdir={self.confdir}",
             "--set", f"tenancy_registry={self.registry_path}",
             "--set", f"tenancy_ledger={self.ledger_path}",
@@ -130,36 +178,96 @@ class Proxy:
             return [t.listen for t in self.registry if t.listen is not None]
         return [self.forward_port]
 
-    def start(self, timeout: float = 30.0, attempts: int = 3) -> Proxy:
-        """Start mitmdump and wait until every listener accepts; re-pick ports that are taken."""
-        mitmdump_binary()  # mitmproxy is installed next to this python (else: how to bootstrap it)
-        protect_certs(self.confdir)
-        for attempt in range(attempts):
-            taken = [p for p in self.ports() if accepts(p)]
-            if not taken and self._launch(timeout):
-                return self
-            self._repick_ports()
-            if attempt == attempts - 1:
-                break
-        tail = self.log_path.read_text(errors="replace")[-600:] if self.log_path.exists() else ""
-        tail = " ".join(tail.split())[-300:]  # one line
-        raise ProxyError(f"mitmdump did not come up after {attempts} attempts (listen ports "
-                         f"{', '.join(map(str, self.ports()))}): {tail or 'no output'}")
+    def start(self, timeout: float = 30.0) -> Proxy:
+        """Start mitmdump and wait until it serves every listener."""
+        self.spawn()
+        self.wait_ready(timeout)
+        return self
 
-    def _launch(self, timeout: float) -> bool:
+    def spawn(self, attempts: int = 3) -> Proxy:
+        """Bind every listener here (re-picking a port that is taken) and start mitmdump on those sockets;
+        returns at once. A connection made from now on waits until mitmdump serves it (`wait_ready`)."""
+        mitmdump_binary()  # mitmproxy is installed next to this python (else: how to bootstrap it)
+        if self.topology == "forward":
+            ensure_ca(self.confdir)
+        protect_certs(self.confdir)
+        socks = self._bind_all(attempts)
+        read_end, write_end = os.pipe()
         env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
         env["PYTHONPATH"] = str(REPO)
-        with self.log_path.open("ab") as log:
-            self.proc = self.procs.spawn(self.argv(), env=env, cwd=self.out, stdout=log, stderr=log)
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                return False
-            if all(accepts(p) for p in self.ports()):
-                return True
-            time.sleep(READY_POLL)
-        kill_group(self.proc.pid)
-        return False
+        env["TENANCY_LISTEN_FDS"] = ",".join(f"{s.getsockname()[1]}={s.fileno()}" for s in socks)
+        env["TENANCY_READY_FD"] = str(write_end)
+        env["TENANCY_ADDON"] = str(ADDON)
+        try:
+            with self.log_path.open("ab") as log:
+                self.proc = self.procs.spawn(self.argv(), env=env, cwd=self.out, stdout=log, stderr=log,
+                                             pass_fds=[write_end, *(s.fileno() for s in socks)])
+        except BaseException:
+            os.close(read_end)
+            raise
+        finally:  # mitmdump holds the only copies now: if it dies, its listeners go with it
+            os.close(write_end)
+            for sock in socks:
+                sock.close()
+        self._failure = ""
+        self._settled.clear()
+        self._ready_fd = read_end
+        return self
+
+    def _bind_all(self, attempts: int) -> list[socket.socket]:
+        for _ in range(attempts):
+            socks, taken = [], []
+            for port in self.ports():
+                sock = socket.socket()
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+                try:
+                    sock.bind(("127.0.0.1", port))
+                    sock.listen(128)
+                    socks.append(sock)
+                except OSError as exc:
+                    sock.close()
+                    taken.append(f"{port} ({exc.strerror})")
+            if not taken:
+                return socks
+            for sock in socks:
+                sock.close()
+            self._repick_ports()
+        raise ProxyError(f"mitmdump did not come up after {attempts} attempts: cannot listen on 127.0.0.1 "
+                         f"port {', '.join(taken)}")
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Block until mitmdump serves every listener. ProxyError, naming the tail of its log, if it exits
+        first or takes longer than `timeout` (it is then killed: whoever waits in its backlog is reset)."""
+        fd = self._take_ready_fd()
+        if fd is None:  # someone else waits (or waited, or stopped it): their outcome is ours
+            if not self._settled.wait(timeout):
+                raise ProxyError(f"mitmdump did not come up (not serving after {timeout:g} s)")
+            if self._failure:
+                raise ProxyError(self._failure)
+            return
+        try:
+            readable, _, _ = select.select([fd], [], [], timeout)
+            got = os.read(fd, 1) if readable else None
+        finally:
+            os.close(fd)
+        if got == b"1":
+            self._settled.set()
+            return
+        if got is None and self.proc is not None:
+            kill_group(self.proc.pid)
+            self.proc.wait(timeout=5)
+        tail = self.log_path.read_text(errors="replace")[-600:] if self.log_path.exists() else ""
+        tail = " ".join(tail.split())[-300:]  # one line
+        why = f"not serving after {timeout:g} s" if got is None else "it exited"
+        self._failure = f"mitmdump did not come up ({why}; listen ports {', '.join(map(str, self.ports()))}): " \
+                        f"{tail or 'no output'}"
+        self._settled.set()
+        raise ProxyError(self._failure)
+
+    def _take_ready_fd(self) -> int | None:
+        with self._ready_lock:
+            fd, self._ready_fd = self._ready_fd, None
+            return fd
 
     def _repick_ports(self) -> None:
         if self.topology == "reverse":
@@ -198,6 +306,11 @@ class Proxy:
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGINT (mitmdump flushes and closes the flow file), then SIGKILL if it hangs."""
+        fd = self._take_ready_fd()
+        if fd is not None:  # stopped before anyone waited for it to come up
+            os.close(fd)
+            self._failure = "mitmdump was stopped before it came up"
+            self._settled.set()
         if self.proc is None:
             return None
         if self.proc.poll() is None:

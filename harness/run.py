@@ -172,32 +172,32 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
         registry.save(registry_path)
         hermes = Hermes(python, sandbox, procs, out / "logs")
         proxy = Proxy(registry, registry_path, out, procs, topology=opts.topology,
-                      forward_port=free_port() if opts.topology == "forward" else 0)
+                      forward_port=free_port() if opts.topology == "forward" else 0).spawn()
+        # Hermes' check, the homes and the scenario go on while mitmdump starts: a connection made before it
+        # serves waits in the backlog of the listener it was handed, and is served with the addon loaded.
         with ThreadPoolExecutor(max_workers=1) as pool:
-            checking = pool.submit(hermes.check)  # Hermes' check runs while mitmdump starts
+            coming_up = pool.submit(proxy.wait_ready)
             try:
-                proxy.start()
+                version = hermes.check()
+            except HermesError:
+                proxy.stop()
+                _discard(out)
+                raise
+            progress(opts.quiet, f"Hermes {version}; {len(names)} tenants; scenario {opts.scenario}; {opts.topology}")
+            hermes.route_env = proxy.child_env()
+            ctx = scenarios.Context(registry, registry_path, sandbox, hermes, proxy, stubs, opts, out,
+                                    lambda m: progress(opts.quiet, m), scenario=opts.scenario,
+                                    gateway_port=free_port() if opts.scenario in ("gateway", "all") else 0)
+            write_homes(ctx)
+            planted = plant_all(ctx)
+            try:
+                scenarios.SCENARIOS[opts.scenario](ctx)
+            except BackendError as exc:
+                reasons.append(f"driver failed: {exc}")
             finally:
-                try:
-                    version = checking.result()
-                except HermesError:
-                    proxy.stop()
-                    _discard(out)
-                    raise
-        progress(opts.quiet, f"Hermes {version}; {len(names)} tenants; scenario {opts.scenario}; {opts.topology}")
-        hermes.route_env = proxy.child_env()
-        ctx = scenarios.Context(registry, registry_path, sandbox, hermes, proxy, stubs, opts, out,
-                                lambda m: progress(opts.quiet, m), scenario=opts.scenario,
-                                gateway_port=free_port() if opts.scenario in ("gateway", "all") else 0)
-        write_homes(ctx)
-        planted = plant_all(ctx)
-        try:
-            scenarios.SCENARIOS[opts.scenario](ctx)
-        except BackendError as exc:
-            reasons.append(f"driver failed: {exc}")
-        finally:
-            for log in ctx.rpc_logs.values():
-                log.close()
+                for log in ctx.rpc_logs.values():
+                    log.close()
+            coming_up.result()  # ProxyError if it never came up: nothing was recorded
         if not proxy.alive():
             reasons.append("mitmdump died during the run; flows after its death were not recorded")
         proxy.stop()

@@ -73,8 +73,7 @@ def proxy_of_8(tmp_path: Path):
 
 
 def test_a_turn_sent_the_moment_start_returns_is_recorded(proxy_of_8):
-    """mitmproxy imports the addon 80-110 ms after its listeners accept, but it does so on its event loop
-    before serving any connection: a turn sent at once waits in the backlog and is still recorded."""
+    """The addon is configured before mitmdump serves any listener: a turn sent at once is recorded."""
     reg, _, proxy = proxy_of_8
     assert streaming_turn(reg, reg.names()[0], 0)[2]
     (line,) = [json.loads(x) for x in proxy.ledger_path.read_text().splitlines()]
