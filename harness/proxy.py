@@ -43,8 +43,8 @@ def free_port() -> int:
 #   no port can be taken between choosing it and listening on it.
 # - The addon: added where mitmproxy puts an `-s` script (right after its script loader, so before `save`
 #   writes a flow) and configured while the options are parsed, so before any server exists; an error in it
-#   ends mitmdump before it serves. (mitmproxy loads an `-s` script in a task of its own, which can run after
-#   the first connection is accepted.)
+#   ends mitmdump before it serves. (mitmproxy loads an `-s` script from a task of its own; that this task
+#   runs before the first flow's hooks is event-loop ordering, not a guarantee.)
 MITMDUMP_MAIN = """\
 import asyncio, atexit, importlib.util, os, socket, sys
 sys.argv[0] = "mitmdump"
