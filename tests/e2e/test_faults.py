@@ -190,3 +190,24 @@ def test_every_listener_port_taken_is_inconclusive_in_one_line(tmp_path, hermes_
     assert err.startswith("tenancy-audit: inconclusive: mitmdump did not come up after 3 attempts")
     assert err.count("\n") == 1 and "Traceback" not in err
     assert not (tmp_path / "ev" / "findings.json").exists()  # no verdict at all, so never "clean"
+
+
+def test_mitmdump_that_never_comes_up_ends_the_run_inconclusive_in_one_line(tmp_path, hermes_python, monkeypatch,
+                                                                            capsys):
+    """The turns start while mitmdump starts; if it exits instead (here: its addon cannot be imported), the
+    waiting connections are reset, the turns fail at once and the run says why, with no verdict."""
+    import harness.proxy
+
+    broken = tmp_path / "broken_addon.py"
+    broken.write_text("raise ImportError('planted: this addon cannot be imported')\n")
+    monkeypatch.setattr(harness.proxy, "ADDON", broken)
+    started = time.monotonic()
+    code = cli.main(["run", "--out", str(tmp_path / "ev"), "--hermes-python", str(hermes_python), "--quiet",
+                     "--timeout", "60"])
+    seconds = time.monotonic() - started
+    err = capsys.readouterr().err
+    assert code == 3, err
+    assert err.startswith("tenancy-audit: inconclusive: mitmdump did not come up (it exited; ")
+    assert "planted: this addon cannot be imported" in err and err.count("\n") == 1  # one line, no harness traceback
+    assert not (tmp_path / "ev" / "findings.json").exists()
+    assert seconds < 55, seconds  # the turns were not left waiting until their timeout
