@@ -84,7 +84,7 @@ class Context:
         if result.log is not None:
             self._owners[result.log.name] = result.tenant
         state = "ok" if result.ok else f"FAILED ({result.detail})"
-        self.say(f"  {result.tenant:<10} {result.driver:<8} {result.seconds:5.1f}s  flows {flows:<4} {state}")
+        self.say(f"  {result.tenant:<10} {result.driver:<8} {result.seconds:5.1f}s  flows so far {flows:<4} {state}")
 
     def log_owner(self, path: Path) -> str | None:
         """The tenant a log belongs to, or None for a backend serving every tenant."""
