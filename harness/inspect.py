@@ -309,7 +309,10 @@ def inspect_request(
     kind = request_kind(path, doc)
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
     bearer = bearer_of(headers)
-    owner = registry.owner_of_key(bearer) if bearer else None
+    if tenant is not None and bearer == tenant.key:  # the usual case; a value has one owner (validated)
+        owner: Tenant | None = tenant
+    else:
+        owner = registry.owner_of_key(bearer) if bearer else None
     bearer_state = _bearer_state(tenant, bearer, owner)
     report = RequestReport(name, str(route), method, path, kind, bearer_state, owner.name if owner else None,
                            model, len(body or b""), decoded.note)

@@ -198,6 +198,24 @@ def test_wrong_key_when_main_turn_has_none_or_an_unknown_one(tctx, addon, reg):
     assert "sk-real" not in json.dumps(f.metadata["tenancy"]) and f.metadata["tenancy"]["bearer"] == "unknown"
 
 
+@pytest.mark.parametrize("tenant", ["alpha", "beta"])
+def test_every_bearer_state(tctx, addon, reg, tenant):
+    """own, foreign, misused (another secret of the tenant itself), unknown and none, on the first tenant of
+    the registry and on a later one (the own key is matched without a look through every tenant)."""
+    other = "beta" if tenant == "alpha" else "alpha"
+    cases = {"own": reg[tenant].key, "foreign": reg[other].key, "misused": reg[tenant].canaries["api_server_key"],
+             "unknown": "sk-real-looking-secret-value", "none": None}
+    for state, key in cases.items():
+        meta = run(addon, reverse_flow(tenant, main_turn(reg, tenant), key=key)).metadata["tenancy"]
+        assert meta["bearer"] == state, (state, meta)
+        owner = {"own": tenant, "foreign": other, "misused": tenant}.get(state)
+        assert meta["bearer_tenant"] == owner, (state, meta)
+        assert [x["kind"] for x in meta["findings"]] == ([] if state == "own" else ["wrong_key"]), (state, meta)
+        if state == "misused":
+            finding = meta["findings"][0]
+            assert (finding["victim"], finding["canary"]) == (tenant, "api_server_key")
+
+
 def test_aux_without_key_and_local_probes_are_not_flagged(tctx, addon, reg, tmp_path):
     aux = run(addon, reverse_flow("alpha", {"model": "x", "messages": []}))
     probe = run(addon, reverse_flow("alpha", path="/api/tags", method="GET"), response=b"not found")
