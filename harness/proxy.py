@@ -1,4 +1,7 @@
-"""Start and stop `mitmdump -s addons/tenancy.py` in front of the tenants' stubs.
+"""Start and stop mitmdump with the tenancy addon in front of the tenants' stubs.
+
+The harness binds the listeners and starts `harness.mitmdump_main` on them (the same addon and options as
+`mitmdump -s addons/tenancy.py`); `spawn` returns at once, `wait_ready` waits until every listener is served.
 
 Reverse topology: one `reverse:<stub>@127.0.0.1:<port>` listener per tenant (the listener names the
 tenant). Forward topology: one regular listener; children reach `https://<tenant>.llm.test` through
@@ -33,63 +36,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-# mitmdump's own entry point, run by the venv's python and named `mitmdump` (argv[0]; on Linux also the
-# process name ps and psutil show).
-# - Socket hand-over: the harness binds every listener itself and passes the sockets down
-#   (TENANCY_LISTEN_FDS="port=fd,..."). mitmproxy's servers are started on those sockets instead of binding
-#   anew, so a connection made while mitmdump still starts waits in the kernel's backlog (never refused), and
-#   no port can be taken between choosing it and listening on it.
-# - The addon: added where mitmproxy puts an `-s` script (right after its script loader, so before `save`
-#   writes a flow) and configured while the options are parsed, so before any server exists; an error in it
-#   ends mitmdump before it serves. (mitmproxy loads an `-s` script from a task of its own; that this task
-#   runs before the first flow's hooks is event-loop ordering, not a guarantee.)
-MITMDUMP_MAIN = """\
-import asyncio, atexit, importlib.util, os, socket, sys
-sys.argv[0] = "mitmdump"
-try:
-    with open("/proc/self/comm", "w") as comm:
-        comm.write("mitmdump")
-except OSError:
-    pass
-handed = dict(map(int, item.split("=")) for item in os.environ.pop("TENANCY_LISTEN_FDS").split(","))
-ready = int(os.environ.pop("TENANCY_READY_FD"))
-expected, serving, start_server = len(handed), set(), asyncio.start_server
-
-
-async def serve_handed(handler, host=None, port=None, **kwargs):
-    fd = handed.pop(port, None)
-    if fd is None:
-        return await start_server(handler, host, port, **kwargs)
-    server = await start_server(handler, sock=socket.socket(fileno=fd), **kwargs)
-    serving.add(port)  # the servers start concurrently: ready when the last of them serves
-    if len(serving) == expected:
-        os.write(ready, b"1")
-        os.close(ready)
-    return server
-
-
-asyncio.start_server = serve_handed
-spec = importlib.util.spec_from_file_location("tenancy_addon", os.environ.pop("TENANCY_ADDON"))
-addon = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(addon)
-from mitmproxy.tools import cmdline, dump, main
-
-
-class Master(dump.DumpMaster):
-    def __init__(self, options, **kwargs):
-        super().__init__(options, **kwargs)
-        at = self.addons.chain.index(self.addons.get("scriptloader")) + 1
-        self.addons.chain[at:at] = [self.addons.register(a) for a in addon.addons]
-
-
-main.run(Master, cmdline.mitmdump, None)
-atexit._run_exitfuncs()
-sys.stdout.flush()
-sys.stderr.flush()
-os._exit(0)
-"""
 
 
 def mitmdump_binary() -> Path:
@@ -157,7 +103,7 @@ class Proxy:
 
     def argv(self) -> list[str]:
         argv = [
-            sys.executable, "-c", MITMDUMP_MAIN, "-q",
+            sys.executable, "-P", "-m", "harness.mitmdump_main", "-q",  # -P: not the cwd on sys.path
             "--set", f"confdir={self.confdir}",
             "--set", f"tenancy_registry={self.registry_path}",
             "--set", f"tenancy_ledger={self.ledger_path}",
