@@ -55,7 +55,7 @@ from cryptography.hazmat.primitives import serialization
 from hooks import FILLER, make_registry, request_body
 from mitmproxy import certs
 
-from harness.proxy import REPO, accepts, free_port, mitmdump_binary
+from harness.proxy import REPO, free_port, mitmdump_binary
 from harness.registry import Registry
 
 KiB = 1024
@@ -278,11 +278,20 @@ async def load(target: Target, tls: ssl.SSLContext, conc: int, total: int, query
 # -- processes ------------------------------------------------------------------------------------------------
 
 
+def accepts(port: int) -> bool:
+    """Something listens on 127.0.0.1:`port`."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+            return True
+    except OSError:
+        return False
+
+
 def spawn(argv: list[str], ports: list[int], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
     with log.open("wb") as fh:
         proc = subprocess.Popen(argv, stdout=fh, stderr=fh, env=env, start_new_session=True)
     deadline = time.monotonic() + 60
-    while not all(accepts(p, timeout=0.2) for p in ports):
+    while not all(map(accepts, ports)):
         if proc.poll() is not None or time.monotonic() > deadline:
             raise RuntimeError(f"{argv[0]} did not come up: {log.read_text()[-400:]}")
         time.sleep(0.05)

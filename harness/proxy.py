@@ -45,15 +45,6 @@ def mitmdump_binary() -> Path:
     return path
 
 
-def accepts(port: int, timeout: float = 0.5) -> bool:
-    """Something listens on 127.0.0.1:`port`."""
-    try:
-        with socket.create_connection(("127.0.0.1", port), timeout=timeout):
-            return True
-    except OSError:
-        return False
-
-
 def ensure_ca(confdir: Path = CERTS) -> None:
     """Create mitmproxy's CA in `confdir` unless it is there, as mitmdump itself would on its start: the
     forward topology hands the certificate to children that may start before mitmdump is up."""
