@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import mitmproxy.types
+import orjson
 from mitmproxy import command, ctx, exceptions, http
 from mitmproxy.log import ALERT
 
@@ -54,7 +55,7 @@ class Tenancy:
         self.registry: registry.Registry | None = None
         self.matcher: Matcher | None = None
         self.findings: list[Finding] = []
-        self.ledger: IO[str] | None = None
+        self.ledger: IO[bytes] | None = None
         self._stamp: tuple[int, int, int] | None = None
         self._path = Path()  # the registry file, once loaded
         #: The report of every request in flight, reused by `_finish` while the request is unchanged.
@@ -101,7 +102,7 @@ class Tenancy:
             if path:
                 try:
                     fd = os.open(os.path.expanduser(path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-                    self.ledger = os.fdopen(fd, "a", encoding="utf-8")
+                    self.ledger = os.fdopen(fd, "ab")
                 except OSError as exc:
                     raise exceptions.OptionsError(f"tenancy_ledger: cannot open {path}: {exc.strerror}") from None
 
@@ -150,7 +151,7 @@ class Tenancy:
             elif tenant is not None and tenant.upstream:
                 _route_to(flow.request, tenant.upstream)
         flow.request.headers[FLOW_HEADER] = flow.id
-        report = inspect.inspect_flow_request(self.registry, self.matcher, flow)
+        report = inspect.inspect_flow_request(self.registry, self.matcher, flow, route)
         self._inflight[flow.id] = (_request_state(flow, self.matcher), report)
         flow.metadata["tenancy"] = {"tenant": report.tenant, "route": report.route, "kind": report.kind}
         if report.findings:
@@ -194,7 +195,7 @@ class Tenancy:
         if self.ledger is None:
             return
         try:
-            self.ledger.write(json.dumps(entry, separators=(",", ":")) + "\n")
+            self.ledger.write(_ledger_line(entry))
             self.ledger.flush()
         except (OSError, ValueError) as exc:
             log.error(f"tenancy: cannot write the ledger {ctx.options.tenancy_ledger}: {exc}; shutting down")
@@ -235,6 +236,15 @@ def _request_state(flow: http.HTTPFlow, matcher: Matcher) -> _RequestState:
     method, path, host and headers. Comparing two states is cheap: the same body object is not read."""
     data = flow.request.data  # the raw fields: no decoding, no parsing (pretty_host would parse the Host)
     return matcher, data.content, data.method, data.path, data.authority, data.host, data.headers.fields
+
+
+def _ledger_line(entry: dict[str, Any]) -> bytes:
+    """One JSON line. orjson writes it where it can (five times faster); json takes what orjson refuses
+    (a lone surrogate from a path or header read with surrogateescape, an integer past 64 bits)."""
+    try:
+        return orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return json.dumps(entry, separators=(",", ":")).encode() + b"\n"
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:

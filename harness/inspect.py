@@ -8,18 +8,21 @@ raw bytes it is, so no body can crash an inspection or hide from it.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 import brotli
 import orjson
+from mitmproxy.net.http import url
+from mitmproxy.proxy.mode_specs import ReverseMode
 
 from harness.findings import Finding
-from harness.matcher import Hit, Matcher
+from harness.matcher import SEPARATOR, Hit, Matcher
 from harness.registry import Registry, Tenant
 from harness.stubs import FLOW_HEADER, LOCAL_PROBES
 
@@ -37,6 +40,7 @@ MAX_SSE_DEPTH = 64
 #: Headers that carry a provider credential (OpenAI `Authorization: Bearer`, Azure/Anthropic style keys).
 KEY_HEADERS = ("authorization", "api-key", "x-api-key")
 Headers = Sequence[tuple[str, str]]
+_SEPARATOR = SEPARATOR.decode()
 
 
 @dataclass(frozen=True)
@@ -126,15 +130,19 @@ def parse_json(body: Body) -> Any:
     return loads(body.data)
 
 
-def header(headers: Headers, name: str) -> str:
-    """The first value of header `name` (case-insensitive), or ''."""
-    return next((v for k, v in headers if k.lower() == name), "")
+def first_values(headers: Headers) -> dict[str, str]:
+    """Every header's first value, by its lower-case name."""
+    first: dict[str, str] = {}
+    for name, value in headers:
+        first.setdefault(name.lower(), value)
+    return first
 
 
-def bearer_of(headers: Headers) -> str | None:
-    """The credential a request presents: `Authorization: Bearer X`, or an api-key style header."""
+def bearer_of(first: dict[str, str]) -> str | None:
+    """The credential a request presents (`first`: its `first_values`): `Authorization: Bearer X`, or an
+    api-key style header."""
     for name in KEY_HEADERS:
-        value = header(headers, name).strip()
+        value = first.get(name, "").strip()
         if value:
             return value[7:].strip() if value.lower().startswith("bearer ") else value
     return None
@@ -214,30 +222,64 @@ class _Scan:
         only_new: bool = False,
     ) -> None:
         for hit in self.matcher.find(data, exclude=self.tenant):
-            ident = (hit.tenant, hit.kind)
-            if ident in skip or (only_new and ident in self.seen):
-                continue
-            self.seen.add(ident)
-            self.findings.append(
-                Finding(
-                    kind=self.kind,
-                    victim=hit.tenant,
-                    seen_in=self.tenant,
-                    canary=hit.kind,
-                    channel=self.channel,
-                    location=f"flow:{self.flow_id}:{part}" + (f"@{hit.start}" if offsets else ""),
-                    encoding=_label(encoding, hit),
-                    evidence=self.matcher.snippet(data, hit),
-                )
+            self._add(hit, data, part, encoding=encoding, skip=skip, offsets=offsets, only_new=only_new)
+
+    def _add(
+        self,
+        hit: Hit,
+        data: bytes,
+        part: str,
+        *,
+        encoding: str | None = None,
+        skip: frozenset[tuple[str, str]] = frozenset(),
+        offsets: bool = True,
+        only_new: bool = False,
+    ) -> None:
+        ident = (hit.tenant, hit.kind)
+        if ident in skip or (only_new and ident in self.seen):
+            return
+        self.seen.add(ident)
+        self.findings.append(
+            Finding(
+                kind=self.kind,
+                victim=hit.tenant,
+                seen_in=self.tenant,
+                canary=hit.kind,
+                channel=self.channel,
+                location=f"flow:{self.flow_id}:{part}" + (f"@{hit.start}" if offsets else ""),
+                encoding=_label(encoding, hit),
+                evidence=self.matcher.snippet(data, hit),
             )
+        )
 
     def headers(self, headers: Headers, prefix: str, skip: frozenset[tuple[str, str]] = frozenset()) -> None:
-        for name, value in headers:
-            if name.lower() == FLOW_HEADER:
-                continue
-            own_skip = skip if name.lower() in KEY_HEADERS else frozenset()
-            self.scan(f"{name}: {value}".encode("utf-8", "surrogateescape"), f"{prefix}.headers.{name.lower()}",
-                      skip=own_skip, offsets=False)
+        """Scan every header line as if alone (`skip` applies to the credential headers), in one call: the
+        lines are joined by SEPARATOR, which no pattern holds, so no match can cross from one line into the
+        next (with a canary that holds it, every line is scanned alone)."""
+        if not self.matcher.separable:
+            for name, value in headers:
+                lower = name.lower()
+                if lower != FLOW_HEADER:
+                    self.scan(f"{name}: {value}".encode("utf-8", "surrogateescape"), f"{prefix}.headers.{lower}",
+                              skip=skip if lower in KEY_HEADERS else frozenset(), offsets=False)
+            return
+        block = _SEPARATOR.join(f"{name}: {value}" for name, value in headers if name.lower() != FLOW_HEADER)
+        hits = self.matcher.find(block.encode("utf-8", "surrogateescape"), exclude=self.tenant)
+        if not hits:  # the usual case: nothing more to build
+            return
+        lines = [(name.lower(), f"{name}: {value}".encode("utf-8", "surrogateescape"))
+                 for name, value in headers if name.lower() != FLOW_HEADER]
+        starts = [0]
+        for _, line in lines:
+            starts.append(starts[-1] + len(line) + 1)
+        index = 0
+        for hit in hits:  # ordered by offset, as the lines are
+            while hit.start >= starts[index + 1]:
+                index += 1
+            name, line = lines[index]
+            base = starts[index]
+            self._add(replace(hit, start=hit.start - base, end=hit.end - base), line, f"{prefix}.headers.{name}",
+                      skip=skip if name in KEY_HEADERS else frozenset(), offsets=False)
 
     def body(self, body: Body, part: str, skip: frozenset[tuple[str, str]] = frozenset()) -> None:
         self.scan(body.data, part, encoding=body.encoding, skip=skip)
@@ -304,11 +346,12 @@ def inspect_request(
     """Attribute and check one request: `wrong_key`, `wrong_model`, `request_leak`, `egress`."""
     tenant = tenant_for(registry, listen_port=route.listen_port, host=route.host)
     name = tenant.name if tenant else None
-    decoded = decode_body(body, header(headers, "content-encoding"))
+    first = first_values(headers)
+    decoded = decode_body(body, first.get("content-encoding", ""))
     doc = parse_json(decoded)
     kind = request_kind(path, doc)
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
-    bearer = bearer_of(headers)
+    bearer = bearer_of(first)
     if tenant is not None and bearer == tenant.key:  # the usual case; a value has one owner (validated)
         owner: Tenant | None = tenant
     else:
@@ -371,8 +414,9 @@ def inspect_response(
     error: str | None = None,
 ) -> ResponseReport:
     """Check one response (JSON, SSE or anything else) for another tenant's canary: `response_leak`."""
-    decoded = decode_body(body, header(headers, "content-encoding"))
-    streamed = "text/event-stream" in header(headers, "content-type").lower()
+    first = first_values(headers)
+    decoded = decode_body(body, first.get("content-encoding", ""))
+    streamed = "text/event-stream" in first.get("content-type", "").lower()
     size = len(body) if body is not None else None
     report = ResponseReport(status, size, streamed, error, decoded.note)
     scan = _Scan(matcher, flow_id, tenant, "response", "response_leak")
@@ -425,24 +469,36 @@ class FlowReport:
 
 def route_of(flow: http.HTTPFlow) -> Route:
     """Reverse listeners name the tenant by port (kept in saved flows); anything else goes by host."""
-    from mitmproxy.proxy.mode_specs import ReverseMode
-
     mode = flow.client_conn.proxy_mode
     if isinstance(mode, ReverseMode):
         port = mode.custom_listen_port
         if port is None and flow.client_conn.sockname:
             port = flow.client_conn.sockname[1]
         return Route("reverse", listen_port=port)
-    return Route("forward", host=flow.request.pretty_host.lower().rstrip("."))
+    return Route("forward", host=pretty_host(flow.request).lower().rstrip("."))
+
+
+def pretty_host(request: http.Request) -> str:
+    """`request.pretty_host`, remembered for each Host header: parsing one costs as much as parsing a
+    256 KiB body's JSON does in a busy proxy, and a proxy sees the same few hosts over and over."""
+    return _pretty_host(request.host_header, request.host)
+
+
+@functools.lru_cache(maxsize=1024)
+def _pretty_host(host_header: str | None, host: str) -> str:
+    return url.parse_authority(host_header, check=False)[0] if host_header else host
 
 
 def _pairs(headers: Any) -> list[tuple[str, str]]:
     return list(headers.items(multi=True))
 
 
-def inspect_flow_request(registry: Registry, matcher: Matcher, flow: http.HTTPFlow) -> RequestReport:
+def inspect_flow_request(
+    registry: Registry, matcher: Matcher, flow: http.HTTPFlow, route: Route | None = None
+) -> RequestReport:
+    """Inspect a flow's request; `route` is `route_of(flow)` when the caller has it already."""
     req = flow.request
-    return inspect_request(registry, matcher, flow_id=flow.id, route=route_of(flow), method=req.method,
+    return inspect_request(registry, matcher, flow_id=flow.id, route=route or route_of(flow), method=req.method,
                            path=req.path, headers=_pairs(req.headers), body=req.raw_content)
 
 
@@ -456,7 +512,7 @@ def inspect_flow(
     """
     if request is None:
         request = inspect_flow_request(registry, matcher, flow)
-    report = FlowReport(flow.id, flow.request.timestamp_start, flow.request.pretty_host, request)
+    report = FlowReport(flow.id, flow.request.timestamp_start, pretty_host(flow.request), request)
     if flow.response is not None or flow.error is not None:
         resp = flow.response
         report.response = inspect_response(

@@ -26,6 +26,8 @@ DFA_MAX_PATTERNS = 12288
 PREFILTER_MIN_BYTES = 8192
 #: Windows closer than this are scanned as one: a call costs about as much as scanning 1-2 KiB.
 WINDOW_GAP = 1024
+#: Joins buffers that are scanned in one call but must be scanned as if alone (a message's header lines).
+SEPARATOR = b"\n"
 _UTF16_PAIR = {"utf16be": ("utf16le", 1), "utf16le": ("utf16be", -1)}
 
 
@@ -99,6 +101,8 @@ class Matcher:
         #: Length in bytes of the shortest / longest encoded form (shorter buffers cannot hold a canary).
         self.shortest = min(map(len, self._patterns), default=0)
         self.longest = max(map(len, self._patterns), default=0)
+        #: No pattern holds SEPARATOR, so no match can cross one: buffers joined by it may share a scan.
+        self.separable = not any(SEPARATOR in p for p in self._patterns)
         # A DFA scans about twice as fast as the default NFA but costs ~16 KB per pattern to build.
         impl = ahocorasick_rs.Implementation.DFA if len(self._patterns) <= DFA_MAX_PATTERNS else None
         self._automaton = (

@@ -486,6 +486,21 @@ def test_error_flows_get_a_ledger_line(tctx, addon, reg, tmp_path):
     assert line["status"] is None and line["response_bytes"] is None and line["error"] == "connection refused"
 
 
+def test_ledger_lines_orjson_cannot_write_are_written_by_json(tctx, addon, reg, tmp_path):
+    """A path with bytes that are not UTF-8 reads as lone surrogates, which orjson refuses to write."""
+    f = reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key)
+    f.request.data.path = b"/v1/chat/completions?q=\xff\xfe"
+    run(addon, f)
+    f2 = reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key)
+    f2.request.data.path = "/v1/é".encode()
+    run(addon, f2)
+    first, second = ledger(tmp_path)
+    assert first["path"] == "/v1/chat/completions?q=\udcff\udcfe" and first["flow"] == f.id
+    assert second["path"] == "/v1/é" and second["flow"] == f2.id
+    raw = (tmp_path / "ledger.jsonl").read_bytes().splitlines()
+    assert b"\\udcff" in raw[0] and "/v1/é".encode() in raw[1]  # json's escape; orjson's plain UTF-8
+
+
 def test_commands_list_and_report_findings(tctx, addon, reg, tmp_path):
     run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["beta"].key))
     lines = tctx.command(addon.findings_cmd)
