@@ -287,9 +287,12 @@ def accepts(port: int) -> bool:
         return False
 
 
-def spawn(argv: list[str], ports: list[int], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen[bytes]:
+def spawn(argv: list[str], ports: list[int], log: Path, env: dict[str, str] | None = None,
+          cpus: set[int] | None = None) -> subprocess.Popen[bytes]:
+    """Start a child (on `cpus` only, when given) and wait until it accepts on every port."""
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
     with log.open("wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=fh, env=env, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=fh, stderr=fh, env=env, start_new_session=True, preexec_fn=pin)
     deadline = time.monotonic() + 60
     while not all(map(accepts, ports)):
         if proc.poll() is not None or time.monotonic() > deadline:
@@ -354,7 +357,7 @@ async def throughput(targets: dict[str, Target], tls: ssl.SSLContext, rounds: in
         for size in sizes:
             for conc in concs:
                 base = (150 if quick else 400) if size < 64 * KiB else (24 if quick else 60)
-                total = max(base, (2 if quick else 4) * conc)
+                total = max(base, (16 if quick else 32) * conc)  # every connection busy for most of the round
                 query = f"kind={kind}&size={size}"
                 names = list(targets)
                 results: dict[str, list[Round]] = {name: [] for name in names}
@@ -434,6 +437,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=",".join(KINDS), help="body kinds (default json,sse)")
     ap.add_argument("--sizes", default=",".join(str(x // KiB) for x in SIZES), help="body KiB (default 1,256)")
     ap.add_argument("--conc", default=",".join(map(str, CONCURRENCY)), help="connections (default 1,8,32)")
+    ap.add_argument("--no-pin", action="store_true",
+                    help="let the scheduler place every process (default: the proxies on CPUs of their own)")
     ap.add_argument("--stub", nargs=4, metavar=("HTTP_PORT", "TLS_PORT", "CERT", "KEY"), help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.stub:
@@ -441,6 +446,13 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(serve_stub(int(a.stub[0]), int(a.stub[1]), a.stub[2], a.stub[3]))
         return 0
     rounds = a.rounds or (2 if a.quick else 3)
+    # The proxies get a CPU of their own, the load client and the stub the other: the proxy under test is the
+    # bottleneck, and the scheduler no longer moves it onto the client's CPU from one round to the next.
+    proxy_cpus: set[int] | None = None
+    if not a.no_pin and len(os.sched_getaffinity(0)) >= 2:
+        first, *rest = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {first})
+        proxy_cpus = set(rest)
     cells = (a.kinds.split(","), [x * KiB for x in _ints(a.sizes)], _ints(a.conc))
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
@@ -487,7 +499,7 @@ def main(argv: list[str] | None = None) -> int:
                     elif name == "stream":
                         extra = [*extra, "-s", str(STREAM_ADDON)]
                     procs.append(spawn(mitmdump_argv(confdir, modes, extra), listen,
-                                       root / f"mitmdump-{name}-{topo}.log", env))
+                                       root / f"mitmdump-{name}-{topo}.log", env, proxy_cpus))
                     connect = None
                     if topo == "fwd":
                         connect = (lambda i: f"{fwd.names()[i % 8]}.llm.test:443") if tree else (
@@ -500,6 +512,7 @@ def main(argv: list[str] | None = None) -> int:
             canaries = len(fwd[fwd.names()[0]].all_canaries())
             print(f"mitmproxy {mitmproxy.version.VERSION}; {len(fwd.names())} tenants x {canaries} canaries; "
                   f"{rounds} interleaved rounds per cell; {os.cpu_count()} CPUs"
+                  + (f"; proxies on CPU {sorted(proxy_cpus)}, client and stub on the rest" if proxy_cpus else "")
                   + (f"; old = {a.ref}" if a.ref else ""))
             summary = asyncio.run(throughput(targets, tls, rounds, a.quick, cells))
             asyncio.run(first_token(targets, tls, 20 if a.quick else 50))

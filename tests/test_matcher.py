@@ -88,6 +88,18 @@ def test_the_prefilter_finds_exactly_the_full_scans_matches(matcher: Matcher, se
     assert sorted(matcher._matches(data)) == expected
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_short_buffers_give_the_full_scans_matches(matcher: Matcher, seed: int) -> None:
+    """Buffers under PREFILTER_MIN_BYTES (header lines, small bodies) and the prefilter's windows are
+    scanned by the contiguous NFA, full passes by the DFA: the two must agree."""
+    rng = random.Random(1000 + seed)
+    for _ in range(20):
+        parts = [_plant(rng, matcher) if rng.random() < 0.4 else _filler(rng, rng.randrange(1, 400))
+                 for _ in range(rng.randrange(1, 12))]
+        data = b"".join(parts)[: PREFILTER_MIN_BYTES - 1]
+        assert sorted(matcher._matches(data)) == full_scan(matcher, data)
+
+
 def test_find_is_unchanged_by_the_prefilter(matcher: Matcher) -> None:
     rng = random.Random(7)
     buffers = [b"".join(_plant(rng, matcher) + _filler(rng, 3000) for _ in range(40)) for _ in range(5)]
