@@ -1,10 +1,11 @@
 """Benchmark the tenancy addon against plain mitmdump and a direct connection, side by side in one run.
 
-    .venv/bin/python bench/proxy.py [--quick] [--rounds N] [--ref GIT_REF] [--kinds sse] [--sizes 256] [--conc 1,8]
+    .venv/bin/python bench/proxy.py [--quick] [--rounds N] [--pairs N] [--ref GIT_REF] [--kinds sse] [--sizes 256]
+                                    [--conc 1,8] [--only addon-rev/plain] [--no-table] [--no-pin]
 
 A minimal asyncio stub (a child process; HTTP and HTTPS) answers every POST with a JSON body or an SSE
 stream (1 KiB events) of the size the query asks for. A bounded keep-alive load client (asyncio, 1/8/32
-connections opened and warmed up before the clock starts, a fixed number of requests per round) sends
+connections opened and warmed up before the clock starts) sends
 chat-completion main turns of the same size, each connection as one of 8 tenants (12 canaries each: the
 registry the addon loads), through
 
@@ -20,9 +21,17 @@ registry the addon loads), through
 - `old-rev`, `old-fwd` (with `--ref`): the addon and harness of that git ref (`git archive` into the temp
                 dir), so the old and the new addon are compared in the same run.
 
-The configurations run interleaved (round r runs every configuration once, in an order rotated by r), and
-what is printed is req/s, p50/p99 latency and the ratios addon/plain and (SSE) addon/stream of the same round
-(median over rounds).
+The proxies run on one CPU of their own, the client and the stub on another (`--no-pin` to let the
+scheduler place them). First a table: req/s and p50/p99 latency of every configuration, run one after
+the other (round r runs every configuration once, in an order rotated by r). Its absolute figures drift
+with this machine: its CPU speed wanders by up to +-30% within tens of milliseconds.
+
+Then the ratios (`paired`), each of two configurations measured side by side so that both see the same
+machine: at one connection, one request to each in turn (the ratio of summed latencies); with more, both
+proxies loaded at once on the CPU they share, which the scheduler splits evenly, so the ratio is that of
+their CPU cost per request. Printed: the median over rounds and the lowest and highest round. The control
+pair `stream-* / plain-*` (for JSON a script that does nothing) shows the method's own spread: 1.00 when
+nothing differs.
 Then the SSE first-token delay: a stream of 10 events 20 ms apart, one request at a time, every
 configuration in turn; the first event's arrival against the last one's shows whether a proxy buffers.
 Everything listens on 127.0.0.1; every child is stopped by its pid at the end.
@@ -63,6 +72,8 @@ EVENT = 1024  # bytes per SSE event
 SIZES = (1 * KiB, 256 * KiB)
 CONCURRENCY = (1, 8, 32)
 KINDS = ("json", "sse")
+#: Side by side with several connections, completions are counted only after both proxies have run this long.
+SETTLE = 0.25
 STREAM_ADDON = Path(__file__).resolve().parent / "stream_sse.py"
 #: Every configuration with an addon, and the configurations it is compared with (those present in a cell).
 BASELINES = {
@@ -250,11 +261,22 @@ class Round:
         return len(self.latencies) / self.seconds
 
 
+async def warm(target: Target, tls: ssl.SSLContext, conc: int, query: str, size: int) -> list[tuple[Conn, bytes]]:
+    """`conc` keep-alive connections to `target`, each with its request, after one warm-up request each."""
+    conns = [await Conn.open(target, i, tls) for i in range(conc)]
+    pairs = [(c, request_bytes(target, i, c.host, query, size)) for i, c in enumerate(conns)]
+    await asyncio.gather(*(c.request(r) for c, r in pairs))
+    return pairs
+
+
+async def close(pairs: list[tuple[Conn, bytes]]) -> None:
+    for c, _ in pairs:
+        await c.close()
+
+
 async def load(target: Target, tls: ssl.SSLContext, conc: int, total: int, query: str, size: int) -> Round:
     """`total` requests over `conc` warmed-up keep-alive connections; the clock runs only for those."""
-    conns = [await Conn.open(target, i, tls) for i in range(conc)]
-    raws = [request_bytes(target, i, c.host, query, size) for i, c in enumerate(conns)]
-    await asyncio.gather(*(c.request(r) for c, r in zip(conns, raws, strict=True)))  # warm-up
+    pairs = await warm(target, tls, conc, query, size)
     left = total
     lat: list[float] = []
     firsts: list[float] = []
@@ -268,11 +290,60 @@ async def load(target: Target, tls: ssl.SSLContext, conc: int, total: int, query
             firsts.append(first)
 
     start = time.perf_counter()
-    await asyncio.gather(*(worker(c, r) for c, r in zip(conns, raws, strict=True)))
+    await asyncio.gather(*(worker(c, r) for c, r in pairs))
     seconds = time.perf_counter() - start
-    for c in conns:
-        await c.close()
+    await close(pairs)
     return Round(seconds, lat, firsts)
+
+
+async def until(pairs: list[tuple[Conn, bytes]], start: float, deadline: float) -> list[float]:
+    """Latencies of the requests completed between `start` and `deadline`, over every connection of `pairs`
+    (which keep sending from now until the deadline)."""
+    got: list[float] = []
+
+    async def worker(conn: Conn, raw: bytes) -> None:
+        while time.perf_counter() < deadline:
+            whole, _ = await conn.request(raw)
+            if start <= time.perf_counter() < deadline:
+                got.append(whole)
+
+    await asyncio.gather(*(worker(c, r) for c, r in pairs))
+    return got
+
+
+async def paired(a: Target, b: Target, tls: ssl.SSLContext, conc: int, seconds: float, query: str,
+                 size: int) -> float:
+    """Throughput of `a` over `b`, measured side by side so that both see the same machine.
+
+    This machine's CPU speed wanders by +-30% within tens of milliseconds, more than the effect measured.
+    At one connection the two get one request each in turn, and the ratio is that of their summed latencies
+    (throughput at one connection is 1 / latency). With more connections both proxies run at once on the
+    one CPU they share, each kept busy, so the scheduler gives each the same CPU time and the ratio of the
+    requests they complete is the inverse ratio of their CPU cost per request. It is taken as the inverse
+    ratio of their mean latencies (with every connection always busy, throughput = connections / mean
+    latency), because completions come in bursts of about one per connection and a count moves in steps.
+    """
+    pa, pb = await warm(a, tls, conc, query, size), await warm(b, tls, conc, query, size)
+    now = time.perf_counter()
+    # At 32 connections a proxy completes about one request per connection every 150 ms, in bursts: a
+    # longer window holds enough of them.
+    start, deadline = now + SETTLE, now + SETTLE + seconds * max(1, conc / 8)
+    if conc == 1:
+        (ca, ra), (cb, rb) = pa[0], pb[0]
+        spent = {"a": 0.0, "b": 0.0}
+        turn = 0
+        while time.perf_counter() < deadline:
+            order = [("a", ca, ra), ("b", cb, rb)][:: 1 if turn % 2 == 0 else -1]
+            for key, conn, raw in order:
+                spent[key] += (await conn.request(raw))[0]
+            turn += 1
+        ratio = spent["b"] / spent["a"]
+    else:
+        la, lb = await asyncio.gather(until(pa, start, deadline), until(pb, start, deadline))
+        ratio = statistics.mean(lb) / statistics.mean(la)
+    await close(pa)
+    await close(pb)
+    return ratio
 
 
 # -- processes ------------------------------------------------------------------------------------------------
@@ -342,21 +413,15 @@ def _p(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-def _ratios(name: str, got: dict[str, list[Round]]) -> dict[str, float]:
-    """addon/baseline throughput: the median of the per-round ratios, for every baseline in the cell."""
-    return {base: statistics.median(a.rate / b.rate for a, b in zip(got[name], got[base], strict=True))
-            for base in BASELINES.get(name, ()) if base in got}
-
-
 async def throughput(targets: dict[str, Target], tls: ssl.SSLContext, rounds: int, quick: bool,
-                     cells: tuple[list[str], list[int], list[int]]) -> list[str]:
-    summary = []
-    print(f"{'body':5} {'size':>7} {'conc':>4}  {'config':10} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}  ratios")
+                     cells: tuple[list[str], list[int], list[int]]) -> None:
+    """req/s and p50/p99 latency of every configuration, one after the other (rotated order per round)."""
+    print(f"{'body':5} {'size':>7} {'conc':>4}  {'config':10} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
     kinds, sizes, concs = cells
     for kind in kinds:
         for size in sizes:
             for conc in concs:
-                base = (150 if quick else 400) if size < 64 * KiB else (24 if quick else 60)
+                base = (150 if quick else 400) if size < 64 * KiB else (96 if quick else 240)
                 total = max(base, (16 if quick else 32) * conc)  # every connection busy for most of the round
                 query = f"kind={kind}&size={size}"
                 names = list(targets)
@@ -367,14 +432,34 @@ async def throughput(targets: dict[str, Target], tls: ssl.SSLContext, rounds: in
                 for name, rs in results.items():
                     lat = [x for res in rs for x in res.latencies]
                     rate = statistics.median(res.rate for res in rs)
-                    ratios = _ratios(name, results)
-                    shown = "  ".join(f"/{b.split('-')[0]} {x:4.2f}x" for b, x in ratios.items())
-                    if ratios:
-                        summary.append(f"{kind:5} {size // KiB:4d} KiB conc {conc:2d}  {name:9} {shown}")
                     print(f"{kind:5} {size // KiB:4d}KiB {conc:4d}  {name:10} {rate:8.1f} {_ms(_p(lat, 0.5))} "
-                          f"{_ms(_p(lat, 0.99))}  {shown}")
+                          f"{_ms(_p(lat, 0.99))}")
                 print()
-    return summary
+
+
+async def ratios(targets: dict[str, Target], tls: ssl.SSLContext, rounds: int, seconds: float,
+                 cells: tuple[list[str], list[int], list[int]], only: str = "") -> list[str]:
+    """Every configuration with an addon against each of its baselines, side by side (`paired`), plus the
+    control: the script that does nothing for JSON against plain, which should come out at 1.00."""
+    pairs = [(name, base) for name, bases in BASELINES.items() if name in targets
+             for base in bases if base in targets]
+    pairs += [(s, f"plain-{s.split('-')[1]}") for s in STREAMING if s in targets]
+    pairs = [(name, base) for name, base in pairs if only in f"{name}/{base}"]
+    print(f"side by side: {rounds} rounds of {seconds:.1f} s per pair; median [lowest, highest] of the rounds")
+    lines = []
+    kinds, sizes, concs = cells
+    for kind in kinds:
+        for size in sizes:
+            for conc in concs:
+                query = f"kind={kind}&size={size}"
+                for name, base in pairs:
+                    got = [await paired(targets[name], targets[base], tls, conc, seconds, query, size)
+                           for _ in range(rounds)]
+                    line = (f"{kind:5} {size // KiB:4d} KiB conc {conc:2d}  {name:10} / {base:10} "
+                            f"{statistics.median(got):5.2f}x  [{min(got):.2f}, {max(got):.2f}]")
+                    print(line)
+                    lines.append(line)
+    return lines
 
 
 async def first_token(targets: dict[str, Target], tls: ssl.SSLContext, n: int) -> None:
@@ -437,6 +522,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kinds", default=",".join(KINDS), help="body kinds (default json,sse)")
     ap.add_argument("--sizes", default=",".join(str(x // KiB) for x in SIZES), help="body KiB (default 1,256)")
     ap.add_argument("--conc", default=",".join(map(str, CONCURRENCY)), help="connections (default 1,8,32)")
+    ap.add_argument("--pairs", type=int, help="side-by-side rounds per pair (default 9, --quick 5)")
+    ap.add_argument("--only", default="", help="only the side-by-side pairs whose 'name/base' holds this text")
+    ap.add_argument("--no-table", action="store_true", help="only the side-by-side ratios, not the req/s table")
     ap.add_argument("--no-pin", action="store_true",
                     help="let the scheduler place every process (default: the proxies on CPUs of their own)")
     ap.add_argument("--stub", nargs=4, metavar=("HTTP_PORT", "TLS_PORT", "CERT", "KEY"), help=argparse.SUPPRESS)
@@ -450,9 +538,9 @@ def main(argv: list[str] | None = None) -> int:
     # bottleneck, and the scheduler no longer moves it onto the client's CPU from one round to the next.
     proxy_cpus: set[int] | None = None
     if not a.no_pin and len(os.sched_getaffinity(0)) >= 2:
-        first, *rest = sorted(os.sched_getaffinity(0))
+        first, second, *_ = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {first})
-        proxy_cpus = set(rest)
+        proxy_cpus = {second}
     cells = (a.kinds.split(","), [x * KiB for x in _ints(a.sizes)], _ints(a.conc))
     procs: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
@@ -512,9 +600,13 @@ def main(argv: list[str] | None = None) -> int:
             canaries = len(fwd[fwd.names()[0]].all_canaries())
             print(f"mitmproxy {mitmproxy.version.VERSION}; {len(fwd.names())} tenants x {canaries} canaries; "
                   f"{rounds} interleaved rounds per cell; {os.cpu_count()} CPUs"
-                  + (f"; proxies on CPU {sorted(proxy_cpus)}, client and stub on the rest" if proxy_cpus else "")
+                  + (f"; proxies on CPU {sorted(proxy_cpus)}, client and stub on the rest" if proxy_cpus else
+                     "; not pinned: side by side with several connections, two proxies may each get a CPU")
                   + (f"; old = {a.ref}" if a.ref else ""))
-            summary = asyncio.run(throughput(targets, tls, rounds, a.quick, cells))
+            if not a.no_table:
+                asyncio.run(throughput(targets, tls, rounds, a.quick, cells))
+            summary = asyncio.run(ratios(targets, tls, a.pairs or (5 if a.quick else 9), 1.0 if a.quick else 2.0,
+                                         cells, a.only))
             asyncio.run(first_token(targets, tls, 20 if a.quick else 50))
         finally:
             for proc in procs:
@@ -525,8 +617,8 @@ def main(argv: list[str] | None = None) -> int:
                 seen += 1
                 flagged += json.loads(line)["flagged"]
         print(f"\naddon ledgers: {seen} flows, {flagged} flagged (expected 0: every request is the tenant's own)")
-        print("addon/baseline throughput (median of per-round ratios; /plain, /stream: plain mitmdump, "
-              "buffering or streaming SSE; /old: the addon of --ref):")
+        print("throughput ratios, side by side (plain: mitmdump buffering SSE; stream: mitmdump streaming SSE, "
+              "for JSON a script that does nothing; old: the addon of --ref):")
         print("\n".join(f"  {line}" for line in summary))
     return 0
 
