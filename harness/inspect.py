@@ -490,7 +490,8 @@ def _pretty_host(host_header: str | None, host: str) -> str:
 
 
 def _pairs(headers: Any) -> list[tuple[str, str]]:
-    return list(headers.items(multi=True))
+    """`headers.items(multi=True)`, decoded as mitmproxy decodes them, without its generator."""
+    return [(k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape")) for k, v in headers.fields]
 
 
 def inspect_flow_request(

@@ -179,6 +179,14 @@ def test_clean_main_turn_is_recorded_not_flagged(tctx, addon, reg, tmp_path):
     assert line["model"] == reg["alpha"].model and line["bearer_tenant"] == "alpha"
 
 
+def test_a_flow_header_the_client_sent_is_replaced_not_doubled(tctx, addon, reg):
+    f = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key,
+                                headers={"X-Tenancy-Flow": "forged"}))
+    assert f.request.headers.get_all(inspect.FLOW_HEADER) == [f.id]
+    g = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key))
+    assert g.request.headers.get_all(inspect.FLOW_HEADER) == [g.id]
+
+
 def test_wrong_key_with_another_tenants_key(tctx, addon, reg, caplog):
     with caplog.at_level(logging.WARNING, logger="tenancy"):
         f = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["beta"].key))
