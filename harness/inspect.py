@@ -222,19 +222,11 @@ class _Scan:
         only_new: bool = False,
     ) -> None:
         for hit in self.matcher.find(data, exclude=self.tenant):
-            self._add(hit, data, part, encoding=encoding, skip=skip, offsets=offsets, only_new=only_new)
+            self._add(hit, data, part, encoding, skip, offsets, only_new)
 
-    def _add(
-        self,
-        hit: Hit,
-        data: bytes,
-        part: str,
-        *,
-        encoding: str | None = None,
-        skip: frozenset[tuple[str, str]] = frozenset(),
-        offsets: bool = True,
-        only_new: bool = False,
-    ) -> None:
+    def _add(self, hit: Hit, data: bytes, part: str, encoding: str | None, skip: frozenset[tuple[str, str]],
+             offsets: bool, only_new: bool) -> None:
+        """Record `hit` (found in `data`) as a finding, unless `skip` holds it or `only_new` and it was seen."""
         ident = (hit.tenant, hit.kind)
         if ident in skip or (only_new and ident in self.seen):
             return
@@ -279,7 +271,7 @@ class _Scan:
             name, line = lines[index]
             base = starts[index]
             self._add(replace(hit, start=hit.start - base, end=hit.end - base), line, f"{prefix}.headers.{name}",
-                      skip=skip if name in KEY_HEADERS else frozenset(), offsets=False)
+                      None, skip if name in KEY_HEADERS else frozenset(), False, False)
 
     def body(self, body: Body, part: str, skip: frozenset[tuple[str, str]] = frozenset()) -> None:
         self.scan(body.data, part, encoding=body.encoding, skip=skip)
