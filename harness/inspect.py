@@ -248,30 +248,25 @@ class _Scan:
         """Scan every header line as if alone (`skip` applies to the credential headers), in one call: the
         lines are joined by SEPARATOR, which no pattern holds, so no match can cross from one line into the
         next (with a canary that holds it, every line is scanned alone)."""
+        lines = [(name.lower(), f"{name}: {value}") for name, value in headers if name.lower() != FLOW_HEADER]
         if not self.matcher.separable:
-            for name, value in headers:
-                lower = name.lower()
-                if lower != FLOW_HEADER:
-                    self.scan(f"{name}: {value}".encode("utf-8", "surrogateescape"), f"{prefix}.headers.{lower}",
-                              skip=skip if lower in KEY_HEADERS else frozenset(), offsets=False)
+            for name, text in lines:
+                self.scan(text.encode("utf-8", "surrogateescape"), f"{prefix}.headers.{name}",
+                          skip=skip if name in KEY_HEADERS else frozenset(), offsets=False)
             return
-        block = _SEPARATOR.join(f"{name}: {value}" for name, value in headers if name.lower() != FLOW_HEADER)
-        hits = self.matcher.find(block.encode("utf-8", "surrogateescape"), exclude=self.tenant)
-        if not hits:  # the usual case: nothing more to build
-            return
-        lines = [(name.lower(), f"{name}: {value}".encode("utf-8", "surrogateescape"))
-                 for name, value in headers if name.lower() != FLOW_HEADER]
-        starts = [0]
-        for _, line in lines:
-            starts.append(starts[-1] + len(line) + 1)
-        index = 0
-        for hit in hits:  # ordered by offset, as the lines are
-            while hit.start >= starts[index + 1]:
-                index += 1
-            name, line = lines[index]
-            base = starts[index]
-            self._add(replace(hit, start=hit.start - base, end=hit.end - base), line, f"{prefix}.headers.{name}",
-                      None, skip if name in KEY_HEADERS else frozenset(), False, False)
+        block = _SEPARATOR.join(text for _, text in lines).encode("utf-8", "surrogateescape")
+        hits = self.matcher.find(block, exclude=self.tenant)
+        base = 0
+        for name, text in lines:  # hits and lines are both in offset order
+            if not hits:  # the usual case: there were none
+                return
+            line = text.encode("utf-8", "surrogateescape")
+            end = base + len(line)
+            while hits and hits[0].start < end:
+                hit = hits.pop(0)
+                self._add(replace(hit, start=hit.start - base, end=hit.end - base), line,
+                          f"{prefix}.headers.{name}", None, skip if name in KEY_HEADERS else frozenset(), False, False)
+            base = end + len(SEPARATOR)
 
     def body(self, body: Body, part: str, skip: frozenset[tuple[str, str]] = frozenset()) -> None:
         self.scan(body.data, part, encoding=body.encoding, skip=skip)
