@@ -16,7 +16,6 @@ import json
 import queue
 import re
 import secrets
-import signal
 import subprocess
 import threading
 import time
@@ -27,18 +26,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.hermes import Hermes
-from harness.procs import kill_group
-
-
-def terminate(proc: subprocess.Popen[Any], grace: float = 30.0) -> None:
-    """SIGTERM the backend's process group, SIGKILL it if it lingers, then kill what is left in the group."""
-    kill_group(proc.pid, signal.SIGTERM)
-    try:
-        proc.wait(timeout=grace)
-    except subprocess.TimeoutExpired:
-        kill_group(proc.pid)
-        proc.wait(timeout=10)
-    kill_group(proc.pid)
+from harness.procs import descendants, stop_tree
 
 
 class BackendError(RuntimeError):
@@ -217,14 +205,14 @@ class TuiBackend(RpcBackend):
     def close(self) -> None:
         if self.proc is None:
             return
+        family = descendants(self.proc.pid)  # its slash workers leave with it once stdin closes
         try:
             if self.proc.stdin:
                 self.proc.stdin.close()
             self.proc.wait(timeout=20)
         except (subprocess.TimeoutExpired, OSError, ValueError):
             pass
-        kill_group(self.proc.pid)
-        self.proc.wait(timeout=10)
+        stop_tree(self.proc, grace=10, family=family)
         self._stderr.close()
 
 
@@ -289,7 +277,7 @@ class ServeBackend(RpcBackend):
             return
         with contextlib.suppress(Exception):
             self.ws.close()
-        terminate(self.proc)
+        stop_tree(self.proc)
         self._out.close()
 
 
@@ -352,5 +340,5 @@ class GatewayBackend:
     def close(self) -> None:
         if self.proc is None:
             return
-        terminate(self.proc)
+        stop_tree(self.proc)
         self._out.close()

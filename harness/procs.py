@@ -103,6 +103,14 @@ class ProcessSet:
             if proc.poll() is None:
                 kill_group(proc.pid, signal.SIGTERM)
 
+    def quiesce(self) -> list[str]:
+        """`close()` before the homes are scanned, so nothing can still write to them (a detached slash
+        worker closing its SQLite database removes its -wal and -shm files); the inconclusive reason if not."""
+        stray = self.close()
+        if not stray:
+            return []
+        return [f"{len(stray)} child process(es) survived teardown; the homes were scanned while they ran"]
+
     def survivors(self) -> list[psutil.Process]:
         return find_run_processes(self.run_id, [p.pid for p in self.procs])
 
@@ -129,6 +137,38 @@ class ProcessSet:
 def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
+
+
+def descendants(pid: int) -> list[psutil.Process]:
+    """Every live descendant of `pid`, also those it started in a session of their own."""
+    try:
+        return psutil.Process(pid).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def stop_tree(
+    proc: subprocess.Popen[Any], grace: float = 30.0, family: Sequence[psutil.Process] = ()
+) -> list[psutil.Process]:
+    """Stop a child, its process group and every descendant, also one that left the group (Hermes starts
+    its slash workers and terminal commands with `start_new_session`): SIGTERM, up to `grace` seconds to
+    exit, then SIGKILL. `family`: descendants seen before the child was asked to stop (an orphan is no
+    longer found under it). Returns the survivors (should be [])."""
+    tree = {p.pid: p for p in [*family, *descendants(proc.pid)]}
+    kill_group(proc.pid, signal.SIGTERM)
+    for member in tree.values():
+        with contextlib.suppress(psutil.Error):
+            member.terminate()
+    deadline = time.monotonic() + grace
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=grace)
+    _, lingering = psutil.wait_procs(list(tree.values()), timeout=max(0.0, deadline - time.monotonic()))
+    kill_group(proc.pid)
+    for member in lingering:
+        _kill(member)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=10)
+    return _settle(lingering)
 
 
 def _kill(proc: psutil.Process) -> None:

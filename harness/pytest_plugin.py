@@ -77,10 +77,12 @@ class TenancyProxy:
         return self.proxy.base_url(tenant)
 
     def check(self, turns: Iterable[TurnResult] = ()) -> Reconciliation:
-        """Stop the proxy (the flow file is then complete) and reconcile flows, stubs, homes and the turns'
-        logs; each completed turn must have produced an env snapshot, a failed turn is a reason."""
+        """Stop the proxy (the flow file is then complete) and every child of the test (the homes no longer
+        change), then reconcile flows, stubs, homes and the turns' logs; each completed turn must have
+        produced an env snapshot, a failed turn is a reason."""
         turns = list(turns)
         self.proxy.stop()
+        teardown = self.proxy.procs.quiesce()
         stub_log = self.out / "stubs.jsonl"
         stub_log.write_text("".join(json.dumps({"tenant": n, **r.to_dict()}) + "\n"
                                     for n, s in self.stubs.items() for r in s.snapshot()))
@@ -91,6 +93,7 @@ class TenancyProxy:
                         logs=[LogSource(t.log, t.tenant) for t in turns if t.log is not None], stub_log=stub_log,
                         expect_snapshots=want)
         rec.reasons += [f"{t.driver} turn of {t.tenant} failed: {t.detail}" for t in turns if not t.ok]
+        rec.reasons += teardown
         return rec
 
 

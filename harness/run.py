@@ -201,6 +201,7 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
         if not proxy.alive():
             reasons.append("mitmdump died during the run; flows after its death were not recorded")
         proxy.stop()
+        reasons += procs.quiesce()
         write_stub_log(out / "stubs.jsonl", stubs)
         write_private(out / "timeline.json", json.dumps({"phases": [p.__dict__ for p in ctx.phases],
                                                           "turns": ctx.timeline}, indent=2).encode())
