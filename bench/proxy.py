@@ -254,7 +254,6 @@ def request_bytes(target: Target, i: int, host: str, query: str, size: int) -> b
 class Round:
     seconds: float
     latencies: list[float]
-    firsts: list[float]
 
     @property
     def rate(self) -> float:
@@ -279,21 +278,19 @@ async def load(target: Target, tls: ssl.SSLContext, conc: int, total: int, query
     pairs = await warm(target, tls, conc, query, size)
     left = total
     lat: list[float] = []
-    firsts: list[float] = []
 
     async def worker(conn: Conn, raw: bytes) -> None:
         nonlocal left
         while left > 0:
             left -= 1
-            whole, first = await conn.request(raw)
+            whole, _ = await conn.request(raw)
             lat.append(whole)
-            firsts.append(first)
 
     start = time.perf_counter()
     await asyncio.gather(*(worker(c, r) for c, r in pairs))
     seconds = time.perf_counter() - start
     await close(pairs)
-    return Round(seconds, lat, firsts)
+    return Round(seconds, lat)
 
 
 async def until(pairs: list[tuple[Conn, bytes]], start: float, deadline: float) -> list[float]:
