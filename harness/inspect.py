@@ -159,29 +159,43 @@ def sse_streams(data: bytes) -> dict[str, str]:
         if not line.startswith(b"data:"):
             continue
         event = loads(line[5:])
-        if isinstance(event, str):
+        kind = type(event)
+        if kind is str:
             streams.setdefault("", []).append(event)
-        elif isinstance(event, dict | list):
+        elif kind is dict or kind is list:
             _collect(event, "", streams, MAX_SSE_DEPTH)
     return {path: "".join(parts) for path, parts in streams.items() if len(parts) > 1}
 
 
 def _collect(node: dict[str, Any] | list[Any], path: str, streams: dict[str, list[str]], depth: int) -> None:
     """Append every string under `node` (down to `depth` levels) to `streams[its path]`, in document
-    order. The paths of other leaves are never built: this walk is half of the reassembly's cost."""
+    order. The paths of other leaves are never built: this walk is half of the reassembly's cost, so it
+    also compares exact types (a parsed document holds no subclasses)."""
     if not depth:
         return
-    pairs = node.items() if isinstance(node, dict) else enumerate(node)
-    for key, value in pairs:
-        if isinstance(value, str):
-            sub = (f"{path}.{key}" if path else key) if isinstance(node, dict) else f"{path}[{key}]"
-            if sub in streams:
-                streams[sub].append(value)
-            else:
-                streams[sub] = [value]
-        elif isinstance(value, dict | list):
-            _collect(value, (f"{path}.{key}" if path else key) if isinstance(node, dict) else f"{path}[{key}]",
-                     streams, depth - 1)
+    if type(node) is dict:
+        prefix = f"{path}." if path else ""
+        for key, value in node.items():
+            kind = type(value)
+            if kind is str:
+                _append(streams, prefix + key, value)
+            elif kind is dict or kind is list:
+                _collect(value, prefix + key, streams, depth - 1)
+    else:
+        for i, value in enumerate(node):
+            kind = type(value)
+            if kind is str:
+                _append(streams, f"{path}[{i}]", value)
+            elif kind is dict or kind is list:
+                _collect(value, f"{path}[{i}]", streams, depth - 1)
+
+
+def _append(streams: dict[str, list[str]], path: str, text: str) -> None:
+    parts = streams.get(path)
+    if parts is None:
+        streams[path] = [text]
+    else:
+        parts.append(text)
 
 
 def _utf8(text: str) -> bytes:
