@@ -30,12 +30,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from harness import proxy, reconcile, run, scan, scenarios
-from harness.hermes import Hermes, Sandbox, write_home
-from harness.procs import ProcessSet
-from harness.proxy import free_port
-from harness.registry import mint
-from harness.stubs import StubProvider, stop_all
+from harness import run
+from harness.capture import proxy
+from harness.capture.proxy import free_port
+from harness.capture.stubs import StubProvider, stop_all
+from harness.core.procs import ProcessSet
+from harness.core.registry import mint
+from harness.detect import reconcile, scan
+from harness.drive import scenarios
+from harness.drive.context import PROMPT
+from harness.drive.hermes import Hermes, Sandbox, write_home
 
 STEPS: dict[str, float] = defaultdict(float)
 
@@ -84,7 +88,7 @@ def _timer(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
 
 def audit(tenants: int, root: Path) -> float:
     t = time.perf_counter()
-    code, _ = run.run_audit(run.RunOptions(tenants=tenants, out=root / "audit", quiet=True))
+    code = run.run_audit(run.RunOptions(tenants=tenants, out=root / "audit", quiet=True)).verdict.exit_code
     seconds = time.perf_counter() - t
     if code != 0:
         raise RuntimeError(f"audit of {tenants} tenants exited {code} (evidence in {root / 'audit'})")
@@ -105,7 +109,7 @@ def bare(tenants: int, root: Path) -> float:
                        launch=tenant.name == sandbox.launch)
         hermes = Hermes(run.hermes_python(None), sandbox, procs, root / "bare" / "logs")
         with ThreadPoolExecutor(max_workers=tenants) as pool:
-            results = list(pool.map(lambda n: hermes.oneshot(n, scenarios.PROMPT), names))
+            results = list(pool.map(lambda n: hermes.oneshot(n, PROMPT), names))
     finally:
         stop_all(stubs.values())
         procs.close()

@@ -27,8 +27,8 @@ from mitmproxy import http
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow
 
-from harness.matcher import Matcher
-from harness.registry import Registry, mint
+from harness.core.registry import Registry, mint
+from harness.detect.matcher import Matcher
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRA_KINDS = ("session_id", "gateway_token", "upload_note")  # 9 minted + 3 = 12 canaries per tenant

@@ -64,8 +64,8 @@ from cryptography.hazmat.primitives import serialization
 from hooks import FILLER, make_registry, request_body
 from mitmproxy import certs
 
-from harness.proxy import REPO, free_port, mitmdump_binary
-from harness.registry import Registry
+from harness.capture.proxy import REPO, free_port, mitmdump_binary
+from harness.core.registry import Registry
 
 KiB = 1024
 EVENT = 1024  # bytes per SSE event

@@ -31,9 +31,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness.matcher import Matcher, encodings_of
-from harness.registry import Registry, mint
-from harness.scan import scan_tree
+from harness.core.registry import Registry, mint
+from harness.detect.matcher import Matcher, encodings_of
+from harness.detect.scan import scan_tree
 
 MiB = 1 << 20
 EXTRA_KINDS = ("session_id", "gateway_token", "upload_note")  # 9 minted + 3 = 12 canaries per tenant

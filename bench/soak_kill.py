@@ -20,7 +20,7 @@ from pathlib import Path
 
 import psutil
 
-from harness.procs import RUN_MARKER, run_of
+from harness.core.procs import RUN_MARKER, run_of
 from harness.run import hermes_python
 
 CLI = [sys.executable, "-m", "harness.cli"]

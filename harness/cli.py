@@ -5,17 +5,27 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 from pathlib import Path
 
-from harness import plants, scenarios
-from harness.baseline import BaselineError
-from harness.findings import EXIT_ERROR, EXIT_INCONCLUSIVE, EXIT_LEAK, INCONCLUSIVE_KINDS, Finding, Verdict
-from harness.hermes import HermesError
-from harness.proxy import ProxyError
-from harness.reconcile import EvidenceError
-from harness.registry import RegistryError
-from harness.run import Interrupted, RunOptions, UsageError
-from harness.stubs import FAULTS
+import mitmproxy.version
+
+from harness.capture.proxy import ProxyError
+from harness.capture.stubs import FAULTS
+from harness.core.files import write_private
+from harness.core.findings import EXIT_ERROR, EXIT_INCONCLUSIVE, EXIT_LEAK, INCONCLUSIVE_KINDS, Finding, Verdict
+from harness.core.procs import reap_stale
+from harness.core.registry import RegistryError, load
+from harness.detect import scan
+from harness.detect.matcher import matcher_for
+from harness.detect.reconcile import EvidenceError, LogSource, read_flows, reconcile
+from harness.drive import plants, scenarios
+from harness.drive.hermes import HermesError
+from harness.report import baseline, export
+from harness.report.baseline import BaselineError
+from harness.report.result import AuditResult
+from harness.report.writer import write_reports
+from harness.run import Interrupted, RunOptions, UsageError, run_audit
 
 ERRORS = (RegistryError, EvidenceError, HermesError, UsageError, BaselineError)
 
@@ -88,40 +98,31 @@ def _print_findings(findings: list[Finding]) -> None:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
-    from harness.run import run_audit
-
     opts = RunOptions(scenario=a.scenario, tenants=a.tenants or (2 if a.scenario == "oneshot" else 3),
                       topology=a.topology, plants=a.plant, baseline=a.baseline, out=a.out,
                       hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout,
                       phases=[p for p in (a.phases or "").split(",") if p], cron_wait=a.cron_wait,
                       redact=a.redact, stub_fault=a.stub_fault)
-    code, out = run_audit(opts)
-    doc = json.loads((out / "findings.json").read_text())
+    result = run_audit(opts)
+    v = result.verdict
     if a.json:
-        print(json.dumps(doc, indent=2))
+        print(json.dumps(result.to_dict(), indent=2))
     else:
-        _print_findings([Finding.from_dict(d) for d in doc["findings"]])
-        for reason in doc["reasons"]:
+        _print_findings(v.findings)
+        for reason in v.reasons:
             print(f"inconclusive: {reason}")
-        print(f"verdict: {doc['verdict']} ({len(doc['findings'])} new, {len(doc['known'])} known, "
-              f"{doc['inspected'].get('flows', 0)} flows)")
-        print(f"evidence: {out}")
-    return code
+        print(f"verdict: {v.status} ({len(v.findings)} new, {len(v.known)} known, "
+              f"{result.inspected.get('flows', 0)} flows)")
+        print(f"evidence: {result.out}")
+    return v.exit_code
 
 
 def cmd_reconcile(a: argparse.Namespace) -> int:
-    from harness.reconcile import LogSource, reconcile
-    from harness.registry import load
-
     registry = load(a.registry)
     homes = {} if a.no_homes else {t.name: Path(t.home) for t in registry if t.home}
     rec = reconcile(registry, a.flows, homes=homes, logs=[LogSource(p, None) for p in a.logs], stub_log=a.stubs)
     verdict = Verdict(rec.findings, reasons=rec.reasons)
     if a.out:
-        import mitmproxy.version
-
-        from harness.report import AuditResult, write_reports
-
         a.out.mkdir(parents=True, exist_ok=True)
         write_reports(a.out, AuditResult(verdict, registry.names(), "reconcile",
                                          {"mitmproxy": mitmproxy.version.VERSION},
@@ -138,9 +139,6 @@ def cmd_reconcile(a: argparse.Namespace) -> int:
 
 
 def cmd_scan(a: argparse.Namespace) -> int:
-    from harness import scan
-    from harness.registry import load, write_private
-
     registry = load(a.registry)
     if a.owner is not None and a.owner not in registry.tenants:
         raise UsageError(f"--owner {a.owner!r} is not a tenant of {a.registry}")
@@ -159,16 +157,14 @@ def cmd_scan(a: argparse.Namespace) -> int:
 
 
 def cmd_selftest(a: argparse.Namespace) -> int:
-    from harness.run import run_audit
-
     failures = 0
     for name, (_, expected) in plants.PLANTS.items():
         out = (a.out / name) if a.out else None
         topology = plants.TOPOLOGY.get(name, "reverse")
-        code, folder = run_audit(RunOptions(plants=[name], out=out, hermes_python=a.hermes_python, quiet=True,
-                                            topology=topology))
-        doc = json.loads((folder / "findings.json").read_text())
-        kinds = {f["kind"] for f in doc["findings"]}
+        result = run_audit(RunOptions(plants=[name], out=out, hermes_python=a.hermes_python, quiet=True,
+                                      topology=topology))
+        code = result.verdict.exit_code
+        kinds = {f.kind for f in result.verdict.findings}
         # a plant that only defeats the proof (a bypass) must end inconclusive; every other one in a leak
         want = EXIT_INCONCLUSIVE if expected <= INCONCLUSIVE_KINDS else EXIT_LEAK
         ok = code == want and expected <= kinds
@@ -180,11 +176,6 @@ def cmd_selftest(a: argparse.Namespace) -> int:
 
 
 def cmd_baseline(a: argparse.Namespace) -> int:
-    import tempfile
-
-    from harness import baseline
-    from harness.run import run_audit
-
     runs = []
     with tempfile.TemporaryDirectory(prefix="tenancy-baseline-") as tmp:
         root = a.evidence or Path(tmp)
@@ -193,21 +184,17 @@ def cmd_baseline(a: argparse.Namespace) -> int:
             opts = RunOptions(scenario=a.scenario, tenants=2 if a.scenario == "oneshot" else 3,
                               hermes_python=a.hermes_python, out=root / f"run-{i}", force=True, quiet=True,
                               phases=[p for p in (a.phases or "").split(",") if p])
-            code, out = run_audit(opts)
-            doc = json.loads((out / "findings.json").read_text())
-            version = doc["versions"].get("hermes-agent", "?")
-            runs.append([Finding.from_dict(d) for d in doc["findings"]])
-            print(f"run {i + 1}/{a.runs}: {doc['verdict']} (exit {code}), {len(runs[-1])} findings", file=sys.stderr)
+            result = run_audit(opts)
+            version = result.versions.get("hermes-agent", "?")
+            runs.append(result.verdict.findings)
+            print(f"run {i + 1}/{a.runs}: {result.verdict.status} (exit {result.verdict.exit_code}), "
+                  f"{len(runs[-1])} findings", file=sys.stderr)
     n = baseline.write(a.out, runs, note=f"hermes-agent {version}, scenario {a.scenario}, {a.runs} runs")
     print(f"wrote {a.out}: {n} entries")
     return 0
 
 
 def cmd_export(a: argparse.Namespace) -> int:
-    from harness import export, scan
-    from harness.reconcile import read_flows
-    from harness.registry import load
-
     if not (a.har or a.flows):
         raise UsageError("export: pass --har FILE and/or --flows FILE")
     flows_path = a.source / "flows.mitm" if a.source.is_dir() else a.source
@@ -216,7 +203,7 @@ def cmd_export(a: argparse.Namespace) -> int:
         raise UsageError("export: a flow file needs --registry")
     if not flows_path.is_file():
         raise UsageError(f"export: {flows_path} does not exist")
-    matcher = scan.matcher_for(load(registry_path))
+    matcher = matcher_for(load(registry_path))
     flows, truncated = read_flows(flows_path)
     if truncated:
         print(f"tenancy-audit: {truncated}", file=sys.stderr)
@@ -228,8 +215,6 @@ def cmd_export(a: argparse.Namespace) -> int:
 
 
 def cmd_cleanup(_: argparse.Namespace) -> int:
-    from harness.procs import reap_stale
-
     print(f"reaped {reap_stale()} process(es)")
     return 0
 

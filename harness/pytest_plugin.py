@@ -11,7 +11,7 @@ Fixtures:
   ports, flows path, `base_url(tenant)`, `check(turns)`); torn down after the test. Tenants: 2, or
   `@pytest.mark.tenancy(tenants=N)`.
 - `tenant_homes`: every tenant's Hermes home written for `tenancy_proxy` (tenant -> home).
-- `hermes`: a `harness.hermes.Hermes` driver on the test's sandbox (`hermes.oneshot(tenant, prompt)`).
+- `hermes`: a `harness.drive.hermes.Hermes` driver on the test's sandbox (`hermes.oneshot(tenant, prompt)`).
 Helper: `assert_isolated(audit_or_check_or_findings)` fails with every finding as the message.
 """
 
@@ -25,13 +25,15 @@ from typing import Any
 
 import pytest
 
-from harness.findings import Finding
-from harness.hermes import Hermes, Sandbox, TurnResult, write_home
-from harness.procs import ProcessSet
-from harness.proxy import Proxy, free_port
-from harness.reconcile import LogSource, Reconciliation, reconcile
-from harness.registry import Registry, mint
-from harness.stubs import StubProvider
+from harness.capture.proxy import Proxy, free_port
+from harness.capture.stubs import StubProvider
+from harness.core.findings import Finding
+from harness.core.procs import ProcessSet
+from harness.core.registry import Registry, mint
+from harness.detect.reconcile import LogSource, Reconciliation, reconcile
+from harness.drive.hermes import Hermes, Sandbox, TurnResult, write_home
+from harness.run import RunOptions, run_audit, tenant_names
+from harness.run import hermes_python as resolve_hermes_python
 
 
 @dataclass
@@ -120,10 +122,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(scope="session")
 def hermes_python(request: pytest.FixtureRequest) -> Path:
-    from harness.run import hermes_python as resolve
-
     opt = request.config.getoption("--hermes-python")
-    path = resolve(Path(opt) if opt else None)
+    path = resolve_hermes_python(Path(opt) if opt else None)
     if not path.exists():
         pytest.fail(f"Hermes is not installed at {path}: run ./tenancy test (it bootstraps) or pass --hermes-python",
                     pytrace=False)
@@ -132,15 +132,14 @@ def hermes_python(request: pytest.FixtureRequest) -> Path:
 
 @pytest.fixture
 def tenancy_audit(tmp_path: Path, hermes_python: Path) -> Callable[..., Audit]:
-    from harness.run import RunOptions, run_audit
-
     counter = iter(range(1000))
 
     def run(**options: Any) -> Audit:
         options.setdefault("quiet", True)
         out = tmp_path / f"evidence-{next(counter)}"
-        code, folder = run_audit(RunOptions(out=out, hermes_python=hermes_python, **options))
-        return Audit(code, folder, json.loads((folder / "findings.json").read_text()))
+        result = run_audit(RunOptions(out=out, hermes_python=hermes_python, **options))
+        assert result.out is not None
+        return Audit(result.verdict.exit_code, result.out, result.to_dict())
 
     return run
 
@@ -154,8 +153,6 @@ def tenancy_sandbox(tmp_path: Path) -> Sandbox:
 @pytest.fixture
 def tenancy_registry(tmp_path: Path, tenancy_sandbox: Sandbox) -> Callable[..., Registry]:
     def make(n: int = 2) -> Registry:
-        from harness.run import tenant_names
-
         names = tenant_names(n)
         registry = mint(names, tenancy_sandbox.root / "work", {name: {"listen": free_port()} for name in names})
         for t in registry:

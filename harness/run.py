@@ -1,7 +1,7 @@
 """One audit, start to finish: mint, stubs, proxy, homes, scenario, stop, reconcile, report.
 
 The reader can follow an audit top to bottom in `run_audit`; scenario drivers live in
-`harness.scenarios`, invariants in `harness.reconcile`, output in `harness.report`.
+`harness.drive.scenarios`, invariants in `harness.detect.reconcile`, output in `harness.report.result`.
 """
 
 from __future__ import annotations
@@ -23,20 +23,23 @@ from typing import Any
 import mitmproxy.version
 
 import harness
-from harness import baseline as baselines
-from harness import plants, scenarios
-from harness.backends import BackendError
-from harness.findings import Finding, Verdict
-from harness.hermes import Hermes, HermesError, Sandbox, require_python, write_home
-from harness.multi import ALL_PHASES
-from harness.procs import ProcessSet, reap_stale
-from harness.proxy import FORWARD_DOMAIN, Proxy, free_port
-from harness.reconcile import LogSource, reconcile
-from harness.registry import load, mint, write_private
-from harness.report import AuditResult, summary_table, write_reports
-from harness.stubs import StubProvider, stop_all
-
-REPO = Path(__file__).resolve().parents[1]
+from harness.capture.proxy import FORWARD_DOMAIN, Proxy, bind_listener, free_port, port_of
+from harness.capture.stubs import StubProvider, stop_all
+from harness.core.files import REPO, seal, write_private
+from harness.core.findings import Finding, Verdict
+from harness.core.procs import ProcessSet, reap_stale
+from harness.core.registry import Registry, mint
+from harness.detect.reconcile import LogSource, reconcile
+from harness.drive import plants
+from harness.drive.backends import BackendError
+from harness.drive.context import Context, ScenarioOptions
+from harness.drive.hermes import Hermes, HermesError, Sandbox, require_python, write_home
+from harness.drive.phases import ALL_PHASES
+from harness.drive.scenarios import SCENARIOS
+from harness.report import baseline as baselines
+from harness.report.redact import write_redacted
+from harness.report.result import AuditResult, summary_table
+from harness.report.writer import write_reports
 
 
 class UsageError(ValueError):
@@ -60,6 +63,10 @@ class RunOptions:
     redact: bool = False  # also write redacted/: flows, ledger, reports with every secret as <tenant:kind>
     phases: list[str] = field(default_factory=list)  # multi-profile phases to run (default: all but cron)
     cron_wait: float = 75.0
+
+    def scenario_options(self) -> ScenarioOptions:
+        return ScenarioOptions(turns=self.turns, timeout=self.timeout, phases=list(self.phases),
+                               cron_wait=self.cron_wait)
 
 
 def tenant_names(n: int) -> list[str]:
@@ -131,10 +138,10 @@ def progress(quiet: bool, msg: str) -> None:
         print(f"[tenancy] {msg}", file=sys.stderr, flush=True)
 
 
-def run_audit(opts: RunOptions) -> tuple[int, Path]:
-    """Run one audit and write its evidence; returns (exit code, evidence folder)."""
-    if opts.scenario not in scenarios.SCENARIOS:
-        raise UsageError(f"unknown scenario {opts.scenario!r} (choose from {', '.join(scenarios.SCENARIOS)})")
+def check_options(opts: RunOptions) -> None:
+    """Every option is valid before anything is written (UsageError otherwise)."""
+    if opts.scenario not in SCENARIOS:
+        raise UsageError(f"unknown scenario {opts.scenario!r} (choose from {', '.join(SCENARIOS)})")
     for p in opts.plants:
         if p not in plants.PLANTS:
             raise UsageError(f"unknown plant {p!r} (choose from {', '.join(plants.PLANTS)})")
@@ -145,6 +152,11 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
             raise UsageError(f"unknown phase {ph!r} (choose from {', '.join(ALL_PHASES)})")
     if opts.tenants < 2:
         raise UsageError("--tenants must be at least 2")
+
+
+def run_audit(opts: RunOptions) -> AuditResult:
+    """Run one audit, write its evidence folder (`result.out`) and return its result."""
+    check_options(opts)
     base = baselines.load(opts.baseline) if opts.baseline else None
     python = hermes_python(opts.hermes_python)
     require_python(python)
@@ -157,12 +169,15 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
     started = time.monotonic()
     stubs: dict[str, StubProvider] = {}
     proxy: Proxy | None = None
-    reasons: list[str] = []
     try:
         sandbox = Sandbox(out / "sandbox")
         names = tenant_names(opts.tenants)
-        routes = {n: ({"listen": free_port()} if opts.topology == "reverse" else {"host": f"{n}.{FORWARD_DOMAIN}"})
-                  for n in names}
+        # The listeners are bound first, so the registry names the ports mitmdump will serve (never a taken one).
+        listeners = [bind_listener() for _ in (names if opts.topology == "reverse" else ["forward"])]
+        if opts.topology == "reverse":
+            routes = {n: {"listen": port_of(s)} for n, s in zip(names, listeners, strict=True)}
+        else:
+            routes = {n: {"host": f"{n}.{FORWARD_DOMAIN}"} for n in names}
         registry = mint(names, sandbox.root / "work", routes)
         for t in registry:
             stubs[t.name] = StubProvider(t, fault=opts.stub_fault).start()
@@ -171,33 +186,8 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
         registry_path = out / "registry.yaml"
         registry.save(registry_path)
         hermes = Hermes(python, sandbox, procs, out / "logs")
-        proxy = Proxy(registry, registry_path, out, procs, topology=opts.topology,
-                      forward_port=free_port() if opts.topology == "forward" else 0).spawn()
-        # Hermes' check, the homes and the scenario go on while mitmdump starts: a connection made before it
-        # serves waits in the backlog of the listener it was handed, and is served with the addon loaded.
-        with ThreadPoolExecutor(max_workers=1) as pool:
-            coming_up = pool.submit(proxy.wait_ready)
-            try:
-                version = hermes.check()
-            except HermesError:
-                proxy.stop()
-                _discard(out)
-                raise
-            progress(opts.quiet, f"Hermes {version}; {len(names)} tenants; scenario {opts.scenario}; {opts.topology}")
-            hermes.route_env = proxy.child_env()
-            ctx = scenarios.Context(registry, registry_path, sandbox, hermes, proxy, stubs, opts, out,
-                                    lambda m: progress(opts.quiet, m), scenario=opts.scenario,
-                                    gateway_port=free_port() if opts.scenario in ("gateway", "all") else 0)
-            write_homes(ctx)
-            planted = plant_all(ctx)
-            try:
-                scenarios.SCENARIOS[opts.scenario](ctx)
-            except BackendError as exc:
-                reasons.append(f"driver failed: {exc}")
-            finally:
-                for log in ctx.rpc_logs.values():
-                    log.close()
-            coming_up.result()  # ProxyError if it never came up: nothing was recorded
+        proxy = Proxy(registry, registry_path, out, procs, topology=opts.topology, listeners=listeners).spawn()
+        ctx, planted, version, reasons = _drive(opts, registry, registry_path, sandbox, hermes, proxy, stubs, out)
         if not proxy.alive():
             reasons.append("mitmdump died during the run; flows after its death were not recorded")
         proxy.stop()
@@ -205,7 +195,6 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
         write_stub_log(out / "stubs.jsonl", stubs)
         write_private(out / "timeline.json", json.dumps({"phases": [p.__dict__ for p in ctx.phases],
                                                           "turns": ctx.timeline}, indent=2).encode())
-        registry = load(registry_path)  # canaries may have been minted mid-scenario
         progress(opts.quiet, f"phase reconcile: {proxy.flows_path.name}, homes, logs")
         rec = reconcile(
             registry, proxy.flows_path,
@@ -224,24 +213,20 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
         if base is not None:
             ran = {(ph.scenario, ph.name) for ph in ctx.phases} | {(opts.scenario, "end")}  # files: at the end
             findings, known, fixed = baselines.split(rec.findings, base, ran)
-        missing = check_plants(planted, rec.findings)
-        reasons += missing
-        verdict = Verdict(findings, known, reasons)
-        result = AuditResult(verdict, names, opts.scenario,
+        reasons += check_plants(planted, rec.findings)
+        result = AuditResult(Verdict(findings, known, reasons), names, opts.scenario,
                              {"hermes-agent": version, "mitmproxy": mitmproxy.version.VERSION,
                               "tenancy-audit": harness.__version__},
                              inspected={**rec.inspected, "flows": rec.flows}, timeline=ctx.timeline, fixed=fixed,
                              seconds=time.monotonic() - started,
-                             snapshots={t: len(snaps) for t, snaps in rec.snapshots.items()})
+                             snapshots={t: len(snaps) for t, snaps in rec.snapshots.items()}, out=out)
         write_reports(out, result)
         for line in summary_table(result).splitlines():
             progress(opts.quiet, line)
         if opts.redact:
-            from harness.redact import write_redacted
-
             write_redacted(out, registry)
         seal(out)
-        return verdict.exit_code, out
+        return result
     finally:
         with contextlib.suppress(Exception):
             if proxy is not None:
@@ -254,7 +239,44 @@ def run_audit(opts: RunOptions) -> tuple[int, Path]:
             print(f"tenancy-audit: {len(survivors)} child process(es) survived teardown", file=sys.stderr)
 
 
-def write_homes(ctx: scenarios.Context) -> None:
+def _drive(
+    opts: RunOptions, registry: Registry, registry_path: Path, sandbox: Sandbox, hermes: Hermes, proxy: Proxy,
+    stubs: dict[str, StubProvider], out: Path,
+) -> tuple[Context, dict[str, frozenset[str]], str, list[str]]:
+    """Check Hermes, write the homes, plant, and drive the scenario while mitmdump comes up; returns the
+    scenario context, the plants, Hermes' version and why the run may not be conclusive."""
+    reasons: list[str] = []
+    # Hermes' check, the homes and the scenario go on while mitmdump starts: a connection made before it
+    # serves waits in the backlog of the listener it was handed, and is served with the addon loaded.
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        coming_up = pool.submit(proxy.wait_ready)
+        try:
+            version = hermes.check()
+        except HermesError:
+            proxy.stop()
+            _discard(out)
+            raise
+        progress(opts.quiet, f"Hermes {version}; {len(registry.names())} tenants; scenario {opts.scenario}; "
+                             f"{opts.topology}")
+        hermes.route_env = proxy.child_env()
+        ctx = Context(registry=registry, registry_path=registry_path, sandbox=sandbox, hermes=hermes, proxy=proxy,
+                      stubs=stubs, opts=opts.scenario_options(), out=out, say=lambda m: progress(opts.quiet, m),
+                      scenario=opts.scenario,
+                      gateway_port=free_port() if opts.scenario in ("gateway", "all") else 0)
+        write_homes(ctx)
+        planted = plant_all(ctx, opts.plants)
+        try:
+            SCENARIOS[opts.scenario](ctx)
+        except BackendError as exc:
+            reasons.append(f"driver failed: {exc}")
+        finally:
+            for log in ctx.rpc_logs.values():
+                log.close()
+        coming_up.result()  # ProxyError if it never came up: nothing was recorded
+    return ctx, planted, version, reasons
+
+
+def write_homes(ctx: Context) -> None:
     for t in ctx.registry:
         write_home(t, ctx.sandbox.home_of(t.name), ctx.proxy.base_url(t.name), launch=t.name == ctx.sandbox.launch,
                    extra_config=ctx.extra_config(t.name))
@@ -268,11 +290,12 @@ def failed_turns(timeline: list[dict[str, Any]]) -> list[Finding]:
             for e in timeline if not e["ok"]]
 
 
-def plant_all(ctx: scenarios.Context) -> dict[str, frozenset[str]]:
-    names = ctx.registry.names()
-    donor, target = ctx.registry[names[0]], ctx.registry[names[1]]
+def plant_all(ctx: Context, names: list[str]) -> dict[str, frozenset[str]]:
+    """Plant every named negative control (the first tenant's data into the second's home)."""
+    tenants = ctx.registry.names()
+    donor, target = ctx.registry[tenants[0]], ctx.registry[tenants[1]]
     planted = {}
-    for name in ctx.opts.plants:
+    for name in names:
         pc = plants.PlantContext(donor, target, ctx.sandbox.home_of(target.name), ctx.proxy.base_url(donor.name),
                                  ctx.stubs[target.name].url)
         planted[name] = plants.apply(name, pc)
@@ -290,11 +313,3 @@ def check_plants(planted: dict[str, frozenset[str]], findings: list[Finding]) ->
 def write_stub_log(path: Path, stubs: dict[str, StubProvider]) -> None:
     lines = [json.dumps({"tenant": name, **r.to_dict()}) for name, s in stubs.items() for r in s.snapshot()]
     write_private(path, ("\n".join(lines) + "\n").encode() if lines else b"")
-
-
-def seal(out: Path) -> None:
-    """Evidence is private: every file 0600, every folder 0700 (symlinks are left alone)."""
-    for path in [out, *out.rglob("*")]:
-        if path.is_symlink():
-            continue
-        path.chmod(0o700 if path.is_dir() else 0o600)

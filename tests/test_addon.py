@@ -1,4 +1,4 @@
-"""Unit tests of addons/tenancy.py (and harness.inspect under it) with mitmproxy's test helpers."""
+"""Unit tests of addons/tenancy.py (and harness.detect.flows under it) with mitmproxy's test helpers."""
 
 from __future__ import annotations
 
@@ -17,9 +17,10 @@ from mitmproxy import exceptions, flowfilter, http, io
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow
 
-from harness import inspect
-from harness.matcher import Matcher
-from harness.registry import Registry, mint
+from harness.core.protocol import FLOW_HEADER
+from harness.core.registry import Registry, mint
+from harness.detect import decode, flows
+from harness.detect.matcher import Matcher
 
 ROOT = Path(__file__).resolve().parent.parent
 PORTS = {"alpha": 18001, "beta": 18002}
@@ -127,7 +128,7 @@ def test_defaults_leave_the_addon_inactive(addon):
         assert ctx.options.tenancy_egress == "flag"
         assert ctx.options.tenancy_registry is None and ctx.options.tenancy_ledger is None
         f = run(addon, reverse_flow("alpha", {}))
-        assert "tenancy" not in f.metadata and inspect.FLOW_HEADER not in f.request.headers
+        assert "tenancy" not in f.metadata and FLOW_HEADER not in f.request.headers
 
 
 def test_registry_option_loads_and_bad_values_raise(addon, regfile, tmp_path):
@@ -167,7 +168,7 @@ def test_ledger_option_creates_a_private_file_and_rejects_unwritable(addon, tmp_
 
 def test_clean_main_turn_is_recorded_not_flagged(tctx, addon, reg, tmp_path):
     f = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key))
-    assert f.request.headers[inspect.FLOW_HEADER] == f.id
+    assert f.request.headers[FLOW_HEADER] == f.id
     assert not f.marked and not f.comment
     meta = f.metadata["tenancy"]
     assert meta["tenant"] == "alpha" and meta["kind"] == "main" and meta["bearer"] == "own"
@@ -182,9 +183,9 @@ def test_clean_main_turn_is_recorded_not_flagged(tctx, addon, reg, tmp_path):
 def test_a_flow_header_the_client_sent_is_replaced_not_doubled(tctx, addon, reg):
     f = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key,
                                 headers={"X-Tenancy-Flow": "forged"}))
-    assert f.request.headers.get_all(inspect.FLOW_HEADER) == [f.id]
+    assert f.request.headers.get_all(FLOW_HEADER) == [f.id]
     g = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key))
-    assert g.request.headers.get_all(inspect.FLOW_HEADER) == [g.id]
+    assert g.request.headers.get_all(FLOW_HEADER) == [g.id]
 
 
 def test_wrong_key_with_another_tenants_key(tctx, addon, reg, caplog):
@@ -437,7 +438,7 @@ def test_odd_bodies_are_scanned_as_bytes(tctx, addon, reg):
     cases = {
         "text": b"plain text " + secret,
         "binary": os.urandom(4096) + secret + os.urandom(64),
-        "huge": b"x" * (inspect.MAX_BODY + 10) + secret,
+        "huge": b"x" * (decode.MAX_BODY + 10) + secret,
         "multipart": b"--b\r\nContent-Disposition: form-data; name=f\r\n\r\n" + secret + b"\r\n--b--\r\n",
     }
     for name, body in cases.items():
@@ -452,12 +453,12 @@ def test_odd_bodies_are_scanned_as_bytes(tctx, addon, reg):
 
 
 def test_decode_body_bounds_a_compression_bomb():
-    bomb = gzip.compress(b"\0" * (inspect.MAX_BODY * 2))
-    body = inspect.decode_body(bomb, "gzip")
-    assert body.note == "truncated" and len(body.data) == inspect.MAX_BODY
-    assert inspect.decode_body(b"{}", "identity").data == b"{}"
-    assert inspect.decode_body(b"abc", "zstd").note == "undecodable"
-    assert inspect.decode_body(b"abc", "gzip, x-new").note == "undecodable"
+    bomb = gzip.compress(b"\0" * (decode.MAX_BODY * 2))
+    body = decode.decode_body(bomb, "gzip")
+    assert body.note == "truncated" and len(body.data) == decode.MAX_BODY
+    assert decode.decode_body(b"{}", "identity").data == b"{}"
+    assert decode.decode_body(b"abc", "zstd").note == "undecodable"
+    assert decode.decode_body(b"abc", "gzip, x-new").note == "undecodable"
 
 
 def test_inspect_flow_agrees_on_a_flow_read_back_from_disk(tctx, addon, reg, tmp_path):
@@ -467,7 +468,7 @@ def test_inspect_flow_agrees_on_a_flow_read_back_from_disk(tctx, addon, reg, tmp
         io.FlowWriter(fh).add(f)
     with open(tmp_path / "flows.mitm", "rb") as fh:
         (back,) = list(io.FlowReader(fh).stream())
-    report = inspect.inspect_flow(reg, Matcher.for_registry(reg), back)
+    report = flows.inspect_flow(reg, Matcher.for_registry(reg), back)
     assert [x.to_dict() for x in report.findings] == f.metadata["tenancy"]["findings"]
     assert back.marked == ":warning:" and back.comment == f.comment
     assert report.ledger_entry()["findings"] == ledger(tmp_path)[0]["findings"]

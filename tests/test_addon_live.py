@@ -17,10 +17,11 @@ from pathlib import Path
 import pytest
 from mitmproxy import io
 
-from harness.inspect import FLOW_HEADER, inspect_flow
-from harness.matcher import Matcher
-from harness.registry import Registry, mint
-from harness.stubs import StubProvider
+from harness.capture.stubs import StubProvider
+from harness.core.protocol import FLOW_HEADER
+from harness.core.registry import Registry, mint
+from harness.detect.flows import inspect_flow
+from harness.detect.matcher import Matcher
 
 ROOT = Path(__file__).resolve().parent.parent
 ADDON = ROOT / "addons" / "tenancy.py"

@@ -16,10 +16,10 @@ from mitmproxy.io import tnetstring
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import tflow
 
-from harness import scan
-from harness.reconcile import read_flows, reconcile
-from harness.redact import redacted_registry, write_redacted
-from harness.registry import Registry, load, mint
+from harness.core.registry import Registry, load, mint
+from harness.detect import scan
+from harness.detect.reconcile import read_flows, reconcile
+from harness.report.redact import redacted_registry, write_redacted
 
 CLI = [sys.executable, "-m", "harness.cli"]
 PORTS = {"alpha": 18101, "beta": 18102}

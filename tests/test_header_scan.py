@@ -9,10 +9,11 @@ from pathlib import Path
 import pytest
 from test_scan import ENCODINGS, encode, make_registry
 
-from harness.inspect import KEY_HEADERS, _Scan
-from harness.matcher import SEPARATOR, Matcher
-from harness.registry import Registry
-from harness.stubs import FLOW_HEADER
+from harness.core.protocol import FLOW_HEADER
+from harness.core.registry import Registry
+from harness.detect.decode import KEY_HEADERS
+from harness.detect.flows import _Scan
+from harness.detect.matcher import SEPARATOR, Matcher
 
 NAMES = ["x-note", "authorization", "api-key", "content-type", "x-trace", FLOW_HEADER, "cookie", "user-agent"]
 

@@ -17,13 +17,14 @@ from pathlib import Path
 
 import pytest
 
-from harness.inspect import MAX_BODY, route_of
-from harness.procs import ProcessSet
-from harness.proxy import Proxy, free_port
-from harness.reconcile import read_flows
-from harness.registry import Registry, mint
+from harness.capture.proxy import Proxy, free_port
+from harness.capture.stubs import StubProvider
+from harness.core.procs import ProcessSet
+from harness.core.registry import Registry, mint
+from harness.detect.decode import MAX_BODY
+from harness.detect.flows import route_of
+from harness.detect.reconcile import read_flows
 from harness.run import tenant_names
-from harness.stubs import StubProvider
 
 TENANTS, CONCURRENT = 8, 20
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))

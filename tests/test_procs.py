@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.procs import ProcessSet, kill_group, stop_tree
+from harness.core.procs import ProcessSet, kill_group, stop_tree
 
 # A leader that starts a grandchild in a session of its own, prints the grandchild's pid, then waits for
 # stdin to close (like a backend whose slash worker outlives it); the grandchild appends to a file.

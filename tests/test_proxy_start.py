@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from harness.procs import ProcessSet
-from harness.proxy import Proxy, ProxyError, free_port
-from harness.registry import Registry, mint
-from harness.stubs import StubProvider
+from harness.capture.proxy import Proxy, ProxyError, bind_listener, free_port, port_of
+from harness.capture.stubs import StubProvider
+from harness.core.procs import ProcessSet
+from harness.core.registry import Registry, mint
 
 
 @pytest.fixture
@@ -96,18 +96,48 @@ def test_mitmdump_that_never_serves_is_killed_at_the_timeout(two, tmp_path):
     assert_reset(sock)
 
 
-def test_a_taken_port_is_repicked_before_mitmdump_starts(two, tmp_path):
+def test_a_taken_port_is_one_line_and_the_registry_is_left_alone(two, tmp_path):
+    """The proxy never changes the registry (its owner does): a port named there that is taken is a one-line
+    ProxyError before mitmdump starts, and the registry file is unchanged."""
     reg, procs = two
     squatter = socket.socket()
     squatter.bind(("127.0.0.1", 0))
     squatter.listen()
     taken = squatter.getsockname()[1]
     reg["alpha"].route = {"listen": taken}
+    reg.save(tmp_path / "registry.yaml")
+    before = (tmp_path / "registry.yaml").read_bytes()
     try:
-        proxy = Proxy(reg, tmp_path / "registry.yaml", tmp_path, procs).start()
-        proxy.stop()
+        with pytest.raises(ProxyError, match=rf"^mitmdump cannot listen on 127.0.0.1 port {taken} \(") as err:
+            Proxy(reg, tmp_path / "registry.yaml", tmp_path, procs).spawn()
     finally:
         squatter.close()
-    assert reg["alpha"].listen != taken
-    assert (tmp_path / "registry.yaml").read_text().count(f"listen: {reg['alpha'].listen}") == 1
-    assert proxy.proc is not None and len(procs.procs) == 1  # one mitmdump, started once
+    assert "\n" not in str(err.value)
+    assert reg["alpha"].listen == taken and (tmp_path / "registry.yaml").read_bytes() == before
+    assert procs.procs == []  # mitmdump was never started
+
+
+def test_listeners_bound_by_the_caller_are_served(tmp_path):
+    """The run binds its listeners before it writes the registry (port 0: the kernel's pick, never a taken
+    port) and hands them to the proxy, which serves exactly those."""
+    listeners = [bind_listener(), bind_listener()]
+    names = ["default", "alpha"]
+    reg = mint(names, tmp_path / "work", {n: {"listen": port_of(s)} for n, s in zip(names, listeners, strict=True)})
+    stubs = [StubProvider(t).start() for t in reg]
+    procs = ProcessSet()
+    try:
+        for t, stub in zip(reg, stubs, strict=True):
+            t.upstream = stub.url
+        reg.save(tmp_path / "registry.yaml")
+        proxy = Proxy(reg, tmp_path / "registry.yaml", tmp_path, procs, listeners=listeners).start()
+        assert all(s.fileno() == -1 for s in listeners)  # handed over: the harness keeps no copy
+        for t in reg:
+            conn = http.client.HTTPConnection("127.0.0.1", t.listen, timeout=10)
+            conn.request("GET", "/v1/models", headers={"authorization": f"Bearer {t.key}"})
+            assert conn.getresponse().status == 200
+            conn.close()
+        proxy.stop()
+    finally:
+        for stub in stubs:
+            stub.stop()
+        assert procs.close() == []

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from harness import registry as reg
-from harness.registry import MINTED_KINDS, Registry, RegistryError, is_secret_kind, load, mint, parse
+from harness.core import registry as reg
+from harness.core.registry import MINTED_KINDS, Registry, RegistryError, is_secret_kind, load, mint, parse
 
 NAMES = ["alice", "bob", "carol"]
 

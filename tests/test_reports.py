@@ -9,10 +9,11 @@ from typing import Any
 
 import pytest
 
-from harness.findings import KINDS, Finding, Verdict
-from harness.hermes import Sandbox
-from harness.registry import mint
-from harness.report import AuditResult, summary_table, write_reports
+from harness.core.findings import KINDS, Finding, Verdict
+from harness.core.registry import mint
+from harness.drive.hermes import Sandbox
+from harness.report.result import AuditResult, summary_table
+from harness.report.writer import write_reports
 
 FLOW = "flow:0b7e2c1a-1111-2222-3333-444455556666"
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from harness import scan
-from harness.matcher import Matcher
-from harness.registry import Registry, mint
-from harness.scan import ScanHit, matcher_for, scan_bytes, scan_file, scan_paths, scan_text, scan_tree
+from harness.core.registry import Registry, mint
+from harness.detect import scan
+from harness.detect.matcher import Matcher, matcher_for
+from harness.detect.scan import ScanHit, scan_bytes, scan_file, scan_paths, scan_text, scan_tree
 
 OWNER, VICTIM = "alice", "bob"
 KINDS = [

@@ -1,4 +1,4 @@
-"""SSE reassembly (`harness.inspect.sse_streams`): every string at one JSON path across the `data:` events,
+"""SSE reassembly (`harness.detect.flows.sse_streams`): every string at one JSON path across the `data:` events,
 concatenated; checked against a plain reference walk on random event streams."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import json
 import random
 from typing import Any
 
-from harness.inspect import MAX_SSE_DEPTH, sse_streams
+from harness.detect.decode import MAX_SSE_DEPTH, sse_streams
 
 KEYS = ["id", "choices", "delta", "content", "tool_calls", "arguments", "x.y", "0"]
 

@@ -14,9 +14,11 @@ from pathlib import Path
 import pytest
 from mitmproxy import flowfilter
 
-from harness import cli, scan
-from harness.reconcile import read_flows
-from harness.registry import load
+from harness import cli
+from harness.core.registry import load
+from harness.detect import scan
+from harness.detect.matcher import matcher_for
+from harness.detect.reconcile import read_flows
 from harness.run import RunOptions, run_audit
 
 pytestmark = pytest.mark.e2e
@@ -28,11 +30,12 @@ CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic
 @pytest.fixture(scope="module")
 def planted(tmp_path_factory, hermes_python) -> tuple[Path, dict]:
     """One audit of real Hermes with default's memory planted into alpha's home."""
-    code, out = run_audit(RunOptions(plants=["memory"], out=tmp_path_factory.mktemp("planted") / "evidence",
-                                     hermes_python=hermes_python, quiet=True))
-    doc = json.loads((out / "findings.json").read_text())
-    assert code == 1 and doc["verdict"] == "leak", doc["reasons"]
-    return out, doc
+    result = run_audit(RunOptions(plants=["memory"], out=tmp_path_factory.mktemp("planted") / "evidence",
+                                  hermes_python=hermes_python, quiet=True))
+    assert result.out is not None
+    doc = json.loads((result.out / "findings.json").read_text())
+    assert result.verdict.exit_code == 1 and doc["verdict"] == "leak", doc["reasons"]
+    return result.out, doc
 
 
 def chromium(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -118,7 +121,7 @@ def test_export_har_and_flows_hold_no_canary(planted, tmp_path, capsys):
     out, doc = planted
     har_path, mitm_path = tmp_path / "flows.har", tmp_path / "redacted.mitm"
     assert cli.main(["export", str(out), "--har", str(har_path), "--flows", str(mitm_path)]) == 0
-    matcher = scan.matcher_for(load(out / "registry.yaml"))
+    matcher = matcher_for(load(out / "registry.yaml"))
     assert scan.scan_bytes((out / "flows.mitm").read_bytes(), matcher)  # the original holds canaries
     assert scan.scan_bytes(har_path.read_bytes(), matcher) == []
     assert scan.scan_bytes(mitm_path.read_bytes(), matcher) == []

@@ -7,10 +7,10 @@ import stat
 
 import pytest
 
-from harness.matcher import Matcher
-from harness.plants import PLANTS, TOPOLOGY
+from harness.core.registry import load
+from harness.detect.matcher import Matcher
+from harness.drive.plants import PLANTS, TOPOLOGY
 from harness.pytest_plugin import assert_isolated
-from harness.registry import load
 
 pytestmark = pytest.mark.e2e
 

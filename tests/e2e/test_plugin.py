@@ -6,7 +6,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from harness.plants import PlantContext, apply
+from harness.drive.plants import PlantContext, apply
 from harness.pytest_plugin import assert_isolated
 
 pytestmark = pytest.mark.e2e

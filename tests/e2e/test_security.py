@@ -20,12 +20,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness import scan
-from harness.hermes import real_home
-from harness.inspect import route_of
-from harness.proxy import CERTS
-from harness.reconcile import read_flows, reconcile
-from harness.registry import Registry, load
+from harness.capture.proxy import CERTS
+from harness.core.registry import Registry, load
+from harness.detect import scan
+from harness.detect.flows import route_of
+from harness.detect.reconcile import read_flows, reconcile
+from harness.drive.hermes import real_home
 
 pytestmark = pytest.mark.e2e
 

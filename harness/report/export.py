@@ -19,10 +19,11 @@ from typing import Any
 from mitmproxy import http
 from mitmproxy import io as mio
 
-from harness import redact, scan
-from harness.inspect import sse_streams
-from harness.matcher import Matcher
-from harness.registry import write_private
+from harness.core.files import write_private
+from harness.detect import scan
+from harness.detect.decode import sse_streams
+from harness.detect.matcher import Matcher
+from harness.report import redact
 
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie",
                                 "set-cookie"})
@@ -52,7 +53,7 @@ def _withheld(msg: http.Message, matcher: Matcher) -> str | None:
 
 
 def redact_flow(flow: http.HTTPFlow, matcher: Matcher) -> http.HTTPFlow:
-    """`harness.redact.redact_flow` (bodies decoded, every string of the flow's state redacted), then fail
+    """`harness.report.redact.redact_flow` (bodies decoded, every string of the flow's state redacted), then fail
     closed: credential headers keep only a tenant label, and a body that may still hold a canary is withheld."""
     out = redact.redact_flow(flow, matcher)
     for msg in (out.request, out.response):

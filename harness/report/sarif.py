@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from harness.findings import INCONCLUSIVE_KINDS, KINDS, Finding
-
-if TYPE_CHECKING:
-    from harness.report import AuditResult
+from harness.core.findings import INCONCLUSIVE_KINDS, KINDS, Finding
+from harness.report.result import AuditResult
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 RULES = {

@@ -1,29 +1,35 @@
-"""Scenario drivers: how each Hermes front end is driven, phase by phase, through the proxy."""
+"""The scenario context: what a driver needs (registry, sandbox, Hermes, proxy, stubs, options) and what it
+records for the reconciler (phases, turns, findings it observes directly)."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from harness import scan
-from harness.backends import RpcLog
-from harness.findings import Finding
-from harness.hermes import Hermes, Sandbox, TurnResult
-from harness.matcher import Matcher
-from harness.proxy import Proxy
-from harness.reconcile import Phase
-from harness.registry import Registry
-from harness.stubs import StubProvider
-
-if TYPE_CHECKING:
-    from harness.run import RunOptions
+from harness.capture.proxy import Proxy
+from harness.capture.stubs import StubProvider
+from harness.core.findings import Finding
+from harness.core.registry import Registry
+from harness.detect.matcher import Matcher, matcher_for
+from harness.detect.reconcile import Phase
+from harness.drive.backends import RpcLog
+from harness.drive.hermes import Hermes, Sandbox, TurnResult, gateway_config
 
 PROMPT = "Run the environment probe for this tenant."
+
+
+@dataclass
+class ScenarioOptions:
+    """What the drivers take from the run's options."""
+
+    turns: int = 1
+    timeout: float = 180.0
+    phases: list[str] = field(default_factory=list)  # multi-profile phases to run (default: all but cron)
+    cron_wait: float = 75.0
 
 
 @dataclass
@@ -36,7 +42,7 @@ class Context:
     hermes: Hermes
     proxy: Proxy
     stubs: dict[str, StubProvider]
-    opts: RunOptions
+    opts: ScenarioOptions
     out: Path
     say: Callable[[str], None]
     gateway_port: int = 0
@@ -60,7 +66,7 @@ class Context:
             self.current_phase = None
 
     def matcher(self) -> Matcher:
-        return scan.matcher_for(self.registry)
+        return matcher_for(self.registry)
 
     def mint(self, tenant: str, kind: str, value: str) -> None:
         """Register a canary minted mid-scenario; the addon reloads the registry file."""
@@ -100,47 +106,5 @@ class Context:
 
     def extra_config(self, tenant: str) -> dict[str, Any]:
         if tenant == self.sandbox.launch and self.gateway_port:
-            from harness.multi import gateway_config
-
             return gateway_config(self.gateway_port, self.registry[tenant].canaries["api_server_key"])
         return {}
-
-
-def oneshot(ctx: Context) -> None:
-    """`hermes [-p NAME] -z PROMPT` for every tenant, the tenants' turns running concurrently."""
-    with ctx.phase("turns"):
-        for _ in range(ctx.opts.turns):
-            with ThreadPoolExecutor(max_workers=len(ctx.registry.names())) as pool:
-                results = list(pool.map(
-                    lambda name: ctx.hermes.oneshot(name, PROMPT, timeout=ctx.opts.timeout),
-                    ctx.registry.names(),
-                ))
-            for r in results:
-                ctx.record(r, "turns")
-
-
-def _multi(name: str) -> Callable[[Context], None]:
-    def run(ctx: Context) -> None:
-        from harness import multi
-
-        getattr(multi, name)(ctx)
-
-    run.__name__ = name
-    return run
-
-
-def everything(ctx: Context) -> None:
-    """Every scenario in turn, on one registry and one proxy; findings keep their own scenario."""
-    for name, driver in SCENARIOS.items():
-        if name != "all":
-            ctx.scenario = name
-            driver(ctx)
-
-
-SCENARIOS: dict[str, Callable[[Context], None]] = {
-    "oneshot": oneshot,
-    "tui": _multi("tui"),
-    "serve": _multi("serve"),
-    "gateway": _multi("gateway"),
-    "all": everything,
-}

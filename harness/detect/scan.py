@@ -1,6 +1,6 @@
 """The scanner: every canary of every tenant in files, trees, compressed streams, SQLite and text.
 
-Built on `harness.matcher.Matcher` (one automaton, every encoding, one pass). On top of the raw bytes, each
+Built on `harness.detect.matcher.Matcher` (one automaton, every encoding, one pass). On top of the raw bytes, each
 scan decodes the containers a tenant home holds and scans their contents too ("layers"):
 
 - gzip members found anywhere in the bytes (`1f 8b 08`: rotated `*.gz` logs, concatenated members, HTTP
@@ -29,25 +29,22 @@ Which canaries count: with an `owner`, every canary of every other tenant; with 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import shutil
 import sqlite3
 import stat
 import struct
 import tempfile
-import threading
 import zlib
-from collections import OrderedDict
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import ahocorasick_rs
 
-from harness.findings import Finding
-from harness.matcher import Hit, Matcher
-from harness.registry import Registry, is_secret_kind
+from harness.core.findings import Finding
+from harness.core.registry import Registry, is_secret_kind
+from harness.detect.matcher import Hit, Matcher, matcher_for
 
 MAX_STREAM_BYTES = 256 * 1024 * 1024  # decompressed output scanned per stream
 MAX_TOTAL_BYTES = 1024 * 1024 * 1024  # decompressed output scanned per top-level scan
@@ -122,37 +119,6 @@ class TreeScan:
         self.notes += other.notes
         self.files += other.files
         self.bytes += other.bytes
-
-
-# -- matcher cache ------------------------------------------------------------------------------------------
-
-_CACHE: OrderedDict[str, Matcher] = OrderedDict()
-_CACHE_LOCK = threading.Lock()
-_CACHE_SIZE = 8
-
-
-def registry_fingerprint(registry: Registry) -> str:
-    """A cheap digest of every (tenant, kind, value): equal for registries with the same canaries."""
-    h = hashlib.blake2b(digest_size=16)
-    for t in sorted(registry, key=lambda t: t.name):
-        for kind, value in sorted(t.all_canaries().items()):
-            h.update(f"{t.name}\0{kind}\0{value}\0".encode())
-    return h.hexdigest()
-
-
-def matcher_for(registry: Registry) -> Matcher:
-    """The Matcher over every canary of `registry`, built once per distinct set of canaries."""
-    key = registry_fingerprint(registry)
-    with _CACHE_LOCK:
-        if key in _CACHE:
-            _CACHE.move_to_end(key)
-            return _CACHE[key]
-    matcher = Matcher.for_registry(registry)
-    with _CACHE_LOCK:
-        _CACHE[key] = matcher
-        while len(_CACHE) > _CACHE_SIZE:
-            _CACHE.popitem(last=False)
-    return matcher
 
 
 # -- bytes, streams, SQLite ---------------------------------------------------------------------------------
@@ -383,26 +349,39 @@ def _findings(hits: Iterable[ScanHit], owner: str | None, label: str, kind: str,
 
 
 def scan_text(
-    text: str | bytes, registry: Registry, owner: str | None, *, label: str, channel: str = "log"
+    text: str | bytes,
+    registry: Registry,
+    owner: str | None,
+    *,
+    label: str,
+    channel: str = "log",
+    matcher: Matcher | None = None,
 ) -> list[Finding]:
-    """`text_leak` findings in a log or RPC stream (`channel` "log" or "rpc"), located `label@offset`."""
+    """`text_leak` findings in a log or RPC stream (`channel` "log" or "rpc"), located `label@offset`.
+    `matcher`: the registry's (`matcher_for(registry)` when not given)."""
     _check_owner(registry, owner)
     data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
-    return _findings(scan_bytes(data, matcher_for(registry)), owner, label, "text_leak", channel)
+    return _findings(scan_bytes(data, matcher or matcher_for(registry)), owner, label, "text_leak", channel)
 
 
 def scan_tree(
-    root: Path | str, registry: Registry, owner: str | None, *, exclude: Iterable[Path | str] = ()
+    root: Path | str,
+    registry: Registry,
+    owner: str | None,
+    *,
+    exclude: Iterable[Path | str] = (),
+    matcher: Matcher | None = None,
 ) -> TreeScan:
     """`file_leak` findings for every file under `root` (a tenant home), locations relative to `root`.
 
     Every other tenant's `home` that lies under `root` is excluded automatically (a launch profile's home
     holding `profiles/<name>`), as is every path in `exclude`. Symlinks are never followed; those that
     point out of the tree or nowhere are noted. FIFOs, sockets and devices are noted, not opened.
+    `matcher`: the registry's (`matcher_for(registry)` when not given).
     """
     _check_owner(registry, owner)
     root = Path(os.path.abspath(root))
-    matcher = matcher_for(registry)
+    matcher = matcher or matcher_for(registry)
     excluded = {Path(os.path.abspath(p)) for p in exclude}
     excluded |= {Path(os.path.abspath(t.home)) for t in registry if t.home and t.name != owner}
     excluded.discard(root)
@@ -464,17 +443,20 @@ def _scan_entry(
     result.findings += _findings(hits, owner, label, "file_leak", "file")
 
 
-def scan_paths(paths: Iterable[Path | str], registry: Registry, owner: str | None) -> TreeScan:
+def scan_paths(
+    paths: Iterable[Path | str], registry: Registry, owner: str | None, *, matcher: Matcher | None = None
+) -> TreeScan:
     """Files and directories (as `tenancy-audit scan` gets them); unpacks as `findings, unreadable`."""
     _check_owner(registry, owner)
+    matcher = matcher or matcher_for(registry)
     result = TreeScan()
     for p in paths:
         path = Path(os.path.realpath(p)) if os.path.exists(p) else Path(p)  # explicit paths are followed
         if path.is_dir():
-            result.merge(scan_tree(path, registry, owner))
+            result.merge(scan_tree(path, registry, owner, matcher=matcher))
         elif not os.path.lexists(path):
             result.unreadable.append(str(p))
             result.notes.append(f"unreadable {p}: does not exist")
         else:
-            _scan_entry(path, str(p), None, matcher_for(registry), owner, result)
+            _scan_entry(path, str(p), None, matcher, owner, result)
     return result

@@ -1,45 +1,37 @@
-"""The detection core shared by the live addon and the offline reconciler, so the two never disagree.
+"""Flow inspection, shared by the live addon and the offline reconciler, so the two never disagree.
 
 Everything here works on plain data (route, method, path, header pairs, raw body bytes); `inspect_flow`
 is the one adapter from a mitmproxy `HTTPFlow` (live or read back from a `.mitm` file). Bodies are decoded
-from their content-encoding with a bounded output; whatever cannot be decoded or parsed is scanned as the
-raw bytes it is, so no body can crash an inspection or hide from it.
+by `harness.detect.decode`; whatever cannot be decoded or parsed is scanned as the raw bytes it is.
 """
 
 from __future__ import annotations
 
 import functools
 import json
-import sys
-import zlib
-from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import brotli
-import orjson
+from mitmproxy import http
 from mitmproxy.net.http import url
 from mitmproxy.proxy.mode_specs import ReverseMode
 
-from harness.findings import Finding
-from harness.matcher import SEPARATOR, Hit, Matcher
-from harness.registry import Registry, Tenant
-from harness.stubs import FLOW_HEADER, LOCAL_PROBES
+from harness.core.findings import Finding
+from harness.core.protocol import FLOW_HEADER, LOCAL_PROBES
+from harness.core.registry import Registry, Tenant
+from harness.detect.decode import (
+    KEY_HEADERS,
+    Body,
+    Headers,
+    bearer_of,
+    decode_body,
+    first_values,
+    parse_json,
+    sse_streams,
+    utf8_bytes,
+)
+from harness.detect.matcher import SEPARATOR, Hit, Matcher
 
-if sys.version_info >= (3, 14):  # pragma: no cover
-    from compression import zstd
-else:
-    from backports import zstd
-
-if TYPE_CHECKING:
-    from mitmproxy import http
-
-MAX_BODY = 16 * 1024 * 1024
-#: How deep the SSE walk follows nested JSON; deeper strings are still in the raw body's scan.
-MAX_SSE_DEPTH = 64
-#: Headers that carry a provider credential (OpenAI `Authorization: Bearer`, Azure/Anthropic style keys).
-KEY_HEADERS = ("authorization", "api-key", "x-api-key")
-Headers = Sequence[tuple[str, str]]
 _SEPARATOR = SEPARATOR.decode()
 
 
@@ -62,149 +54,6 @@ def tenant_for(registry: Registry, *, listen_port: int | None = None, host: str 
     if host:
         return registry.by_host(host)
     return None
-
-
-@dataclass(frozen=True)
-class Body:
-    """A body as inspected: the decoded bytes (or the raw ones) and what happened on the way."""
-
-    data: bytes
-    encoding: str | None = None  # the content-encoding that was undone, e.g. "gzip"
-    note: str = ""  # "", "undecodable", "truncated", "too large"
-
-
-def _inflate(data: bytes, enc: str) -> bytes:
-    """Undo one content-encoding, returning at most MAX_BODY + 1 bytes (bombs stay small)."""
-    limit = MAX_BODY + 1
-    if enc in ("gzip", "x-gzip"):
-        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, limit)
-    if enc == "deflate":
-        try:
-            return zlib.decompressobj(zlib.MAX_WBITS).decompress(data, limit)
-        except zlib.error:
-            return zlib.decompressobj(-zlib.MAX_WBITS).decompress(data, limit)
-    if enc == "br":
-        return brotli.Decompressor().process(data, output_buffer_limit=limit)[:limit]
-    if enc == "zstd":
-        return zstd.ZstdDecompressor().decompress(data, max_length=limit)
-    raise ValueError(f"unknown content-encoding {enc!r}")
-
-
-def decode_body(raw: bytes | None, content_encoding: str = "") -> Body:
-    """Decode `raw` from `content_encoding` (a header value, possibly a list); never raises."""
-    raw = raw or b""
-    encodings = [e.strip().lower() for e in content_encoding.split(",") if e.strip()]
-    encodings = [e for e in encodings if e != "identity"]
-    if len(raw) > MAX_BODY:
-        return Body(raw, None, "too large")
-    if not encodings or not raw:
-        return Body(raw)
-    data = raw
-    try:
-        for enc in reversed(encodings):
-            data = _inflate(data, enc)
-            if len(data) > MAX_BODY:
-                return Body(data[:MAX_BODY], "+".join(encodings), "truncated")
-    except (ValueError, zlib.error, brotli.error, zstd.ZstdError, EOFError):
-        return Body(raw, None, "undecodable")
-    return Body(data, "+".join(encodings))
-
-
-def loads(data: bytes) -> Any:
-    """A JSON document, or None. orjson parses it where it can (3-4x faster on small SSE events); json
-    takes what orjson refuses (NaN, lone surrogate escapes, nesting past 1024 levels)."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
-        return None
-
-
-def parse_json(body: Body) -> Any:
-    """The JSON document in a fully decoded body, or None."""
-    if body.note or body.data.lstrip()[:1] not in (b"{", b"["):
-        return None
-    return loads(body.data)
-
-
-def first_values(headers: Headers) -> dict[str, str]:
-    """Every header's first value, by its lower-case name."""
-    first: dict[str, str] = {}
-    for name, value in headers:
-        first.setdefault(name.lower(), value)
-    return first
-
-
-def bearer_of(first: dict[str, str]) -> str | None:
-    """The credential a request presents (`first`: its `first_values`): `Authorization: Bearer X`, or an
-    api-key style header."""
-    for name in KEY_HEADERS:
-        value = first.get(name, "").strip()
-        if value:
-            return value[7:].strip() if value.lower().startswith("bearer ") else value
-    return None
-
-
-def sse_streams(data: bytes) -> dict[str, str]:
-    """Reassemble an SSE body: every string at the same JSON path across `data:` events, concatenated.
-
-    A streamed completion splits text and tool-call arguments over many events, so a canary can be cut
-    in two on the wire; it is whole again in the reassembled stream (schema-free: OpenAI and Anthropic).
-    """
-    streams: dict[str, list[str]] = {}
-    for line in data.splitlines():
-        if not line.startswith(b"data:"):
-            continue
-        event = loads(line[5:])
-        kind = type(event)
-        if kind is str:
-            streams.setdefault("", []).append(event)
-        elif kind is dict or kind is list:
-            _collect(event, "", streams, MAX_SSE_DEPTH)
-    return {path: "".join(parts) for path, parts in streams.items() if len(parts) > 1}
-
-
-def _collect(node: dict[str, Any] | list[Any], path: str, streams: dict[str, list[str]], depth: int) -> None:
-    """Append every string under `node` (down to `depth` levels) to `streams[its path]`, in document
-    order. The paths of other leaves are never built: this walk is half of the reassembly's cost, so it
-    also compares exact types (a parsed document holds no subclasses)."""
-    if not depth:
-        return
-    if type(node) is dict:
-        prefix = f"{path}." if path else ""
-        for key, value in node.items():
-            kind = type(value)
-            if kind is str:
-                _append(streams, prefix + key, value)
-            elif kind is dict or kind is list:
-                _collect(value, prefix + key, streams, depth - 1)
-    else:
-        for i, value in enumerate(node):
-            kind = type(value)
-            if kind is str:
-                _append(streams, f"{path}[{i}]", value)
-            elif kind is dict or kind is list:
-                _collect(value, f"{path}[{i}]", streams, depth - 1)
-
-
-def _append(streams: dict[str, list[str]], path: str, text: str) -> None:
-    parts = streams.get(path)
-    if parts is None:
-        streams[path] = [text]
-    else:
-        parts.append(text)
-
-
-def _utf8(text: str) -> bytes:
-    """`text` as the bytes it came from (surrogateescape). A lone surrogate from a JSON escape (`"\\ud83d"`,
-    or a pair cut across two events) cannot be written so; it is then written as surrogatepass does."""
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass")
 
 
 def _label(body_encoding: str | None, hit: Hit) -> str:
@@ -425,7 +274,7 @@ def inspect_response(
     scan.body(decoded, "response.body")
     if streamed and not decoded.note:
         for path, text in sse_streams(decoded.data).items():
-            scan.scan(_utf8(text), f"response.sse.{path}", only_new=True)
+            scan.scan(utf8_bytes(text), f"response.sse.{path}", only_new=True)
     report.findings = scan.findings
     return report
 

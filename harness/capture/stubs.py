@@ -19,21 +19,10 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from harness.registry import Tenant
+from harness.core.protocol import FLOW_HEADER, LOCAL_PROBES, probe_command
+from harness.core.registry import Tenant
 
-PROBE_BEGIN, PROBE_END = "SNAPSHOT-BEGIN", "SNAPSHOT-END"
-FLOW_HEADER = "x-tenancy-flow"
-LOCAL_PROBES = frozenset({"/api/tags", "/v1/props", "/props", "/version", "/api/v1/models"})
 FAULTS = frozenset({"", "500", "hang", "drop"})
-
-
-def probe_command(shell_state: str) -> str:
-    """Dump the env plainly and base64-encoded (Hermes masks secret-looking values as ***), then cwd;
-    export the tenant's shell-state canary afterwards, so a shell reused by another tenant shows it."""
-    return (
-        f"echo {PROBE_BEGIN}; env | sort; echo ENVB64=$(env | sort | base64 -w0); echo CWD=$(pwd); "
-        f"echo {PROBE_END}; export TENANT_SHELL_STATE={shell_state}"
-    )
 
 
 @dataclass

@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import ahocorasick_rs
 import yaml
+
+from harness.core.files import write_private
+from harness.core.protocol import PLACEHOLDER
 
 VERSION = 1
 MIN_CANARY_LEN = 12
@@ -39,8 +40,6 @@ SECRET_KINDS = frozenset({"key", "api_server_key"})
 _TENANT_FIELDS = {"key", "model", "route", "upstream", "home", "canaries"}
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 _KIND = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-#: What redaction leaves in place of a secret; a redacted registry holds these instead of the secrets.
-PLACEHOLDER = re.compile(r"^<[a-z][a-z0-9_-]{0,31}:[a-z][a-z0-9_]{0,63}>$")
 
 
 class RegistryError(ValueError):
@@ -165,20 +164,6 @@ class Registry:
     def save(self, path: Path) -> None:
         """Write atomically, mode 0600 (the file holds every secret)."""
         write_private(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False).encode())
-
-
-def write_private(path: Path, data: bytes) -> None:
-    """Write `data` to `path` atomically with mode 0600: readers never see half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        os.fchmod(fd, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 class _NoAliasLoader(yaml.SafeLoader):

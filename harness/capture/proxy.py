@@ -1,6 +1,6 @@
 """Start and stop mitmdump with the tenancy addon in front of the tenants' stubs.
 
-The harness binds the listeners and starts `harness.mitmdump_main` on them (the same addon and options as
+The harness binds the listeners and starts `harness.capture.mitmdump_main` on them (the same addon and options as
 `mitmdump -s addons/tenancy.py`); `spawn` returns at once, `wait_ready` waits until every listener is served.
 
 Reverse topology: one `reverse:<stub>@127.0.0.1:<port>` listener per tenant (the listener names the
@@ -19,10 +19,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.procs import ProcessSet, kill_group
-from harness.registry import Registry
+from harness.core.files import REPO
+from harness.core.procs import ProcessSet, kill_group
+from harness.core.registry import Registry
 
-REPO = Path(__file__).resolve().parents[1]
 ADDON = REPO / "addons" / "tenancy.py"
 CERTS = REPO / "certs"
 FORWARD_DOMAIN = "llm.test"
@@ -33,9 +33,27 @@ class ProxyError(RuntimeError):
 
 
 def free_port() -> int:
+    """A port that was free a moment ago (for a listener someone else binds, such as Hermes' gateway)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def bind_listener(port: int = 0) -> socket.socket:
+    """A listening socket on 127.0.0.1; port 0 lets the kernel pick one, which no one else can then take."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind(("127.0.0.1", port))
+        sock.listen(128)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def port_of(sock: socket.socket) -> int:
+    return sock.getsockname()[1]
 
 
 def mitmdump_binary() -> Path:
@@ -74,6 +92,9 @@ class Proxy:
     egress: str = "flag"
     confdir: Path = CERTS
     forward_port: int = 0
+    #: Listening sockets bound by the caller, one per port of `ports()` (else `spawn` binds them); mitmdump
+    #: gets them and the proxy keeps no copy.
+    listeners: list[socket.socket] = field(default_factory=list)
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(init=False)
     _ready_fd: int | None = field(default=None, init=False, repr=False)  # taken by whoever waits (or stops) first
@@ -83,6 +104,8 @@ class Proxy:
 
     def __post_init__(self) -> None:
         self.log_path = self.out / "mitmdump.log"
+        if self.topology == "forward" and self.listeners and not self.forward_port:
+            self.forward_port = port_of(self.listeners[0])
 
     @property
     def flows_path(self) -> Path:
@@ -94,7 +117,7 @@ class Proxy:
 
     def argv(self) -> list[str]:
         argv = [
-            sys.executable, "-P", "-m", "harness.mitmdump_main", "-q",  # -P: not the cwd on sys.path
+            sys.executable, "-P", "-m", "harness.capture.mitmdump_main", "-q",  # -P: not the cwd on sys.path
             "--set", f"confdir={self.confdir}",
             "--set", f"tenancy_registry={self.registry_path}",
             "--set", f"tenancy_ledger={self.ledger_path}",
@@ -121,18 +144,18 @@ class Proxy:
         self.wait_ready(timeout)
         return self
 
-    def spawn(self, attempts: int = 3) -> Proxy:
-        """Bind every listener here (re-picking a port that is taken) and start mitmdump on those sockets;
-        returns at once. A connection made from now on waits until mitmdump serves it (`wait_ready`)."""
+    def spawn(self) -> Proxy:
+        """Start mitmdump on the listeners (bound here from the registry's ports unless the caller bound
+        them); returns at once. A connection made from now on waits until mitmdump serves it (`wait_ready`)."""
         mitmdump_binary()  # mitmproxy is installed next to this python (else: how to bootstrap it)
         if self.topology == "forward":
             ensure_ca(self.confdir)
         protect_certs(self.confdir)
-        socks = self._bind_all(attempts)
+        socks, self.listeners = self.listeners or self._bind_all(), []
         read_end, write_end = os.pipe()
         env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
         env["PYTHONPATH"] = str(REPO)
-        env["TENANCY_LISTEN_FDS"] = ",".join(f"{s.getsockname()[1]}={s.fileno()}" for s in socks)
+        env["TENANCY_LISTEN_FDS"] = ",".join(f"{port_of(s)}={s.fileno()}" for s in socks)
         env["TENANCY_READY_FD"] = str(write_end)
         env["TENANCY_ADDON"] = str(ADDON)
         try:
@@ -151,26 +174,18 @@ class Proxy:
         self._ready_fd = read_end
         return self
 
-    def _bind_all(self, attempts: int) -> list[socket.socket]:
-        for _ in range(attempts):
-            socks, taken = [], []
+    def _bind_all(self) -> list[socket.socket]:
+        """A listener on every port of `ports()`; a port that is taken is a ProxyError (the registry names
+        it, and only its owner may change it)."""
+        socks: list[socket.socket] = []
+        try:
             for port in self.ports():
-                sock = socket.socket()
-                sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-                try:
-                    sock.bind(("127.0.0.1", port))
-                    sock.listen(128)
-                    socks.append(sock)
-                except OSError as exc:
-                    sock.close()
-                    taken.append(f"{port} ({exc.strerror})")
-            if not taken:
-                return socks
+                socks.append(bind_listener(port))
+        except OSError as exc:
             for sock in socks:
                 sock.close()
-            self._repick_ports()
-        raise ProxyError(f"mitmdump did not come up after {attempts} attempts: cannot listen on 127.0.0.1 "
-                         f"port {', '.join(taken)}")
+            raise ProxyError(f"mitmdump cannot listen on 127.0.0.1 port {port} ({exc.strerror})") from None
+        return socks
 
     def wait_ready(self, timeout: float = 30.0) -> None:
         """Block until mitmdump serves every listener. ProxyError, naming the tail of its log, if it exits
@@ -205,15 +220,6 @@ class Proxy:
         with self._ready_lock:
             fd, self._ready_fd = self._ready_fd, None
             return fd
-
-    def _repick_ports(self) -> None:
-        if self.topology == "reverse":
-            for t in self.registry:
-                t.route = {"listen": free_port()}
-            self.registry.validate()
-            self.registry.save(self.registry_path)
-        else:
-            self.forward_port = free_port()
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

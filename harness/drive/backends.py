@@ -25,8 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from harness.hermes import Hermes
-from harness.procs import descendants, stop_tree
+from harness.core.procs import descendants, stop_tree
+from harness.drive.hermes import Hermes
 
 
 class BackendError(RuntimeError):

@@ -7,12 +7,9 @@ every finding with its redacted evidence and pointer, and the scenario timeline.
 from __future__ import annotations
 
 from html import escape
-from typing import TYPE_CHECKING
 
-from harness.findings import Finding
-
-if TYPE_CHECKING:
-    from harness.report import AuditResult
+from harness.core.findings import Finding
+from harness.report.result import AuditResult, matrix
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
@@ -47,8 +44,6 @@ def _cell(victim: str, seen: str, counts: dict[str, int]) -> str:
 
 
 def _matrix(result: AuditResult) -> str:
-    from harness.report import matrix
-
     cells = matrix(result.verdict.findings, result.tenants)
     head = "".join(f"<th>{escape(t)}</th>" for t in result.tenants)
     rows = []

@@ -12,14 +12,18 @@ hold every match the full scan would find, and nothing else.
 from __future__ import annotations
 
 import base64
+import hashlib
 import math
+import threading
 import urllib.parse
+from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
 import ahocorasick_rs
 
-from harness.registry import TAG_MARKER, Registry, is_secret_kind
+from harness.core.protocol import placeholder
+from harness.core.registry import TAG_MARKER, Registry, is_secret_kind
 
 DFA_MAX_PATTERNS = 12288
 #: Buffers shorter than this are scanned by the full automaton at once (one call is cheaper than two).
@@ -217,7 +221,7 @@ class Matcher:
             if hit.start < pos:  # overlaps the span just replaced: extend it, never leave a tail behind
                 pos = max(pos, hit.end)
                 continue
-            out += data[pos : hit.start] + f"<{hit.tenant}:{hit.kind}>".encode()
+            out += data[pos : hit.start] + placeholder(hit.tenant, hit.kind).encode()
             pos = hit.end
         out += data[pos:]
         return bytes(out)
@@ -238,3 +242,32 @@ class Matcher:
                 hi = s if s >= hit.end else e
         text = self.redact(data[lo:hi]).decode("utf-8", "replace").strip("\ufffd")  # chars cut at the edges
         return "".join(c if c.isprintable() else " " for c in text)
+
+
+_CACHE: OrderedDict[str, Matcher] = OrderedDict()
+_CACHE_LOCK = threading.Lock()
+_CACHE_SIZE = 8
+
+
+def registry_fingerprint(registry: Registry) -> str:
+    """A cheap digest of every (tenant, kind, value): equal for registries with the same canaries."""
+    h = hashlib.blake2b(digest_size=16)
+    for t in sorted(registry, key=lambda t: t.name):
+        for kind, value in sorted(t.all_canaries().items()):
+            h.update(f"{t.name}\0{kind}\0{value}\0".encode())
+    return h.hexdigest()
+
+
+def matcher_for(registry: Registry) -> Matcher:
+    """The Matcher over every canary of `registry`, built once per distinct set of canaries."""
+    key = registry_fingerprint(registry)
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            _CACHE.move_to_end(key)
+            return _CACHE[key]
+    matcher = Matcher.for_registry(registry)
+    with _CACHE_LOCK:
+        _CACHE[key] = matcher
+        while len(_CACHE) > _CACHE_SIZE:
+            _CACHE.popitem(last=False)
+    return matcher

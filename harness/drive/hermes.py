@@ -18,8 +18,8 @@ from typing import Any
 
 import yaml
 
-from harness.procs import ProcessSet
-from harness.registry import Tenant
+from harness.core.procs import ProcessSet
+from harness.core.registry import Tenant
 
 PROVIDER_KEY_ENV = "TENANT_PROVIDER_KEY"
 PROVIDER_ID = "tenantprov"
@@ -238,3 +238,9 @@ class Hermes:
         else:
             detail = ""
         return TurnResult(tenant, label, ok, seconds, detail, log, usage)
+
+
+def gateway_config(port: int, key: str) -> dict[str, Any]:
+    """Launch-profile config that turns on the multiplexed gateway's API server on 127.0.0.1."""
+    return {"gateway": {"multiplex_profiles": True},
+            "platforms": {"api_server": {"enabled": True, "extra": {"host": "127.0.0.1", "port": port, "key": key}}}}

@@ -15,10 +15,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from harness.findings import Finding
-from harness.matcher import Matcher
-from harness.registry import Registry, Tenant
-from harness.stubs import PROBE_BEGIN, PROBE_END
+from harness.core.findings import Finding
+from harness.core.protocol import PROBE_BEGIN, PROBE_END
+from harness.core.registry import Registry, Tenant
+from harness.detect.matcher import Matcher
 
 _B64_LINE = re.compile(r"^ENVB64=([A-Za-z0-9+/=]*)\s*$", re.M)
 _CWD_LINE = re.compile(r"^CWD=(.*)$", re.M)

@@ -1,4 +1,4 @@
-"""mitmdump as the harness runs it: `python -P -m harness.mitmdump_main [mitmdump options]` (see `proxy.Proxy`).
+"""mitmdump as the harness runs it: `python -P -m harness.capture.mitmdump_main [mitmdump options]` (see `proxy.Proxy`).
 
 It is mitmdump with three differences, each for the audit:
 - **Listeners handed over.** The harness binds every listener itself and passes the sockets down

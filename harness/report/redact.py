@@ -14,9 +14,10 @@ from typing import Any
 
 from mitmproxy import http, io
 
-from harness.matcher import Matcher
-from harness.reconcile import read_flows
-from harness.registry import Registry, Tenant, write_private
+from harness.core.files import write_private
+from harness.core.registry import Registry, Tenant
+from harness.detect.matcher import Matcher
+from harness.detect.reconcile import read_flows
 
 REDACTED = "redacted"
 SKIP = frozenset({REDACTED, "sandbox"})

@@ -16,10 +16,12 @@ from typing import Any
 from mitmproxy import http, io
 from mitmproxy.exceptions import FlowReadException
 
-from harness import scan, snapshots
-from harness.findings import Finding, dedupe
-from harness.inspect import inspect_flow, loads
-from harness.registry import Registry
+from harness.core.findings import Finding, dedupe
+from harness.core.registry import Registry
+from harness.detect import scan, snapshots
+from harness.detect.decode import loads
+from harness.detect.flows import inspect_flow
+from harness.detect.matcher import Matcher, matcher_for
 
 
 class EvidenceError(ValueError):
@@ -105,7 +107,7 @@ def reconcile(
     empty_ok: bool = False,
 ) -> Reconciliation:
     """Every invariant over the evidence; findings carry the scenario/phase they happened in."""
-    matcher = scan.matcher_for(registry)
+    matcher = matcher_for(registry)
     phases = list(phases)
     rec = Reconciliation()
     flows, truncated = read_flows(flows_path, empty_ok=empty_ok)
@@ -140,7 +142,7 @@ def reconcile(
         if not home.exists():
             rec.reasons.append(f"home of tenant {name!r} is missing: {home}")
             continue
-        result = scan.scan_tree(home, registry, name)
+        result = scan.scan_tree(home, registry, name, matcher=matcher)
         rec.findings += result.findings
         rec.inspected["file"] += result.files
         rec.reasons += [f"unreadable file {p}" for p in result.unreadable]
@@ -152,9 +154,10 @@ def reconcile(
             continue
         rec.inspected[source.channel] += 1
         if source.channel == "rpc":
-            rec.findings += _scan_rpc(data, registry, source.path.name, phases)
+            rec.findings += _scan_rpc(data, registry, matcher, source.path.name, phases)
         else:
-            rec.findings += scan.scan_text(data, registry, source.owner, label=source.path.name, channel="log")
+            rec.findings += scan.scan_text(data, registry, source.owner, label=source.path.name, channel="log",
+                                            matcher=matcher)
     for name, wanted in (expect_snapshots or {}).items():
         got = len(rec.snapshots.get(name, []))
         if got < wanted:
@@ -167,7 +170,7 @@ def reconcile(
     return rec
 
 
-def _scan_rpc(data: bytes, registry: Registry, label: str, phases: list[Phase]) -> list[Finding]:
+def _scan_rpc(data: bytes, registry: Registry, matcher: Matcher, label: str, phases: list[Phase]) -> list[Finding]:
     """An RPC log (JSONL of frames): each tenant's frames may carry no other tenant's canary; frames that
     belong to no session may carry no secret at all."""
     lines = data.decode("utf-8", "replace").splitlines()
@@ -190,7 +193,8 @@ def _scan_rpc(data: bytes, registry: Registry, label: str, phases: list[Phase]) 
         owner = rec.get("tenant") or bound.get(sid or "")
         if owner is not None and owner not in registry.tenants:
             owner = None
-        hits = scan.scan_text(json.dumps(frame).encode(), registry, owner, label=f"{label}#{n}", channel="rpc")
+        hits = scan.scan_text(json.dumps(frame).encode(), registry, owner, label=f"{label}#{n}", channel="rpc",
+                             matcher=matcher)
         findings += _tag(hits, _phase_of(rec.get("t", 0.0), phases))
     return findings
 

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import yaml
 
-from harness.hermes import PROVIDER_ID, PROVIDER_KEY_ENV
-from harness.proxy import FORWARD_DOMAIN
-from harness.registry import Tenant
+from harness.capture.proxy import FORWARD_DOMAIN
+from harness.core.registry import Tenant
+from harness.drive.hermes import PROVIDER_ID, PROVIDER_KEY_ENV
 
 
 @dataclass(frozen=True)

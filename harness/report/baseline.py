@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.findings import Finding
-from harness.registry import write_private
+from harness.core.files import write_private
+from harness.core.findings import Finding
 
 VERSION = 1
 

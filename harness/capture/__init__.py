@@ -1,0 +1,1 @@
+"""Capturing traffic: the mitmproxy addon class, the mitmdump launcher and the tenants' upstream stubs."""

@@ -1,0 +1,29 @@
+"""What the stubs, the addon and the detectors agree on: the flow header, probe markers, local probe paths
+and the placeholder that stands for a redacted canary."""
+
+from __future__ import annotations
+
+import re
+
+#: The addon stamps every request it forwards with the flow id; a stub request without it bypassed the proxy.
+FLOW_HEADER = "x-tenancy-flow"
+#: Paths Hermes probes to detect a local server; they are not provider calls.
+LOCAL_PROBES = frozenset({"/api/tags", "/v1/props", "/props", "/version", "/api/v1/models"})
+#: The lines that frame the environment probe's output in a tool result.
+PROBE_BEGIN, PROBE_END = "SNAPSHOT-BEGIN", "SNAPSHOT-END"
+#: What redaction leaves in place of a canary; a redacted registry holds these instead of the secrets.
+PLACEHOLDER = re.compile(r"^<[a-z][a-z0-9_-]{0,31}:[a-z][a-z0-9_]{0,63}>$")
+
+
+def placeholder(tenant: str, kind: str) -> str:
+    """`<tenant:kind>`: the text that replaces a redacted canary."""
+    return f"<{tenant}:{kind}>"
+
+
+def probe_command(shell_state: str) -> str:
+    """Dump the env plainly and base64-encoded (Hermes masks secret-looking values as ***), then cwd;
+    export the tenant's shell-state canary afterwards, so a shell reused by another tenant shows it."""
+    return (
+        f"echo {PROBE_BEGIN}; env | sort; echo ENVB64=$(env | sort | base64 -w0); echo CWD=$(pwd); "
+        f"echo {PROBE_END}; export TENANT_SHELL_STATE={shell_state}"
+    )

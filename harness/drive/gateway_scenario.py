@@ -1,0 +1,79 @@
+"""The `gateway` scenario: `hermes gateway run` with multiplexed profiles and the OpenAI-compatible API server.
+
+Phases: `route-auth` (every tenant's API-server key tried on every tenant's route: `route_auth`), `turns`,
+`cron` (when asked for) and `profiles`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+
+from harness.core.findings import Finding
+from harness.core.protocol import placeholder
+from harness.drive.backends import GatewayBackend
+from harness.drive.context import PROMPT, Context
+from harness.drive.hermes import TurnResult
+from harness.drive.phases import profiles, seed_cron, wait_cron, wanted
+
+
+def gateway(ctx: Context) -> None:
+    launch = ctx.sandbox.launch
+    names = ctx.registry.names()
+    log = ctx.rpc_log("gateway")
+    if wanted(ctx, "cron"):
+        seed_cron(ctx)
+    gw = GatewayBackend(ctx.hermes, ctx.gateway_port, log, ctx.out / "logs" / "backend-gateway.log").start()
+    try:
+        launch_key = ctx.registry[launch].canaries["api_server_key"]
+        if wanted(ctx, "route-auth"):
+            with ctx.phase("route-auth"):
+                _route_auth(ctx, gw)
+        with ctx.phase("turns"):
+            for _ in range(ctx.opts.turns):
+                for name in names:
+                    _gateway_turn(ctx, gw, name, launch_key, "turns")
+        if wanted(ctx, "cron"):
+            with ctx.phase("cron"):
+                wait_cron(ctx, ctx.opts.cron_wait, "gateway")
+        if wanted(ctx, "profiles"):
+            with ctx.phase("profiles"):
+                profiles(ctx, gw.pid, gw.proc, "gateway")
+    finally:
+        gw.close()
+
+
+def _gateway_turn(ctx: Context, gw: GatewayBackend, name: str, launch_key: str, phase: str) -> None:
+    """One chat turn on the tenant's route with its own key; Hermes has no per-profile API-server key,
+    so a rejected own key is retried with the launch key (the rejection is already a route_auth finding)."""
+    path = gw.route(name, ctx.sandbox.launch, "/v1/chat/completions")
+    body = {"model": ctx.registry[name].model, "messages": [{"role": "user", "content": PROMPT}]}
+    started = time.monotonic()
+    status, payload = gw.request("POST", path, ctx.registry[name].canaries["api_server_key"], body, tenant=name,
+                                 timeout=ctx.opts.timeout)
+    if status == 401 and name != ctx.sandbox.launch:
+        status, payload = gw.request("POST", path, launch_key, body, tenant=name, timeout=ctx.opts.timeout)
+    ok = status == 200
+    detail = "" if ok else f"HTTP {status}: {json.dumps(payload)[:160]}"
+    ctx.record(TurnResult(name, "gateway", ok, time.monotonic() - started, detail), phase)
+
+
+def _route_auth(ctx: Context, gw: GatewayBackend) -> None:
+    """A key must open only its own tenant's route, and its own key must open it."""
+    launch = ctx.sandbox.launch
+    for route_owner in ctx.registry:
+        path = gw.route(route_owner.name, launch, "/v1/models")
+        for key_owner in ctx.registry:
+            key = key_owner.canaries["api_server_key"]
+            status, _ = gw.request("GET", path, key, None, tenant=None)
+            opened = status == 200
+            own = key_owner.name == route_owner.name
+            if opened != own:
+                what = "opened" if opened else "did not open"
+                ctx.findings.append(Finding(
+                    "route_auth", key_owner.name if opened else route_owner.name, route_owner.name,
+                    "api_server_key", "request", f"gateway:GET {path}", None,
+                    f"Bearer {placeholder(key_owner.name, 'api_server_key')} -> HTTP {status}", scenario=ctx.scenario,
+                    phase="route-auth",
+                    detail=f"{key_owner.name}'s API-server key {what} {route_owner.name}'s route",
+                ))

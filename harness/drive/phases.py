@@ -1,0 +1,68 @@
+"""Steps every multi-profile scenario shares: which phases run, the cron jobs, the profile churn."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from harness.core.registry import new_tag
+from harness.drive.backends import BackendError
+from harness.drive.context import PROMPT, Context
+from harness.drive.hermes import TurnResult
+
+CRON_SEED = (
+    "import sys, json; from cron.jobs import create_job, trigger_job, list_jobs; "
+    "jobs = [j for j in list_jobs(include_disabled=True) if j.get('name') == 'tenancy-canary']; "
+    "j = jobs[0] if jobs else create_job(sys.argv[1], '30m', name='tenancy-canary', repeat=1, deliver='local'); "
+    "trigger_job(j['id']); print(json.dumps({'id': j['id']}))"
+)
+DEFAULT_PHASES = ("turns", "settings", "after-settings", "profiles", "resume", "route-auth")
+ALL_PHASES = (*DEFAULT_PHASES, "cron")
+
+
+def wanted(ctx: Context, phase: str) -> bool:
+    return phase in (ctx.opts.phases or DEFAULT_PHASES)
+
+
+def seed_cron(ctx: Context) -> None:
+    """A due job in every profile's own cron store (Hermes' cron.jobs API, HERMES_HOME = that profile)."""
+    for t in ctx.registry:
+        prompt = f"{t.canaries['cron_prompt']}: {PROMPT}"
+        home = ctx.sandbox.home_of(t.name)
+        rc, _, err = ctx.hermes.procs.run([str(ctx.hermes.python), "-c", CRON_SEED, prompt],
+                                          env=ctx.hermes.env({"HERMES_HOME": str(home)}), cwd=ctx.sandbox.home,
+                                          timeout=120)
+        if rc != 0:
+            raise BackendError(f"seeding the cron job of {t.name} failed: {err.strip()[-200:]}")
+
+
+def wait_cron(ctx: Context, seconds: float, driver: str) -> None:
+    """Wait for every tenant's cron prompt to reach its provider; a job that never fires is a shortfall."""
+    started = time.monotonic()
+    fired: dict[str, float] = {}
+    while time.monotonic() - started < seconds and len(fired) < len(ctx.registry.names()):
+        for t in ctx.registry:
+            if t.name not in fired and any(t.canaries["cron_prompt"].encode() in r.body
+                                           for r in ctx.stubs[t.name].snapshot()):
+                fired[t.name] = time.monotonic() - started
+        time.sleep(0.5)
+    time.sleep(3)  # let a fired job's follow-up calls finish
+    for t in ctx.registry:
+        ok = t.name in fired
+        detail = "" if ok else f"cron job never fired within {seconds:.0f}s"
+        ctx.record(TurnResult(t.name, f"{driver}-cron", ok, fired.get(t.name, seconds), detail), "cron")
+
+
+def profiles(ctx: Context, pid: int | None, proc: Any, driver: str) -> None:
+    """Create and delete a profile next to the live backend; the backend must survive unchanged."""
+    name = f"scratch{new_tag()[-6:]}"
+    ok = True
+    detail = ""
+    for argv in (["profile", "create", name], ["profile", "delete", "-y", name]):
+        rc, out, err = ctx.hermes.procs.run([str(ctx.hermes.python), "-m", "hermes_cli.main", *argv],
+                                            env=ctx.hermes.env(), cwd=ctx.sandbox.home, timeout=120)
+        if rc != 0:
+            ok, detail = False, f"hermes {' '.join(argv)} failed: {(err or out).strip()[-160:]}"
+    if proc is None or proc.poll() is not None or proc.pid != pid:
+        ok, detail = False, f"the {driver} backend (pid {pid}) did not survive profile create/delete"
+    ctx.record(TurnResult(ctx.sandbox.launch, f"{driver}-profiles", ok, 0.0, detail), "profiles", snapshot=False)

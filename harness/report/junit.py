@@ -1,0 +1,44 @@
+"""junit.xml: one test case per tenant x invariant; a finding fails the invariant it violates."""
+
+from __future__ import annotations
+
+from xml.sax.saxutils import escape, quoteattr
+
+from harness.report.result import AuditResult
+
+INVARIANTS = {
+    "own key on every request": {"wrong_key"},
+    "own model on every main turn": {"wrong_model"},
+    "no foreign canary in requests": {"request_leak", "egress"},
+    "no foreign canary in responses": {"response_leak"},
+    "tool env and cwd are its own": {"env_leak", "wrong_cwd"},
+    "no foreign canary in its files": {"file_leak"},
+    "no secret in logs and streams": {"text_leak"},
+    "routes open only to their own key": {"route_auth"},
+    "profile settings stay its own": {"profile_bleed"},
+    "every request passed the proxy": {"bypass"},
+    "enough traffic to conclude": {"shortfall"},
+}
+
+
+def junit(result: AuditResult) -> str:
+    cases = []
+    failures = 0
+    for tenant in result.tenants:
+        for name, kinds in INVARIANTS.items():
+            hits = [f for f in result.verdict.findings if f.kind in kinds and tenant in (f.victim, f.seen_in)]
+            body = ""
+            if hits:
+                failures += 1
+                text = "\n".join(f.summary() for f in hits)
+                body = f"<failure message={quoteattr(f'{len(hits)} finding(s)')}>{escape(text)}</failure>"
+            cases.append(f'  <testcase classname={quoteattr(f"tenancy.{tenant}")} name={quoteattr(name)}>'
+                         f"{body}</testcase>")
+    if result.verdict.status == "inconclusive":
+        failures += 1
+        why = escape("\n".join(result.verdict.reasons) or "inconclusive")
+        cases.append(f'  <testcase classname="tenancy.run" name="run is conclusive"><failure message="inconclusive">'
+                     f"{why}</failure></testcase>")
+    header = (f'<testsuite name={quoteattr(f"tenancy-audit {result.scenario}")} tests="{len(cases)}" '
+              f'failures="{failures}" time="{result.seconds:.2f}">')
+    return '<?xml version="1.0" encoding="UTF-8"?>\n' + header + "\n" + "\n".join(cases) + "\n</testsuite>\n"

@@ -1,0 +1,75 @@
+"""The result of one audit (what every report is made from), the who-leaked-into-whom matrix and the
+terminal summary."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harness.core.findings import CHANNELS, Finding, Verdict
+
+
+@dataclass
+class AuditResult:
+    """Everything a report needs about one audit."""
+
+    verdict: Verdict
+    tenants: list[str]
+    scenario: str
+    versions: dict[str, str]
+    inspected: dict[str, int] = field(default_factory=dict)
+    timeline: list[dict[str, Any]] = field(default_factory=list)
+    fixed: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+    snapshots: dict[str, int] = field(default_factory=dict)  # env snapshots per tenant
+    out: Path | None = None  # the evidence folder the reports were written to (not part of findings.json)
+
+    def to_dict(self) -> dict[str, Any]:
+        v = self.verdict
+        counts = Counter(f.channel for f in v.findings)
+        return {
+            "verdict": v.status,
+            "exit_code": v.exit_code,
+            "scenario": self.scenario,
+            "tenants": self.tenants,
+            "reasons": v.reasons,
+            "counts": {ch: counts.get(ch, 0) for ch in CHANNELS},
+            "counts_by_kind": dict(Counter(f.kind for f in v.findings)),
+            "inspected": dict(self.inspected),
+            "versions": self.versions,
+            "seconds": round(self.seconds, 2),
+            "snapshots": dict(self.snapshots),
+            "findings": [f.to_dict() for f in v.findings],
+            "known": [f.to_dict() for f in v.known],
+            "fixed": self.fixed,
+            "timeline": self.timeline,
+        }
+
+
+def matrix(findings: list[Finding], tenants: list[str]) -> dict[tuple[str, str], Counter[str]]:
+    """(victim, seen_in) -> findings per channel: who leaked into whom."""
+    cells: dict[tuple[str, str], Counter[str]] = {(v, s): Counter() for v in tenants for s in tenants}
+    for f in findings:
+        if f.victim in tenants and f.seen_in in tenants:
+            cells[(f.victim, f.seen_in)][f.channel] += 1
+    return cells
+
+
+def summary_table(result: AuditResult) -> str:
+    """Per tenant: turns ok/failed, env snapshots, findings (as victim or carrier) per channel."""
+    cols = ["tenant", "turns ok", "failed", "snapshots", *CHANNELS]
+    rows = []
+    for t in result.tenants:
+        turns = [e for e in result.timeline if e.get("tenant") == t]
+        counts = Counter(f.channel for f in result.verdict.findings if t in (f.victim, f.seen_in))
+        rows.append([t, sum(1 for e in turns if e.get("ok")), sum(1 for e in turns if not e.get("ok")),
+                     result.snapshots.get(t, 0), *(counts.get(ch, 0) for ch in CHANNELS)])
+    table = [cols, *rows]
+    widths = [max(len(str(row[i])) for row in table) for i in range(len(cols))]
+    lines = ["  ".join([str(row[0]).ljust(widths[0]), *(str(c).rjust(w) for c, w in zip(row[1:], widths[1:],
+                                                                                     strict=True))])
+             for row in table]
+    v = result.verdict
+    return "\n".join([*lines, f"verdict {v.status}: {len(v.findings)} new, {len(v.known)} known finding(s)"])
