@@ -1,4 +1,5 @@
-"""Unit tests of addons/tenancy.py (and harness.detect.flows under it) with mitmproxy's test helpers."""
+"""Unit tests of the tenancy addon (harness.capture.addon, and harness.detect.flows under it) with mitmproxy's
+test helpers."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from mitmproxy import exceptions, flowfilter, http, io
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow
 
+from harness.capture.addon import Tenancy
 from harness.core.protocol import FLOW_HEADER
 from harness.core.registry import Registry, mint
 from harness.detect import decode, flows
@@ -44,20 +46,19 @@ def regfile(tmp_path: Path, reg: Registry) -> Path:
     return path
 
 
-def _addon_module():
-    spec = importlib.util.spec_from_file_location("tenancy_addon", ROOT / "addons" / "tenancy.py")
+@pytest.fixture
+def addon():
+    return Tenancy()
+
+
+def test_the_script_users_pass_to_mitmdump_is_the_addon_class():
+    """`mitmdump -s addons/tenancy.py` loads the file by path, outside the package: it must expose exactly
+    one `Tenancy` addon, the class the harness and these tests use."""
+    spec = importlib.util.spec_from_file_location("tenancy_script", ROOT / "addons" / "tenancy.py")
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module
-
-
-tenancy = _addon_module()
-
-
-@pytest.fixture
-def addon():
-    return tenancy.Tenancy()
+    assert [type(a) for a in module.addons] == [Tenancy]
 
 
 @pytest.fixture

@@ -239,10 +239,6 @@ class StubProvider:
         with self.lock:
             return list(self.requests)
 
-    def reset(self) -> None:
-        with self.lock:
-            self.requests.clear()
-
     def stop(self) -> None:
         self.release.set()
         if self._server is not None:

@@ -93,10 +93,6 @@ class Verdict:
     reasons: list[str] = field(default_factory=list)
 
     @property
-    def new(self) -> list[Finding]:
-        return self.findings
-
-    @property
     def status(self) -> str:
         if any(f.kind not in INCONCLUSIVE_KINDS for f in self.findings):
             return "leak"

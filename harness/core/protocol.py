@@ -11,8 +11,10 @@ FLOW_HEADER = "x-tenancy-flow"
 LOCAL_PROBES = frozenset({"/api/tags", "/v1/props", "/props", "/version", "/api/v1/models"})
 #: The lines that frame the environment probe's output in a tool result.
 PROBE_BEGIN, PROBE_END = "SNAPSHOT-BEGIN", "SNAPSHOT-END"
-#: What redaction leaves in place of a canary; a redacted registry holds these instead of the secrets.
-PLACEHOLDER = re.compile(r"^<[a-z][a-z0-9_-]{0,31}:[a-z][a-z0-9_]{0,63}>$")
+#: What redaction leaves in place of a canary (`placeholder`); a redacted registry holds these instead of
+#: the secrets.
+PLACEHOLDER_PATTERN = r"<[a-z][a-z0-9_-]{0,31}:[a-z][a-z0-9_]{0,63}>"
+PLACEHOLDER = re.compile(f"^{PLACEHOLDER_PATTERN}$")
 
 
 def placeholder(tenant: str, kind: str) -> str:

@@ -339,18 +339,13 @@ def _pretty_host(host_header: str | None, host: str) -> str:
     return url.parse_authority(host_header, check=False)[0] if host_header else host
 
 
-def _pairs(headers: Any) -> list[tuple[str, str]]:
-    """`headers.items(multi=True)`, decoded as mitmproxy decodes them, without its generator."""
-    return [(k.decode("utf-8", "surrogateescape"), v.decode("utf-8", "surrogateescape")) for k, v in headers.fields]
-
-
 def inspect_flow_request(
     registry: Registry, matcher: Matcher, flow: http.HTTPFlow, route: Route | None = None
 ) -> RequestReport:
     """Inspect a flow's request; `route` is `route_of(flow)` when the caller has it already."""
     req = flow.request
     return inspect_request(registry, matcher, flow_id=flow.id, route=route or route_of(flow), method=req.method,
-                           path=req.path, headers=_pairs(req.headers), body=req.raw_content)
+                           path=req.path, headers=list(req.headers.items(multi=True)), body=req.raw_content)
 
 
 def inspect_flow(
@@ -369,7 +364,7 @@ def inspect_flow(
         report.response = inspect_response(
             matcher, flow_id=flow.id, tenant=request.tenant,
             status=resp.status_code if resp else None,
-            headers=_pairs(resp.headers) if resp else [],
+            headers=list(resp.headers.items(multi=True)) if resp else [],
             body=resp.raw_content if resp else None,
             error=flow.error.msg if flow.error else None,
         )

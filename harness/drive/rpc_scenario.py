@@ -7,9 +7,8 @@ Phases (each followed by the same invariants, findings tagged with their phase):
 - `after-settings`: another round of turns (does a settings write leak into later turns?);
 - `profiles`: a profile created and deleted next to the live backend (its PID must not change);
 - `resume`: the backend restarted, every stored session resumed in its own profile;
-- `cron` (serve, gateway): a due job seeded in every profile with Hermes' own cron API; the ticker must
-  fire each one (a job that never fires is a `shortfall`);
-- `route-auth` (gateway): every tenant's API-server key tried on every tenant's route (`route_auth`).
+- `cron` (serve): a due job seeded in every profile with Hermes' own cron API; the ticker must fire each one
+  (a job that never fires is a `shortfall`).
 """
 
 from __future__ import annotations

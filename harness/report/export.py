@@ -20,6 +20,7 @@ from mitmproxy import http
 from mitmproxy import io as mio
 
 from harness.core.files import write_private
+from harness.core.protocol import PLACEHOLDER_PATTERN
 from harness.detect import scan
 from harness.detect.decode import sse_streams
 from harness.detect.matcher import Matcher
@@ -27,7 +28,7 @@ from harness.report import redact
 
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie",
                                 "set-cookie"})
-_LABELLED = re.compile(r"(?:[A-Za-z]+ )?<[a-z][a-z0-9_-]*:[a-z][a-z0-9_]*>")
+_LABELLED = re.compile(f"(?:[A-Za-z]+ )?{PLACEHOLDER_PATTERN}")
 
 
 def _credential(value: str, matcher: Matcher) -> str:
@@ -52,7 +53,7 @@ def _withheld(msg: http.Message, matcher: Matcher) -> str | None:
     return None
 
 
-def redact_flow(flow: http.HTTPFlow, matcher: Matcher) -> http.HTTPFlow:
+def redact_for_sharing(flow: http.HTTPFlow, matcher: Matcher) -> http.HTTPFlow:
     """`harness.report.redact.redact_flow` (bodies decoded, every string of the flow's state redacted), then fail
     closed: credential headers keep only a tenant label, and a body that may still hold a canary is withheld."""
     out = redact.redact_flow(flow, matcher)
@@ -71,7 +72,7 @@ def har(flows: Iterable[http.HTTPFlow], matcher: Matcher) -> dict[str, Any]:
     with warnings.catch_warnings():  # mitmproxy.addons imports ldap3, which warns about pyasn1's old names
         warnings.simplefilter("ignore", DeprecationWarning)
         from mitmproxy.addons.savehar import SaveHar
-    redacted = [redact_flow(f, matcher) for f in flows]
+    redacted = [redact_for_sharing(f, matcher) for f in flows]
     doc = SaveHar().make_har(redacted)
     doc["log"]["creator"] = {"name": "tenancy-audit", "version": doc["log"]["creator"]["version"],
                              "comment": "built with mitmproxy's HAR exporter; every canary redacted"}
@@ -97,7 +98,7 @@ def write_flows(path: Path, flows: Iterable[http.HTTPFlow], matcher: Matcher) ->
     writer = mio.FlowWriter(buf)
     n = 0
     for f in flows:
-        writer.add(redact_flow(f, matcher))
+        writer.add(redact_for_sharing(f, matcher))
         n += 1
     write_private(path, buf.getvalue())
     return n

@@ -15,16 +15,13 @@ from typing import Any
 from mitmproxy import http, io
 
 from harness.core.files import write_private
+from harness.core.protocol import placeholder
 from harness.core.registry import Registry, Tenant
 from harness.detect.matcher import Matcher
 from harness.detect.reconcile import read_flows
 
 REDACTED = "redacted"
 SKIP = frozenset({REDACTED, "sandbox"})
-
-
-def placeholder(tenant: str, kind: str) -> str:
-    return f"<{tenant}:{kind}>"
 
 
 def redacted_registry(registry: Registry) -> Registry:
