@@ -6,7 +6,8 @@ Fixtures:
 - `tenancy_audit`: run a whole audit (`tenancy_audit(scenario="oneshot", plants=[...])`) into a tmp
   evidence folder and get an `Audit` back (exit code, findings.json, folder).
 - `tenancy_registry`: a fresh two-tenant registry (`tenancy_registry(n)` for more), saved to tmp, each
-  tenant's home in the test's sandbox.
+  tenant's home in the test's sandbox; its ports are bound at once (`tenancy_listeners`) and handed to
+  mitmdump by `tenancy_proxy`, so none can be taken in between.
 - `tenancy_proxy`: stubs plus a running mitmdump with the addon in front of them (`TenancyProxy`: registry,
   ports, flows path, `base_url(tenant)`, `check(turns)`); torn down after the test. Tenants: 2, or
   `@pytest.mark.tenancy(tenants=N)`.
@@ -18,6 +19,7 @@ Helper: `assert_isolated(audit_or_check_or_findings)` fails with every finding a
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from harness.capture.proxy import Proxy, free_port
+from harness.capture.proxy import Proxy, bind_listener, port_of
 from harness.capture.stubs import StubProvider
 from harness.core.findings import Finding
 from harness.core.procs import ProcessSet
@@ -151,10 +153,23 @@ def tenancy_sandbox(tmp_path: Path) -> Sandbox:
 
 
 @pytest.fixture
-def tenancy_registry(tmp_path: Path, tenancy_sandbox: Sandbox) -> Callable[..., Registry]:
+def tenancy_listeners() -> Iterator[dict[int, socket.socket]]:
+    """Listening sockets of the registries' ports (port -> socket), held until `tenancy_proxy` hands them to
+    mitmdump, so no port can be taken between minting a registry and serving it; closed after the test."""
+    held: dict[int, socket.socket] = {}
+    yield held
+    for sock in held.values():
+        sock.close()
+
+
+@pytest.fixture
+def tenancy_registry(tmp_path: Path, tenancy_sandbox: Sandbox,
+                     tenancy_listeners: dict[int, socket.socket]) -> Callable[..., Registry]:
     def make(n: int = 2) -> Registry:
         names = tenant_names(n)
-        registry = mint(names, tenancy_sandbox.root / "work", {name: {"listen": free_port()} for name in names})
+        socks = {name: bind_listener() for name in names}
+        tenancy_listeners.update({port_of(sock): sock for sock in socks.values()})
+        registry = mint(names, tenancy_sandbox.root / "work", {n: {"listen": port_of(s)} for n, s in socks.items()})
         for t in registry:
             t.home = str(tenancy_sandbox.home_of(t.name))
         registry.save(tmp_path / "registry.yaml")
@@ -174,7 +189,7 @@ def tenancy_procs() -> Iterator[ProcessSet]:
 
 @pytest.fixture
 def tenancy_proxy(request: pytest.FixtureRequest, tmp_path: Path, tenancy_registry: Callable[..., Registry],
-                  tenancy_procs: ProcessSet) -> Iterator[TenancyProxy]:
+                  tenancy_listeners: dict[int, socket.socket], tenancy_procs: ProcessSet) -> Iterator[TenancyProxy]:
     marker = request.node.get_closest_marker("tenancy")
     registry = tenancy_registry(marker.kwargs.get("tenants", 2) if marker else 2)
     out = tmp_path / "evidence"
@@ -185,7 +200,8 @@ def tenancy_proxy(request: pytest.FixtureRequest, tmp_path: Path, tenancy_regist
             t.upstream = stubs[t.name].url
         registry_path = tmp_path / "registry.yaml"
         registry.save(registry_path)
-        proxy = Proxy(registry, registry_path, out, tenancy_procs).start()
+        listeners = [tenancy_listeners.pop(t.listen) for t in registry if t.listen is not None]
+        proxy = Proxy(registry, registry_path, out, tenancy_procs, listeners=listeners).start()
         try:
             yield TenancyProxy(registry, registry_path, out, stubs, proxy)
         finally:
