@@ -11,10 +11,11 @@ from pathlib import Path
 import mitmproxy.version
 
 from harness.capture.proxy import ProxyError
-from harness.capture.stubs import FAULTS
+from harness.capture.stubs import FAULTS, MODES
 from harness.core.files import write_private
 from harness.core.findings import EXIT_ERROR, EXIT_INCONCLUSIVE, EXIT_LEAK, INCONCLUSIVE_KINDS, Finding, Verdict
 from harness.core.procs import reap_stale
+from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import RegistryError, load
 from harness.detect import scan
 from harness.detect.matcher import matcher_for
@@ -49,6 +50,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--phases", help="comma-separated multi-profile phases (default: all but cron; 'cron' waits "
                      "for the tickers)")
     run.add_argument("--cron-wait", type=float, default=75.0, help="seconds to wait for cron jobs to fire")
+    run.add_argument("--tools", help="tool battery groups, comma-separated (default: all of "
+                     f"{','.join(TOOL_GROUPS)}); 'none' keeps only the env probe")
+    run.add_argument("--stubs", default="observe", choices=MODES,
+                     help="observe (default): a stub answers a foreign key too, so later leaks show; "
+                     "strict: it answers 401")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
     run.add_argument("--redact", action="store_true",
                      help="also write redacted/ (flows, ledger, reports, registry) with every secret as <tenant:kind>")
@@ -97,12 +103,19 @@ def _print_findings(findings: list[Finding]) -> None:
         print(f.summary())
 
 
+def parse_tools(value: str | None) -> list[str] | None:
+    """`--tools`: None (every group), `none` ([]) or a comma-separated list of groups."""
+    if value is None:
+        return None
+    return [] if value.strip() == "none" else [g for g in value.split(",") if g]
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     opts = RunOptions(scenario=a.scenario, tenants=a.tenants or (2 if a.scenario == "oneshot" else 3),
                       topology=a.topology, plants=a.plant, baseline=a.baseline, out=a.out,
                       hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout,
                       phases=[p for p in (a.phases or "").split(",") if p], cron_wait=a.cron_wait,
-                      redact=a.redact, stub_fault=a.stub_fault)
+                      redact=a.redact, stub_fault=a.stub_fault, tools=parse_tools(a.tools), stubs=a.stubs)
     result = run_audit(opts)
     v = result.verdict
     if a.json:
@@ -161,13 +174,16 @@ def cmd_selftest(a: argparse.Namespace) -> int:
     for name, (_, expected) in plants.PLANTS.items():
         out = (a.out / name) if a.out else None
         topology = plants.TOPOLOGY.get(name, "reverse")
+        scenario = plants.SCENARIO.get(name, "oneshot")
         result = run_audit(RunOptions(plants=[name], out=out, hermes_python=a.hermes_python, quiet=True,
-                                      topology=topology))
+                                      topology=topology, scenario=scenario, tenants=2,
+                                      phases=["turns"] if scenario != "oneshot" else []))
         code = result.verdict.exit_code
         kinds = {f.kind for f in result.verdict.findings}
+        missed = [r for r in result.verdict.reasons if r.startswith(f"plant {name} ")]
         # a plant that only defeats the proof (a bypass) must end inconclusive; every other one in a leak
         want = EXIT_INCONCLUSIVE if expected <= INCONCLUSIVE_KINDS else EXIT_LEAK
-        ok = code == want and expected <= kinds
+        ok = code == want and expected <= kinds and not missed
         failures += not ok
         verdict = "caught" if ok else "MISSED"
         print(f"{verdict}  {name:<8} exit {code}  expected {sorted(expected)}  got {sorted(kinds)}")

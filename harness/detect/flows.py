@@ -31,6 +31,7 @@ from harness.detect.decode import (
     utf8_bytes,
 )
 from harness.detect.matcher import SEPARATOR, Hit, Matcher
+from harness.detect.tools import attribute_body
 
 _SEPARATOR = SEPARATOR.decode()
 
@@ -249,7 +250,7 @@ def inspect_request(
     scan.scan(path.encode("utf-8", "surrogateescape"), "request.path", offsets=False)
     scan.headers(headers, "request", frozenset(skip_headers))
     scan.body(decoded, "request.body", frozenset(skip_body))
-    report.findings += scan.findings
+    report.findings += attribute_body(scan.findings, decoded.data, doc, f"flow:{flow_id}:request.body")
     return report
 
 

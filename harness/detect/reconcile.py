@@ -22,6 +22,7 @@ from harness.detect import scan, snapshots
 from harness.detect.decode import loads
 from harness.detect.flows import inspect_flow
 from harness.detect.matcher import Matcher, matcher_for
+from harness.detect.tools import Coverage, tool_for_file
 
 
 class EvidenceError(ValueError):
@@ -55,6 +56,7 @@ class Reconciliation:
     flows_per_tenant: Counter[str] = field(default_factory=Counter)
     inspected: Counter[str] = field(default_factory=Counter)
     reasons: list[str] = field(default_factory=list)
+    coverage: Coverage = field(default_factory=Coverage)
 
 
 def read_flows(path: Path, *, empty_ok: bool = False) -> tuple[list[http.HTTPFlow], str | None]:
@@ -129,6 +131,8 @@ def reconcile(
         body = _json_body(flow)
         if body is None:
             continue
+        if body.get("tools"):
+            rec.coverage.add(phase.scenario if phase else "run", body)
         for snap in snapshots.extract(registry[tenant], flow.id, body):
             if (snap.tenant, snap.tool_call_id) in seen_calls:
                 continue
@@ -143,7 +147,7 @@ def reconcile(
             rec.reasons.append(f"home of tenant {name!r} is missing: {home}")
             continue
         result = scan.scan_tree(home, registry, name, matcher=matcher)
-        rec.findings += result.findings
+        rec.findings += [replace(f, tool=f.tool or tool_for_file(f.location)) for f in result.findings]
         rec.inspected["file"] += result.files
         rec.reasons += [f"unreadable file {p}" for p in result.unreadable]
     for source in logs:

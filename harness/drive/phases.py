@@ -16,7 +16,7 @@ CRON_SEED = (
     "j = jobs[0] if jobs else create_job(sys.argv[1], '30m', name='tenancy-canary', repeat=1, deliver='local'); "
     "trigger_job(j['id']); print(json.dumps({'id': j['id']}))"
 )
-DEFAULT_PHASES = ("turns", "settings", "after-settings", "profiles", "resume", "route-auth")
+DEFAULT_PHASES = ("turns", "lookups", "settings", "after-settings", "profiles", "resume", "route-auth")
 ALL_PHASES = (*DEFAULT_PHASES, "cron")
 
 

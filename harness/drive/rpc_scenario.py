@@ -1,7 +1,8 @@
 """Scenarios where ONE Hermes process serves every tenant over JSON-RPC: `tui` (stdio) and `serve` (websocket).
 
 Phases (each followed by the same invariants, findings tagged with their phase):
-- `turns`: interleaved turns across all tenants;
+- `turns`: interleaved turns across all tenants, the first running the tool battery's write plan;
+- `lookups`: every tenant's turn asks the tools for another tenant's identifiers (`battery`);
 - `settings`: `config.set` / `model.save_key` addressed to one profile must change only its files, and
   `session.create` must report the addressed profile's model, cwd and name (`profile_bleed`);
 - `after-settings`: another round of turns (does a settings write leak into later turns?);
@@ -21,6 +22,7 @@ from typing import Any
 
 from harness.core.findings import Finding
 from harness.core.registry import new_tag
+from harness.drive import battery
 from harness.drive.backends import BackendError, RpcBackend, ServeBackend, TuiBackend
 from harness.drive.context import PROMPT, Context
 from harness.drive.hermes import TurnResult
@@ -76,6 +78,7 @@ def _rpc_scenario(ctx: Context, make: Callable[[], RpcBackend], driver: str, cro
         seed_cron(ctx)
     backend = make()
     stored: dict[str, str] = {}
+    started = time.time()
     try:
         with ctx.phase("turns"):
             sessions = {}
@@ -85,9 +88,14 @@ def _rpc_scenario(ctx: Context, make: Callable[[], RpcBackend], driver: str, cro
                 stored[name] = info.get("stored_session_id") or ""
                 _check_session_info(ctx, name, info.get("info") or {}, f"{driver}:session.create")
             if wanted(ctx, "turns"):
-                for _ in range(ctx.opts.turns):
+                battery.write_turns(ctx, lambda name: _turn(ctx, backend, name, sessions[name], "turns", driver))
+                for _ in range(ctx.opts.turns - 1):
                     for name in names:
                         _turn(ctx, backend, name, sessions[name], "turns", driver)
+        if battery.enabled(ctx) and wanted(ctx, "lookups"):
+            with ctx.phase("lookups"):
+                battery.lookup_turns(ctx, lambda name: _turn(ctx, backend, name, sessions[name], "lookups", driver),
+                                     started, {name: [sid] for name, sid in stored.items() if sid})
         if cron and wanted(ctx, "cron"):
             with ctx.phase("cron"):
                 wait_cron(ctx, ctx.opts.cron_wait, driver)

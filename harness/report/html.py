@@ -9,7 +9,7 @@ from __future__ import annotations
 from html import escape
 
 from harness.core.findings import Finding
-from harness.report.result import AuditResult, matrix
+from harness.report.result import AuditResult, coverage_tools, matrix
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
@@ -31,6 +31,9 @@ code{font:12px/1.4 ui-monospace,monospace;background:#f0f2f5;padding:1px 4px;bor
 .kind,.fp{font-weight:600;white-space:nowrap}
 .muted{color:#6b7383}
 ul.reasons{margin:8px 0 0;padding-left:20px}
+#coverage td{text-align:center}
+#coverage td.driven{color:#1f7a3d}#coverage td.leak{background:#fde4e1;color:#8c1d18;font-weight:600}
+#coverage td.failed{background:#fff4d6;color:#9a6700}#coverage td.not-offered,#coverage td.not-driven{color:#8a93a3}
 """
 
 
@@ -67,6 +70,7 @@ def _findings(findings: list[Finding], table_id: str) -> str:
         who = f"{escape(f.victim or '-')} &rarr; {escape(f.seen_in or '-')}"
         what = escape(f.canary or "-") + (f" [{escape(f.encoding)}]" if f.encoding and f.encoding != "plain" else "")
         detail = f"<div>{escape(f.detail)}</div>" if f.detail else ""
+        detail += f"<div>tool: <code>{escape(f.tool)}</code></div>" if f.tool else ""
         evidence = f"<code>{escape(f.evidence)}</code>" if f.evidence else ""
         rows.append(f'<tr><td class="kind">{escape(f.kind)}</td><td>{who}</td><td>{what}</td>'
                     f"<td>{escape(f.channel)}</td><td><code>{escape(f.location)}</code></td>"
@@ -87,6 +91,23 @@ def _timeline(result: AuditResult) -> str:
         for e in result.timeline)
     return ('<table id="timeline"><tr><th>scenario/phase</th><th>tenant</th><th>driver</th><th>result</th>'
             f"<th>seconds</th><th>flows so far</th><th>detail</th></tr>{rows}</table>")
+
+
+def _coverage(result: AuditResult) -> str:
+    if not result.coverage:
+        return '<p class="muted">No tool battery ran.</p>'
+    tools = coverage_tools(result.coverage)
+    head = "".join(f"<th><code>{escape(t)}</code></th>" for t in tools)
+    rows = []
+    for scenario, row in result.coverage.items():
+        cells = "".join(
+            f'<td class="{escape(row.get(t, "-").replace(" ", "-"))}" data-scenario="{escape(scenario)}" '
+            f'data-tool="{escape(t)}" data-status="{escape(row.get(t, "-"))}">{escape(row.get(t, "-"))}</td>'
+            for t in tools)
+        rows.append(f"<tr><th>{escape(scenario)}</th>{cells}</tr>")
+    return (f'<table id="coverage"><tr><th>scenario \\ tool</th>{head}</tr>{"".join(rows)}</table>'
+            '<p class="muted">driven: a call\'s result came back; leak: a finding came through the tool; failed: '
+            "every call was answered with an error; not offered: this Hermes does not offer the tool there.</p>")
 
 
 def render(result: AuditResult) -> str:
@@ -110,6 +131,8 @@ def render(result: AuditResult) -> str:
 <h2>Who leaked into whom</h2>
 <p class="muted">Row: the tenant whose canary or key it is. Column: the tenant whose channel carried it.</p>
 {_matrix(result)}
+<h2>Tool coverage</h2>
+{_coverage(result)}
 <h2>Findings ({len(v.findings)})</h2>
 {_findings(v.findings, "findings")}
 <h2>Known (in the baseline, {len(v.known)})</h2>

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from harness.report.result import AuditResult, matrix
+from harness.report.result import AuditResult, coverage_tools, matrix
 
 
 def markdown(result: AuditResult) -> str:
@@ -25,11 +25,20 @@ def markdown(result: AuditResult) -> str:
             c = cells[(victim, seen)]
             row.append("-" if victim == seen else (", ".join(f"{ch} {n}" for ch, n in sorted(c.items())) or "0"))
         lines.append(f"| {victim} | " + " | ".join(row) + " |")
+    if result.coverage:
+        tools = coverage_tools(result.coverage)
+        lines += ["", "## Tool coverage", "", "What each scenario drove: `driven` (a call's result came back), `leak` "
+                  "(a finding came through the tool), `failed` (every call answered with an error), `not offered` "
+                  "(this Hermes does not offer the tool there).", "",
+                  "| scenario | " + " | ".join(f"`{t}`" for t in tools) + " |", "|---" * (len(tools) + 1) + "|"]
+        lines += [f"| {sc} | " + " | ".join(row.get(t, "-") for t in tools) + " |"
+                  for sc, row in result.coverage.items()]
     lines += ["", f"## Findings ({len(v.findings)} new, {len(v.known)} known)", ""]
     if not v.findings:
         lines.append("None.")
     for f in v.findings:
-        lines += [f"- **{f.kind}** {f.summary()}", f"  - evidence: `{f.evidence.replace('`', "'")}`"]
+        via = f" (tool `{f.tool}`)" if f.tool else ""
+        lines += [f"- **{f.kind}** {f.summary()}{via}", f"  - evidence: `{f.evidence.replace('`', "'")}`"]
     if v.known:
         lines += ["", "### Known (in the baseline)", "", *[f"- {f.summary()}" for f in v.known]]
     if result.fixed:

@@ -25,6 +25,7 @@ class AuditResult:
     seconds: float = 0.0
     snapshots: dict[str, int] = field(default_factory=dict)  # env snapshots per tenant
     out: Path | None = None  # the evidence folder the reports were written to (not part of findings.json)
+    coverage: dict[str, dict[str, str]] = field(default_factory=dict)  # scenario -> tool -> status
 
     def to_dict(self) -> dict[str, Any]:
         v = self.verdict
@@ -45,6 +46,7 @@ class AuditResult:
             "known": [f.to_dict() for f in v.known],
             "fixed": self.fixed,
             "timeline": self.timeline,
+            "coverage": self.coverage,
         }
 
 
@@ -72,4 +74,24 @@ def summary_table(result: AuditResult) -> str:
                                                                                      strict=True))])
              for row in table]
     v = result.verdict
+    lines += coverage_lines(result.coverage)
     return "\n".join([*lines, f"verdict {v.status}: {len(v.findings)} new, {len(v.known)} known finding(s)"])
+
+
+#: The statuses of the coverage table, as the reports name them.
+COVERAGE_STATES = ("driven", "leak", "failed", "not offered", "not driven")
+
+
+def coverage_tools(coverage: dict[str, dict[str, str]]) -> list[str]:
+    """The tools of the coverage table, in battery order."""
+    return list(dict.fromkeys(t for row in coverage.values() for t in row))
+
+
+def coverage_lines(coverage: dict[str, dict[str, str]]) -> list[str]:
+    """The coverage table for the terminal: one line per scenario, one column per tool."""
+    if not coverage:
+        return []
+    tools = coverage_tools(coverage)
+    table = [["tools", *tools], *[[sc, *(row.get(t, "-") for t in tools)] for sc, row in coverage.items()]]
+    widths = [max(len(str(r[i])) for r in table) for i in range(len(table[0]))]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
