@@ -51,15 +51,18 @@ def test_fit_follows_the_advertised_schema():
 
 def test_the_stub_answers_each_step_then_text(reg):
     alpha = reg["alpha"]
-    plan = [probe_step(alpha), ToolStep("cronjob", {"action": "list"}),  # not offered: skipped
-            ToolStep("memory", {"action": "add", "target": "memory", "content": "x"})]
+    plan = [[probe_step(alpha)], [ToolStep("cronjob", {"action": "list"})],  # not offered: skipped
+            [ToolStep("memory", {"action": "add", "target": "memory", "content": "x"}),
+             ToolStep("terminal", {"command": "true"})]]
     convo = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"}]
     name, args = _call(answer_for(alpha, {"tools": TOOLS, "messages": convo}, plan))
     assert name == "terminal" and PROBE_BEGIN in args["command"]
-    convo += [{"role": "assistant", "tool_calls": []}, {"role": "tool", "tool_call_id": "c1", "content": "ok"}]
-    assert _call(answer_for(alpha, {"tools": TOOLS, "messages": convo}, plan)) == (
-        "memory", {"action": "add", "target": "memory", "content": "x"})
-    convo += [{"role": "assistant", "tool_calls": []}, {"role": "tool", "tool_call_id": "c2", "content": "ok"}]
+    convo += [{"role": "assistant", "tool_calls": [{"id": "c1"}]}, {"role": "tool", "tool_call_id": "c1"}]
+    message = answer_for(alpha, {"tools": TOOLS, "messages": convo}, plan)
+    assert _call(message) == ("memory", {"action": "add", "target": "memory", "content": "x"})
+    assert [c["function"]["name"] for c in message["tool_calls"]] == ["memory", "terminal"]  # one round
+    convo += [{"role": "assistant", "tool_calls": [{"id": "c2"}, {"id": "c3"}]},
+              {"role": "tool", "tool_call_id": "c2"}, {"role": "tool", "tool_call_id": "c3"}]
     assert "tool_calls" not in answer_for(alpha, {"tools": TOOLS, "messages": convo}, plan)
     convo += [{"role": "assistant", "content": "done"}, {"role": "user", "content": "again"}]  # a new turn
     assert _call(answer_for(alpha, {"tools": TOOLS, "messages": convo}, plan))[0] == "terminal"

@@ -1,9 +1,11 @@
 """One OpenAI-compatible upstream stub per tenant, on 127.0.0.1, scripted by a plan of tool calls.
 
-A main turn (a request carrying `tools`) is answered step by step: the stub counts the tool results since
-the conversation's last user message and answers with the plan's next step that this request's `tools`
-offer (its arguments fitted to the advertised schema), then with text naming the tenant. The default plan
-is one `terminal` call running the environment probe. Anything else (titles, summaries) gets `aux_text`.
+A plan is a list of rounds, each a list of `ToolStep`s. A main turn (a request carrying `tools`) is
+answered round by round: the stub counts the assistant tool-call messages since the conversation's last
+user message and answers with the next round's steps that this request's `tools` offer (their arguments
+fitted to the advertised schema) as parallel tool calls of one message, then with text naming the tenant.
+The default plan is one `terminal` call running the environment probe. Anything else (titles, summaries)
+gets `aux_text`.
 
 A request carrying another tenant's key is answered too in `observe` mode (the default), so the turn goes
 on and later leaks show; `strict` mode answers it with 401. Either way the stub records the wrong key, as
@@ -95,31 +97,34 @@ def _bearer(headers: dict[str, str]) -> str:
     return auth[7:].strip() if auth.lower().startswith("bearer ") else auth
 
 
-def _step_index(messages: list[Any]) -> int:
-    """How many tool results the conversation holds since its last user message."""
+Plan = list[list[ToolStep]]
+
+
+def _round_index(messages: list[Any]) -> int:
+    """How many tool-call rounds the conversation holds since its last user message."""
     n = 0
     for m in reversed(messages):
         role = m.get("role") if isinstance(m, dict) else None
         if role == "user":
             break
-        n += role == "tool"
+        n += role == "assistant" and bool(m.get("tool_calls"))
     return n
 
 
-def answer_for(tenant: Tenant, body: dict[str, Any], plan: list[ToolStep] | None = None,
+def answer_for(tenant: Tenant, body: dict[str, Any], plan: Plan | None = None,
                aux_text: str | None = None) -> dict[str, Any]:
-    """The assistant message the stub answers a chat completion with: the plan's next offered step, else text."""
+    """The assistant message the stub answers a chat completion with: the plan's next round of offered
+    steps as parallel tool calls, else text."""
     messages = body.get("messages") or []
     tools = body.get("tools")
     if tools:
-        steps = plan if plan is not None else [probe_step(tenant)]
-        offered = [(s.tool, args) for s in steps if (args := fit(s, tools)) is not None]
-        i = _step_index(messages)
+        rounds = plan if plan is not None else [[probe_step(tenant)]]
+        offered = [calls for r in rounds if (calls := [(s.tool, a) for s in r if (a := fit(s, tools)) is not None])]
+        i = _round_index(messages)
         if i < len(offered):
-            name, args = offered[i]
-            call = {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                    "function": {"name": name, "arguments": json.dumps(args)}}
-            return {"role": "assistant", "content": None, "tool_calls": [call]}
+            calls = [{"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                      "function": {"name": name, "arguments": json.dumps(args)}} for name, args in offered[i]]
+            return {"role": "assistant", "content": None, "tool_calls": calls}
         return {"role": "assistant", "content": f"probe done for tenant {tenant.name}"}
     return {"role": "assistant", "content": aux_text or f"Tenant {tenant.name} notes"}
 
@@ -214,12 +219,12 @@ class _Handler(BaseHTTPRequestHandler):
                 "created": int(time.time()), "model": body.get("model") or stub.tenant.model}
         deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
         if message.get("tool_calls"):
-            call = message["tool_calls"][0]
-            deltas.append({"tool_calls": [{"index": 0, "id": call["id"], "type": "function",
-                                           "function": {"name": call["function"]["name"], "arguments": ""}}]})
-            args = call["function"]["arguments"]
-            deltas += [{"tool_calls": [{"index": 0, "function": {"arguments": args[i:i + 64]}}]}
-                       for i in range(0, len(args), 64)]
+            for n, call in enumerate(message["tool_calls"]):
+                deltas.append({"tool_calls": [{"index": n, "id": call["id"], "type": "function",
+                                               "function": {"name": call["function"]["name"], "arguments": ""}}]})
+                args = call["function"]["arguments"]
+                deltas += [{"tool_calls": [{"index": n, "function": {"arguments": args[i:i + 64]}}]}
+                           for i in range(0, len(args), 64)]
             finish = "tool_calls"
         else:
             deltas += [{"content": word} for word in message["content"].split(" ")]
@@ -268,7 +273,7 @@ class StubProvider:
     tenant: Tenant
     fault: str = ""
     mode: str = "observe"  # "strict": a foreign key is answered with 401
-    plan: list[ToolStep] | None = None  # None: the env probe only
+    plan: Plan | None = None  # rounds of tool calls; None: the env probe only
     aux_text: str | None = None  # the answer to requests without tools (titles, summaries)
     chunk_delay: float = 0.0
     hang_seconds: float = 300.0
@@ -297,7 +302,7 @@ class StubProvider:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def script(self, plan: list[ToolStep] | None) -> None:
+    def script(self, plan: Plan | None) -> None:
         """Answer the next main turns with `plan` (None: the env probe only)."""
         with self.lock:
             self.plan = plan

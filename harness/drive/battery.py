@@ -1,7 +1,8 @@
 """The tool battery: what each tenant's scripted model asks Hermes' profile-scoped tools to do.
 
-A tenant's first turn of a scenario (phase `turns`) runs the *write plan*: the env probe, then every
-battery tool writes something holding a canary of that tenant and reads or lists it back. Its turn in
+A tenant's first turn of a scenario (phase `turns`) runs the *write plan*: the env probe and every
+battery tool writing something that holds a canary of that tenant, then every tool reading or listing it
+back. Its turn in
 phase `lookups` runs the *lookup plan*: every tool lists again, and every tool that takes an identifier is
 asked for one of another tenant's (its ring neighbour's session ids, job id and name, process id and skill
 name, bare and in the profile-qualified forms the tool accepts). Whatever of the other tenant comes back
@@ -23,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.capture.stubs import ToolStep, probe_step
+from harness.capture.stubs import Plan, ToolStep, probe_step
 from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import new_tag
 from harness.detect.decode import loads
@@ -45,6 +46,17 @@ COMMON_WORD = "environment"
 #: `memory` has no read action; a remove that matches nothing answers with every current entry.
 NO_MATCH = "tenancy-read-back-matches-no-entry"
 _PROC_ID = re.compile(r"proc_[0-9a-f]{6,}")
+#: Tools Hermes 0.19 runs concurrently when one message calls only these; any other message's calls run one
+#: by one with a 1 s pause in between (`AIAgent.tool_delay`, not configurable), so every other call gets a
+#: model round trip of its own, which is faster.
+PARALLEL_SAFE = frozenset({"session_search", "skill_view", "skills_list"})
+
+
+def rounds(steps: list[ToolStep]) -> Plan:
+    """The steps as rounds: every call that is not parallel-safe in a round of its own, in order, then every
+    parallel-safe call (only reads: they come after the writes) in one last round."""
+    safe = [s for s in steps if s.tool in PARALLEL_SAFE]
+    return [[s] for s in steps if s.tool not in PARALLEL_SAFE] + ([safe] if safe else [])
 
 
 def groups(ctx: Context) -> tuple[str, ...]:
@@ -82,34 +94,34 @@ def skill_document(name: str, description: str, body: str) -> str:
     return f"---\nname: {name}\ndescription: Tenancy audit skill {description}\n---\n\n# Tenancy\n\n{body}\n"
 
 
-def write_plan(ctx: Context, tenant: str) -> list[ToolStep]:
-    """The env probe, then each enabled tool writes a canary of `tenant` and reads or lists it back."""
+def write_plan(ctx: Context, tenant: str) -> Plan:
+    """The env probe, each enabled tool writing a canary of `tenant`, then each reading or listing it back."""
     t = ctx.registry[tenant]
     c, sc, on = t.canaries, ctx.scenario, groups(ctx)
-    steps = [probe_step(t)]
+    writes, reads = [probe_step(t)], []
     if "terminal" in on:
-        steps += [ToolStep("terminal", {"command": f"echo {c['bg_process']} {sc}", "background": True}),
-                  ToolStep("process", {"action": "list"})]
+        writes.append(ToolStep("terminal", {"command": f"echo {c['bg_process']} {sc}", "background": True}))
+        reads.append(ToolStep("process", {"action": "list"}))
     if "memory" in on:
-        steps += [ToolStep("memory", {"action": "add", "target": "memory", "content": f"{c['tool_memory']} ({sc})"}),
-                  ToolStep("memory", {"action": "remove", "target": "memory", "old_text": NO_MATCH})]
+        entry = f"{c['tool_memory']} ({sc})"
+        writes.append(ToolStep("memory", {"action": "add", "target": "memory", "content": entry}))
+        reads.append(ToolStep("memory", {"action": "remove", "target": "memory", "old_text": NO_MATCH}))
     if "skills" in on:
         name = skill_name(tenant, sc)
-        steps += [ToolStep("skill_manage", {"action": "create", "name": name,
-                                            "content": skill_document(name, c["skill_desc"], c["skill_body"])}),
-                  ToolStep("skills_list", {}),
-                  ToolStep("skill_view", {"name": name})]
+        writes.append(ToolStep("skill_manage", {"action": "create", "name": name,
+                                                "content": skill_document(name, c["skill_desc"], c["skill_body"])}))
+        reads += [ToolStep("skills_list", {}), ToolStep("skill_view", {"name": name})]
     if "todo" in on:
-        steps += [ToolStep("todo", {"todos": [{"id": "tenancy-1", "content": f"{c['todo_item']} ({sc})",
-                                               "status": "pending"}]}),
-                  ToolStep("todo", {})]
+        writes.append(ToolStep("todo", {"todos": [{"id": "tenancy-1", "content": f"{c['todo_item']} ({sc})",
+                                                   "status": "pending"}]}))
+        reads.append(ToolStep("todo", {}))
     if "cronjob" in on:
-        steps += [ToolStep("cronjob", {"action": "create", "name": job_name(tenant, sc), "schedule": "30m",
-                                       "prompt": f"{c['cron_job']} ({sc}): say hello", "deliver": "local"}),
-                  ToolStep("cronjob", {"action": "list"})]
+        writes.append(ToolStep("cronjob", {"action": "create", "name": job_name(tenant, sc), "schedule": "30m",
+                                           "prompt": f"{c['cron_job']} ({sc}): say hello", "deliver": "local"}))
+        reads.append(ToolStep("cronjob", {"action": "list"}))
     if "session_search" in on:
-        steps += [ToolStep("session_search", {}), ToolStep("session_search", {"query": COMMON_WORD})]
-    return steps
+        reads += [ToolStep("session_search", {}), ToolStep("session_search", {"query": COMMON_WORD})]
+    return rounds(writes + reads)
 
 
 @dataclass
@@ -122,23 +134,23 @@ class Refs:
     processes: list[str] = field(default_factory=list)
 
 
-def lookup_plan(ctx: Context, tenant: str, other: Refs) -> list[ToolStep]:
-    """The env probe, every tool's list or read again, and every identifier of `other`, bare and qualified."""
+def lookup_plan(ctx: Context, tenant: str, other: Refs) -> Plan:
+    """The env probe, every tool's list or read again, and every identifier of `other`, bare and in the
+    profile-qualified forms the tool accepts."""
     t = ctx.registry[tenant]
     o, sc, on = other.tenant, ctx.scenario, groups(ctx)
     steps = [probe_step(t)]
     if "terminal" in on:
-        steps += [ToolStep("process", {"action": "list"})]
+        steps.append(ToolStep("process", {"action": "list"}))
         steps += [ToolStep("process", {"action": "poll", "session_id": p}) for p in other.processes[:1]]
     if "memory" in on:
-        steps += [ToolStep("memory", {"action": "remove", "target": "memory", "old_text": NO_MATCH})]
+        steps.append(ToolStep("memory", {"action": "remove", "target": "memory", "old_text": NO_MATCH}))
     if "skills" in on:
-        name = skill_name(o, sc)
         # skill_view takes no profile-qualified name (`x:name` is a plugin's namespace): bare only
-        steps += [ToolStep("skills_list", {}), ToolStep("skill_view", {"name": name})]
+        steps += [ToolStep("skills_list", {}), ToolStep("skill_view", {"name": skill_name(o, sc)})]
     if "todo" in on:
-        steps += [ToolStep("todo", {})]
-    if "cronjob" in on:
+        steps.append(ToolStep("todo", {}))
+    if "cronjob" in on:  # a job is named by id or by name
         steps += [ToolStep("cronjob", {"action": "list"}),
                   ToolStep("cronjob", {"action": "pause", "job_id": job_name(o, sc)})]
         steps += [ToolStep("cronjob", {"action": "pause", "job_id": j}) for j in other.jobs[:1]]
@@ -148,11 +160,11 @@ def lookup_plan(ctx: Context, tenant: str, other: Refs) -> list[ToolStep]:
         for sid in other.sessions[:1]:
             steps += [ToolStep("session_search", {"session_id": sid}),
                       ToolStep("session_search", {"session_id": sid, "profile": o})]
-    return steps
+    return rounds(steps)
 
 
 @contextmanager
-def scripted(ctx: Context, plans: dict[str, list[ToolStep]]) -> Iterator[None]:
+def scripted(ctx: Context, plans: dict[str, Plan]) -> Iterator[None]:
     """Tenants' stubs answer with these plans for the duration; then with the env probe only."""
     for name, plan in plans.items():
         ctx.stubs[name].script(plan)

@@ -1,7 +1,9 @@
 """The one-shot scenario: `hermes [-p NAME] -z PROMPT`, one process per turn.
 
 Phase `turns`: every tenant's first turn runs the battery's write plan (the tenants' turns concurrent);
-phase `lookups`: every tenant's turn asks for its ring neighbour's identifiers (see `battery`).
+phase `lookups`: the second tenant's turn asks for the first tenant's identifiers (see `battery`). One
+process per turn makes a turn costly here, and a process holds no other tenant's state: what can cross is
+what the tools read from other profiles' homes, and one direction shows it.
 """
 
 from __future__ import annotations
@@ -9,14 +11,14 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from harness.capture.stubs import ToolStep
+from harness.capture.stubs import Plan
 from harness.drive import battery
 from harness.drive.context import PROMPT, Context
 from harness.drive.phases import wanted
 
 
-def _round(ctx: Context, phase: str, plans: dict[str, list[ToolStep]]) -> None:
-    names = ctx.registry.names()
+def _round(ctx: Context, phase: str, plans: dict[str, Plan], names: list[str] | None = None) -> None:
+    names = names or ctx.registry.names()
     with battery.scripted(ctx, plans), ThreadPoolExecutor(max_workers=len(names)) as pool:
         results = list(pool.map(lambda name: ctx.hermes.oneshot(name, PROMPT, timeout=ctx.opts.timeout), names))
     for r in results:
@@ -33,6 +35,6 @@ def oneshot(ctx: Context) -> None:
             _round(ctx, "turns", plans)
     if battery.enabled(ctx) and wanted(ctx, "lookups"):
         with ctx.phase("lookups"):
-            refs = {name: battery.learn(ctx, name, started) for name in names}
-            _round(ctx, "lookups", {name: battery.lookup_plan(ctx, name, refs[battery.neighbour(ctx, name)])
-                                    for name in names})
+            seeker = names[1]
+            other = battery.learn(ctx, battery.neighbour(ctx, seeker), started)
+            _round(ctx, "lookups", {seeker: battery.lookup_plan(ctx, seeker, other)}, [seeker])
