@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.protocol import BATTERY_TOOLS
+
 pytestmark = pytest.mark.e2e
 
 BASELINES = Path(__file__).resolve().parents[2] / "baselines"
@@ -30,6 +32,10 @@ def test_scenario_reproduces_its_baseline(tenancy_audit, scenario):
     assert audit.code == 0 and audit.verdict == "clean"
     assert audit.doc["known"], "Hermes 0.19.0 is known to leak here: the audit must see it"
     assert {t["tenant"] for t in audit.doc["timeline"]} >= {"default", "alpha", "beta"}
+    # observe-mode stubs: no turn fails for a foreign key, so every tenant runs every battery tool
+    assert all(t["ok"] for t in audit.doc["timeline"] if t["phase"] != "cron"), audit.doc["timeline"]
+    coverage = audit.doc["coverage"][scenario]
+    assert set(coverage) == set(BATTERY_TOOLS) and set(coverage.values()) <= {"driven", "leak"}, coverage
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)

@@ -161,7 +161,8 @@ def test_listeners_are_bound_before_the_registry_is_written(tmp_path, hermes_pyt
     monkeypatch.setattr(harness.run, "free_port", taken)
     monkeypatch.setattr(harness.capture.proxy, "free_port", taken)
     try:
-        code = cli.main(["run", "--out", str(tmp_path / "ev"), "--hermes-python", str(hermes_python), "--quiet"])
+        code = cli.main(["run", "--out", str(tmp_path / "ev"), "--hermes-python", str(hermes_python), "--quiet",
+                         "--tools", "none"])  # the env probe only: the one-shot CLI is clean without the battery
         held = {s.getsockname()[1] for s in squatters}
     finally:
         for s in squatters:
