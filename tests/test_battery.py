@@ -164,3 +164,20 @@ def test_a_tool_plant_needs_a_finding_through_its_tool(name):
     tool = sorted(plants.TOOL_PLANTS[name])[0]
     tagged = [*untagged, Finding("request_leak", "a", "b", "x", "request", "l", tool=tool)]
     assert check_plants({name: kinds}, tagged) == []
+
+
+def test_the_reports_show_the_coverage_table():
+    from harness.core.findings import Verdict
+    from harness.report import html
+    from harness.report.markdown import markdown
+    from harness.report.result import AuditResult, summary_table
+
+    cov = {"oneshot": {"memory": "driven", "cronjob": "not offered"}, "tui": {"memory": "leak", "cronjob": "failed"}}
+    leak = Finding("request_leak", "a", "b", "tool_memory", "request", "flow:x:request.body@1", tool="memory")
+    result = AuditResult(Verdict([leak]), ["a", "b"], "all", {}, coverage=cov)
+    assert result.to_dict()["coverage"] == cov and result.to_dict()["findings"][0]["tool"] == "memory"
+    md = markdown(result)
+    assert "## Tool coverage" in md and "| tui | leak | failed |" in md and "(tool `memory`)" in md
+    page = html.render(result)
+    assert 'data-scenario="oneshot" data-tool="cronjob" data-status="not offered"' in page
+    assert "oneshot  driven  not offered" in summary_table(result)
