@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 from harness.core.registry import new_tag
+from harness.detect.decode import loads
 from harness.drive.backends import BackendError
 from harness.drive.context import PROMPT, Context
 from harness.drive.hermes import TurnResult
@@ -36,13 +38,24 @@ def seed_cron(ctx: Context) -> None:
             raise BackendError(f"seeding the cron job of {t.name} failed: {err.strip()[-200:]}")
 
 
+def _asks(body: bytes, prompt: str) -> bool:
+    """The request is a conversation whose user message holds `prompt` (a cron job running), not a tool
+    result that merely lists the job (the battery's `cronjob list`)."""
+    if prompt.encode() not in body:
+        return False
+    doc = loads(body)
+    messages = doc.get("messages") if isinstance(doc, dict) else None
+    return any(isinstance(m, dict) and m.get("role") == "user" and prompt in json.dumps(m.get("content"))
+               for m in messages or [])
+
+
 def wait_cron(ctx: Context, seconds: float, driver: str) -> None:
     """Wait for every tenant's cron prompt to reach its provider; a job that never fires is a shortfall."""
     started = time.monotonic()
     fired: dict[str, float] = {}
     while time.monotonic() - started < seconds and len(fired) < len(ctx.registry.names()):
         for t in ctx.registry:
-            if t.name not in fired and any(t.canaries["cron_prompt"].encode() in r.body
+            if t.name not in fired and any(_asks(r.body, t.canaries["cron_prompt"])
                                            for r in ctx.stubs[t.name].snapshot()):
                 fired[t.name] = time.monotonic() - started
         time.sleep(0.5)
