@@ -2,11 +2,11 @@
 
 A tenant's first turn of a scenario (phase `turns`) runs the *write plan*: the env probe and every
 battery tool writing something that holds a canary of that tenant, then every tool reading or listing it
-back. Its turn in
-phase `lookups` runs the *lookup plan*: every tool lists again, and every tool that takes an identifier is
-asked for one of another tenant's (its ring neighbour's session ids, job id and name, process id and skill
-name, bare and in the profile-qualified forms the tool accepts). Whatever of the other tenant comes back
-reaches the provider in the tool result, where the flow inspection finds it and attributes it to the tool.
+back. Its turn in phase `lookups` runs the *lookup plan*: every tool lists again, and every tool that
+takes an identifier is asked for one of another tenant's (its ring neighbour's session ids, job id and
+name, process id and skill name, bare and in the profile-qualified forms the tool accepts). Whatever of
+the other tenant comes back reaches the provider in the tool result, where the flow inspection finds it
+and attributes it to the tool.
 
 The identifiers are not canaries (a probe naming one would flag itself); the canaries are what the
 objects hold: a skill's description and body, a job's prompt, a process' command line, a memory entry, a
