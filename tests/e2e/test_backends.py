@@ -43,7 +43,9 @@ def test_unknown_planted_leak_fails_the_run(tenancy_audit, scenario):
     audit = tenancy_audit(scenario=scenario, tenants=3, baseline=BASELINES / f"{scenario}.json", plants=["memory"])
     assert audit.code == 1 and audit.verdict == "leak"
     new = {(f["kind"], f["canary"], f["victim"]) for f in audit.doc["findings"]}
-    assert ("file_leak", "memory", "default") in new, _summaries(audit.doc["findings"])
+    # default's memory in alpha's system prompt; the file_leak of the same canary is in the baseline already
+    # (with the battery, session_search copies default's transcripts, memory included, into alpha's state.db)
+    assert ("request_leak", "memory", "default") in new, _summaries(audit.doc["findings"])
 
 
 @pytest.mark.parametrize("scenario", ("serve", "gateway"))
