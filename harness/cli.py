@@ -175,9 +175,12 @@ def cmd_selftest(a: argparse.Namespace) -> int:
         out = (a.out / name) if a.out else None
         topology = plants.TOPOLOGY.get(name, "reverse")
         scenario = plants.SCENARIO.get(name, "oneshot")
+        # the battery only for the plants of its tools' stores: a bypass must end inconclusive, which a known
+        # leak the battery finds in Hermes (session_search, F8) would turn into a leak
         result = run_audit(RunOptions(plants=[name], out=out, hermes_python=a.hermes_python, quiet=True,
                                       topology=topology, scenario=scenario, tenants=2,
-                                      phases=["turns"] if scenario != "oneshot" else []))
+                                      phases=["turns"] if scenario != "oneshot" else [],
+                                      tools=None if name in plants.TOOL_PLANTS else []))
         code = result.verdict.exit_code
         kinds = {f.kind for f in result.verdict.findings}
         missed = [r for r in result.verdict.reasons if r.startswith(f"plant {name} ")]

@@ -40,11 +40,12 @@ def test_scenario_reproduces_its_baseline(tenancy_audit, scenario):
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
 def test_unknown_planted_leak_fails_the_run(tenancy_audit, scenario):
-    audit = tenancy_audit(scenario=scenario, tenants=3, baseline=BASELINES / f"{scenario}.json", plants=["memory"])
+    audit = tenancy_audit(scenario=scenario, tenants=3, baseline=BASELINES / f"{scenario}.json", plants=["memory"],
+                          tools=[])  # the env probe only: faster, and the planted memory is no tool's
     assert audit.code == 1 and audit.verdict == "leak"
     new = {(f["kind"], f["canary"], f["victim"]) for f in audit.doc["findings"]}
-    # default's memory in alpha's system prompt; the file_leak of the same canary is in the baseline already
-    # (with the battery, session_search copies default's transcripts, memory included, into alpha's state.db)
+    # default's memory in alpha's system prompt (the file_leak of that canary is known: with the battery,
+    # session_search copies default's transcripts, memory included, into alpha's state.db)
     assert ("request_leak", "memory", "default") in new, _summaries(audit.doc["findings"])
 
 
