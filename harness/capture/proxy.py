@@ -23,7 +23,6 @@ from harness.core.files import REPO
 from harness.core.procs import ProcessSet, kill_group
 from harness.core.registry import Registry
 
-ADDON = REPO / "addons" / "tenancy.py"
 CERTS = REPO / "certs"
 FORWARD_DOMAIN = "llm.test"
 
@@ -157,7 +156,6 @@ class Proxy:
         env["PYTHONPATH"] = str(REPO)
         env["TENANCY_LISTEN_FDS"] = ",".join(f"{port_of(s)}={s.fileno()}" for s in socks)
         env["TENANCY_READY_FD"] = str(write_end)
-        env["TENANCY_ADDON"] = str(ADDON)
         try:
             with self.log_path.open("ab") as log:
                 self.proc = self.procs.spawn(self.argv(), env=env, cwd=self.out, stdout=log, stderr=log,

@@ -178,13 +178,15 @@ def test_listeners_are_bound_before_the_registry_is_written(tmp_path, hermes_pyt
 
 def test_mitmdump_that_never_comes_up_ends_the_run_inconclusive_in_one_line(tmp_path, hermes_python, monkeypatch,
                                                                             capsys):
-    """The turns start while mitmdump starts; if it exits instead (here: its addon cannot be imported), the
+    """The turns start while mitmdump starts; if it exits instead (here: its addon cannot open its ledger), the
     waiting connections are reset, the turns fail at once and the run says why, with no verdict."""
-    import harness.capture.proxy
+    from harness.capture.proxy import Proxy
 
-    broken = tmp_path / "broken_addon.py"
-    broken.write_text("raise ImportError('planted: this addon cannot be imported')\n")
-    monkeypatch.setattr(harness.capture.proxy, "ADDON", broken)
+    planted = tmp_path / "planted-ledger-is-a-directory"
+    planted.mkdir()
+    argv = Proxy.argv
+    monkeypatch.setattr(Proxy, "argv", lambda self: [f"tenancy_ledger={planted}" if a.startswith("tenancy_ledger=")
+                                                     else a for a in argv(self)])
     started = time.monotonic()
     code = cli.main(["run", "--out", str(tmp_path / "ev"), "--hermes-python", str(hermes_python), "--quiet",
                      "--timeout", "60"])
@@ -192,6 +194,6 @@ def test_mitmdump_that_never_comes_up_ends_the_run_inconclusive_in_one_line(tmp_
     err = capsys.readouterr().err
     assert code == 3, err
     assert err.startswith("tenancy-audit: inconclusive: mitmdump did not come up (it exited; ")
-    assert "planted: this addon cannot be imported" in err and err.count("\n") == 1  # one line, no harness traceback
+    assert f"tenancy_ledger: cannot open {planted}" in err and err.count("\n") == 1  # one line, no harness traceback
     assert not (tmp_path / "ev" / "findings.json").exists()
     assert seconds < 55, seconds  # the turns were not left waiting until their timeout
