@@ -29,14 +29,15 @@ with this machine: its CPU speed wanders by up to +-30% within tens of milliseco
 Then the ratios (`paired`), each of two configurations measured side by side so that both see the same
 machine: at one connection, one request to each in turn (the ratio of summed latencies); with more, both
 proxies loaded at once on the CPU they share, which the scheduler splits evenly, so the ratio is that of
-their CPU cost per request. Printed: the median over rounds and the lowest and highest round. The control
+their CPU cost per request. The rounds of a pair follow one another on the same warmed-up connections,
+each at least 8 requests per side long. Printed: the median over rounds and the lowest and highest round. The control
 pair `stream-* / plain-*` (for JSON a script that does nothing) shows the method's own spread: 1.00 when
 nothing differs.
 Then the SSE first-token delay: a stream of 10 events 20 ms apart, one request at a time, every
 configuration in turn; the first event's arrival against the last one's shows whether a proxy buffers.
 
 `--quick` (under 3 minutes on 2 vCPUs) measures 1 and 8 connections, the table once with few requests, 3
-side-by-side rounds of 0.5 s per pair and 5 first-token requests per configuration; the full run takes far
+side-by-side rounds of 0.4 s per pair and 5 first-token requests per configuration; the full run takes far
 longer (9 rounds of 2 s per pair and cell). Everything listens on 127.0.0.1; every child is in a ProcessSet,
 stopped at the end and at once on SIGTERM/SIGINT (`children.py`), and each phase's wall time is printed.
 """
@@ -111,7 +112,7 @@ class Plan:
 FULL = Plan(conc=(1, 8, 32), rounds=3, requests=(400, 240), per_conn=32, pairs=9, seconds=2.0, first=50)
 #: Under 3 minutes on 2 vCPUs: each cell's table once with few requests, 3 shorter rounds per pair, and no
 #: 32 connections (like 8, both proxies saturated, at 4x the round length and warm-up; `--conc 1,8,32`).
-QUICK = Plan(conc=(1, 8), rounds=1, requests=(24, 8), per_conn=2, pairs=3, seconds=0.5, first=5)
+QUICK = Plan(conc=(1, 8), rounds=1, requests=(16, 6), per_conn=2, pairs=3, seconds=0.4, first=5)
 
 
 # -- the stub (a child process: `bench/proxy.py --stub HTTP_PORT TLS_PORT CERT KEY`) --------------------------
@@ -288,8 +289,9 @@ class Round:
 
 
 async def warm(target: Target, tls: ssl.SSLContext, conc: int, query: str, size: int) -> list[tuple[Conn, bytes]]:
-    """`conc` keep-alive connections to `target`, each with its request, after one warm-up request each."""
-    conns = [await Conn.open(target, i, tls) for i in range(conc)]
+    """`conc` keep-alive connections to `target` (opened at once), each with its request, after one warm-up
+    request each."""
+    conns = await asyncio.gather(*(Conn.open(target, i, tls) for i in range(conc)))
     pairs = [(c, request_bytes(target, i, c.host, query, size)) for i, c in enumerate(conns)]
     await asyncio.gather(*(c.request(r) for c, r in pairs))
     return pairs
@@ -337,7 +339,7 @@ async def paired(a: Target, b: Target, tls: ssl.SSLContext, conc: int, seconds: 
     request per connection every 150 ms, in bursts) or longer, until each side has completed LEAST requests
     and one per connection in it.
     """
-    pa, pb = await warm(a, tls, conc, query, size), await warm(b, tls, conc, query, size)
+    pa, pb = await asyncio.gather(warm(a, tls, conc, query, size), warm(b, tls, conc, query, size))
     least = max(LEAST, conc)
     if conc == 1:
         got = [await alternate(pa[0], pb[0], seconds, least) for _ in range(rounds)]
@@ -405,9 +407,18 @@ def accepts(port: int) -> bool:
         return False
 
 
+@dataclass
+class Child:
+    """A child starting up: it is ready when it accepts on every port."""
+
+    proc: subprocess.Popen[bytes]
+    ports: list[int]
+    log: Path
+
+
 def spawn(procs: ProcessSet, argv: list[str], ports: list[int], log: Path, env: dict[str, str] | None = None,
-          cpus: set[int] | None = None) -> subprocess.Popen[bytes]:
-    """Start a child in `procs` (on `cpus` only, when given) and wait until it accepts on every port."""
+          cpus: set[int] | None = None) -> Child:
+    """Start a child in `procs` (on `cpus` only, when given); `ready` waits for it."""
     mine = os.sched_getaffinity(0)
     with log.open("wb") as fh:
         try:
@@ -416,12 +427,17 @@ def spawn(procs: ProcessSet, argv: list[str], ports: list[int], log: Path, env: 
             proc = procs.spawn(argv, env=env or dict(os.environ), stdout=fh, stderr=fh)
         finally:
             os.sched_setaffinity(0, mine)
-    deadline = time.monotonic() + 60
-    while not all(map(accepts, ports)):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"{argv[0]} did not come up: {log.read_text()[-400:]}")
-        time.sleep(0.05)
-    return proc
+    return Child(proc, ports, log)
+
+
+def ready(starting: list[Child], timeout: float = 60) -> None:
+    """Wait until every child accepts on every port (they start side by side)."""
+    deadline = time.monotonic() + timeout
+    for child in starting:
+        while not all(map(accepts, child.ports)):
+            if child.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{child.proc.args[0]} did not come up: {child.log.read_text()[-400:]}")
+            time.sleep(0.05)
 
 
 def mitmdump_argv(confdir: Path, modes: list[str], extra: list[str]) -> list[str]:
@@ -607,8 +623,8 @@ def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
         try:
             cert, key = stub_cert(confdir)
             http_port, tls_port = distinct_port(), distinct_port()
-            spawn(procs, [sys.executable, __file__, "--stub", str(http_port), str(tls_port), str(cert), str(key)],
-                  [http_port, tls_port], root / "stub.log")
+            starting = [spawn(procs, [sys.executable, __file__, "--stub", str(http_port), str(tls_port), str(cert),
+                                      str(key)], [http_port, tls_port], root / "stub.log")]
             upstream = f"reverse:http://127.0.0.1:{http_port}"
             lazy = ["--set", "connection_strategy=lazy", "--set", "ssl_insecure=true"]
             trees = {"addon": REPO} | ({"old": old_tree(a.ref, root / "old")} if a.ref else {})
@@ -643,13 +659,14 @@ def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
                                  "--set", f"tenancy_ledger={root / f'ledger-{name}-{topo}.jsonl'}"]
                     elif name == "stream":
                         extra = [*extra, "-s", str(STREAM_ADDON)]
-                    spawn(procs, mitmdump_argv(confdir, modes, extra), listen,
-                          root / f"mitmdump-{name}-{topo}.log", env, proxy_cpus)
+                    starting.append(spawn(procs, mitmdump_argv(confdir, modes, extra), listen,
+                                          root / f"mitmdump-{name}-{topo}.log", env, proxy_cpus))
                     connect = None
                     if topo == "fwd":
                         connect = (lambda i: f"{fwd.names()[i % 8]}.llm.test:443") if tree else (
                             lambda i: f"127.0.0.1:{tls_port}")
                     targets[f"{name}-{topo}"] = Target(f"{name}-{topo}", reg, listen, connect)
+            ready(starting)
             order = ["direct", "plain-rev", "stream-rev", "addon-rev", "old-rev",
                      "plain-fwd", "stream-fwd", "addon-fwd", "old-fwd"]
             targets = {name: targets[name] for name in order if name in targets}
