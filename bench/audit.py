@@ -19,6 +19,7 @@ are parts of the reconcile.
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
 import sys
 import tempfile
@@ -29,6 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import children
 
 from harness import run
 from harness.capture import proxy
@@ -88,17 +91,19 @@ def _timer(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
 
 def audit(tenants: int, root: Path) -> float:
     t = time.perf_counter()
-    code = run.run_audit(run.RunOptions(tenants=tenants, out=root / "audit", quiet=True)).verdict.exit_code
+    try:
+        code = run.run_audit(run.RunOptions(tenants=tenants, out=root / "audit", quiet=True)).verdict.exit_code
+    except run.Interrupted as exc:  # run_audit's own handlers took the signal and stopped its children
+        raise children.Interrupted(signal.Signals[str(exc)]) from None
     seconds = time.perf_counter() - t
     if code != 0:
         raise RuntimeError(f"audit of {tenants} tenants exited {code} (evidence in {root / 'audit'})")
     return seconds
 
 
-def bare(tenants: int, root: Path) -> float:
-    """The same Hermes one-shot turns, straight at the stubs."""
+def bare(tenants: int, root: Path, procs: ProcessSet) -> float:
+    """The same Hermes one-shot turns, straight at the stubs (Hermes in `procs`, closed at the end)."""
     t = time.perf_counter()
-    procs = ProcessSet()
     sandbox = Sandbox(root / "bare" / "sandbox")
     names = run.tenant_names(tenants)
     registry = mint(names, sandbox.root / "work", {n: {"listen": free_port()} for n in names})
@@ -126,6 +131,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, help="rounds per tenant count (default 3; --quick 2)")
     ap.add_argument("--tenants", default="2,4,8", help="tenant counts (default 2,4,8)")
     a = ap.parse_args(argv)
+    return children.run(lambda procs: bench(a, procs))
+
+
+def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
     rounds = a.rounds or (2 if a.quick else 3)
     counts = [2] if a.quick else [int(x) for x in a.tenants.split(",")]
     print(f"{'tenants':>7} {'round':>5} {'audit s':>8} {'bare s':>7} {'audit/bare':>10}")
@@ -135,14 +144,13 @@ def main(argv: list[str] | None = None) -> int:
         STEPS.clear()
         for r in range(rounds):
             with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
-                order = (("audit", audit), ("bare", bare)) if r % 2 == 0 else (("bare", bare), ("audit", audit))
                 got = {}
-                for name, fn in order:
+                for name in ("audit", "bare")[:: 1 if r % 2 == 0 else -1]:
                     if name == "audit":
                         with timed_steps():
-                            got[name] = fn(n, Path(tmp))
+                            got[name] = audit(n, Path(tmp))
                     else:
-                        got[name] = fn(n, Path(tmp))
+                        got[name] = bare(n, Path(tmp), procs)
             audits.append(got["audit"])
             bares.append(got["bare"])
             ratios.append(got["audit"] / got["bare"])
