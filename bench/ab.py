@@ -123,11 +123,12 @@ def scan_tree() -> dict[str, Any]:
     return {"seconds": time.perf_counter() - t, "findings": len(tree.findings)}
 
 
-def audit(tenants: int, out: str) -> dict[str, Any]:
-    """One `run_audit` (scenario oneshot, reverse topology), as bench/audit.py's `audit` runs it."""
+def audit(tenants: int, out: str, hermes: str) -> dict[str, Any]:
+    """One `run_audit` (scenario oneshot, reverse topology) as bench/audit.py's `audit` runs it, with the
+    Hermes at `hermes` (a ref's tree has no .hermes-venv of its own)."""
     run = importlib.import_module("harness.run")
     t = time.perf_counter()
-    result = run.run_audit(run.RunOptions(tenants=tenants, out=Path(out), quiet=True))
+    result = run.run_audit(run.RunOptions(tenants=tenants, out=Path(out), quiet=True, hermes_python=Path(hermes)))
     seconds = time.perf_counter() - t
     code = result[0] if isinstance(result, tuple) else result.verdict.exit_code  # (code, out) before the layering
     return {"seconds": seconds, "code": code}

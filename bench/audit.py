@@ -1,6 +1,6 @@
 """Benchmark the one-shot audit against the same Hermes runs without proxy and reconciler, interleaved.
 
-    .venv/bin/python bench/audit.py [--quick] [--rounds N] [--tenants 2,4,8]
+    .venv/bin/python bench/audit.py [--quick] [--rounds N] [--tenants 2,4,8] [--ref REF]
 
 For each tenant count, every round runs both, in an order alternating by round:
 
@@ -14,6 +14,11 @@ Prints the wall time ratio audit/bare per round (median) and where the audit's t
 `run_audit` is timed by wrapping the function it calls (nothing in the harness is changed). Steps named
 `beside:` overlap others (mitmdump comes up while Hermes is checked and the turns start); `reconcile:` ones
 are parts of the reconcile.
+
+`--ref REF` (a regression check) runs instead this tree's audit against REF's, side by side: REF in a temp
+`git worktree`, one worker per tree (bench/ab.py), each round one audit in each, right after each other in an
+order flipped every round, with the same Hermes; prints the audit's wall time in both and new/old (the median
+of the rounds, and the lowest and highest). Every child is stopped on SIGTERM/SIGINT (bench/children.py).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import ab
 import children
 
 from harness import run
@@ -130,8 +136,38 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 tenants only, 2 rounds")
     ap.add_argument("--rounds", type=int, help="rounds per tenant count (default 3; --quick 2)")
     ap.add_argument("--tenants", default="2,4,8", help="tenant counts (default 2,4,8)")
+    ap.add_argument("--ref", help="instead: this tree's audit against that git ref's, side by side")
     a = ap.parse_args(argv)
-    return children.run(lambda procs: bench(a, procs))
+    return children.run(lambda procs: compare(a, procs) if a.ref else bench(a, procs))
+
+
+def compare(a: argparse.Namespace, procs: ProcessSet) -> int:
+    """This tree's audit against `a.ref`'s, side by side: a worker per tree, each round one audit in each."""
+    rounds = a.rounds or (2 if a.quick else 3)
+    counts = [2] if a.quick else [int(x) for x in a.tenants.split(",")]
+    hermes = str(run.hermes_python(None))
+    print(f"{'tenants':>7} {'round':>5} {'new s':>7} {'old s':>7} {'new/old':>8}   (old = {a.ref})")
+    summary = []
+    with ab.ref_tree(a.ref) as tree:
+        sides = (ab.Worker(procs, ab.REPO, "new"), ab.Worker(procs, tree, a.ref))
+        for n in counts:
+            got: tuple[list[float], list[float]] = ([], [])
+            for r in range(rounds):
+                with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
+                    for i in (0, 1) if r % 2 == 0 else (1, 0):
+                        reply = sides[i].call("audit", tenants=n, out=str(Path(tmp) / f"audit-{i}"), hermes=hermes)
+                        if reply["code"] != 0:
+                            raise RuntimeError(f"{sides[i].name} audit of {n} tenants exited {reply['code']}")
+                        got[i].append(reply["seconds"])
+                print(f"{n:7d} {r:5d} {got[0][-1]:7.2f} {got[1][-1]:7.2f} {got[0][-1] / got[1][-1]:7.2f}x", flush=True)
+            ratios = [x / y for x, y in zip(*got, strict=True)]
+            summary.append(f"  {n} tenants: new/old {statistics.median(ratios):.2f}x [{min(ratios):.2f}, "
+                           f"{max(ratios):.2f}] (new {statistics.median(got[0]):.2f} s, old "
+                           f"{statistics.median(got[1]):.2f} s)")
+        procs.close()
+    print(f"median of per-round ratios ({rounds} rounds):")
+    print("\n".join(summary))
+    return 0
 
 
 def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
