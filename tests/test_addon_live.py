@@ -89,7 +89,8 @@ def test_live_mitmdump_two_reverse_listeners(tmp_path: Path):
     for name, port in ports.items():
         argv += ["--mode", f"reverse:{stubs[name].url}@{port}"]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})  # the addon of this checkout
     try:
         for port in ports.values():
             wait_listening(port, proc, log)

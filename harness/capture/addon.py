@@ -221,9 +221,8 @@ class Tenancy:
             flow.response.stream = False
         known = inflight[1] if inflight and inflight[0] == _request_state(flow, self.matcher) else None
         report = flows.inspect_flow(self.registry, self.matcher, flow, request=known)
-        label = flow.metadata["tenancy"].get("scenario"), flow.metadata["tenancy"].get("phase")
-        report.label(*label)
-        entry = {**report.ledger_entry(), "scenario": label[0], "phase": label[1]}
+        report.label(flow.metadata["tenancy"].get("scenario"), flow.metadata["tenancy"].get("phase"))
+        entry = report.ledger_entry()
         flow.metadata["tenancy"] = {k: v for k, v in entry.items() if k not in ("time", "flow")}
         if report.findings:
             self.findings += report.findings

@@ -290,6 +290,8 @@ class FlowReport:
     host: str
     request: RequestReport
     response: ResponseReport | None = None
+    scenario: str | None = None  # the audit's phase the flow happened in (`label`), if known
+    phase: str | None = None
 
     @property
     def findings(self) -> list[Finding]:
@@ -297,6 +299,7 @@ class FlowReport:
 
     def label(self, scenario: str | None, phase: str | None) -> None:
         """Fill in the scenario/phase the flow happened in (what its findings' fingerprints include)."""
+        self.scenario, self.phase = scenario, phase
         for part in (self.request, self.response):
             if part is not None:
                 part.findings = [f.labelled(scenario, phase) for f in part.findings]
@@ -322,6 +325,8 @@ class FlowReport:
             "error": resp.error if resp else None,
             "flagged": bool(self.findings),
             "findings": [f.to_dict() for f in self.findings],
+            "scenario": self.scenario,
+            "phase": self.phase,
         }
 
 
