@@ -563,3 +563,22 @@ def test_unwritable_ledger_kills_the_flow_and_stops_the_proxy(addon, regfile, re
         assert f.error and f.error.msg == "Connection killed."
         ctx.master.event_loop.run_until_complete(asyncio.sleep(0))
         assert ctx.master.should_exit.is_set() and "cannot write the ledger" in caplog.text
+
+
+def test_tenancy_content_view_redacts_every_canary_and_marks_the_leak(tctx, addon, reg):
+    from mitmproxy import contentviews
+
+    soul, own = reg["beta"].canaries["soul"], reg["alpha"].canaries["memory"]
+    f = run(addon, reverse_flow("alpha", {"x": soul, "mine": base64.b64encode(own.encode()).decode()},
+                                key=reg["alpha"].key))
+    assert f.metadata["tenancy"]["flagged"]
+    meta = contentviews.Metadata(flow=f, content_type="application/json", http_message=f.request)
+    view = contentviews.registry.get_view(f.request.content, meta)
+    assert view.name == "Tenancy"  # picked by itself for a flagged flow
+    text = view.prettify(f.request.content, meta)
+    assert text.startswith("tenancy: alpha's flow; 1 foreign canary(ies)")
+    assert ">>>LEAK <beta:soul><<<" in text and "<alpha:memory>" in text and ">>>LEAK <alpha" not in text
+    assert soul not in text and own not in text
+    clean = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key))
+    plain = contentviews.Metadata(flow=clean, content_type="application/json", http_message=clean.request)
+    assert contentviews.registry.get_view(clean.request.content, plain).name != "Tenancy"

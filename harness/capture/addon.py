@@ -18,9 +18,10 @@ from typing import IO, Any
 
 import mitmproxy.types
 import orjson
-from mitmproxy import command, ctx, exceptions, http
+from mitmproxy import command, contentviews, ctx, exceptions, http
 from mitmproxy.log import ALERT
 
+from harness.capture.contentview import TenancyContentview
 from harness.core import registry
 from harness.core.files import write_private
 from harness.core.findings import Finding
@@ -66,6 +67,7 @@ class Tenancy:
         self._inflight: dict[str, tuple[_RequestState, flows.RequestReport]] = {}
 
     def load(self, loader: Any) -> None:
+        contentviews.add(TenancyContentview(lambda: self.matcher))
         loader.add_option(
             "tenancy_registry", str | None, None,
             "Path to the tenancy registry (registry.yaml): tenants, keys, models, routes, canaries.",
