@@ -340,6 +340,11 @@ def cmd_baseline(a: argparse.Namespace) -> int:
         return 0
     if a.out is None:
         raise UsageError("baseline: pass --out FILE (or --upgrade FILE)")
+    try:  # before minutes of runs: the baseline can be written there
+        with tempfile.TemporaryFile(dir=a.out.parent):
+            pass
+    except OSError as exc:
+        raise UsageError(f"baseline: cannot write --out {a.out} ({exc.strerror or exc})") from None
     runs = []
     with tempfile.TemporaryDirectory(prefix="tenancy-baseline-") as tmp:
         root = a.evidence or Path(tmp)

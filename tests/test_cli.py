@@ -51,6 +51,11 @@ def test_an_output_folder_that_cannot_be_made_is_one_line_and_exit_2(tmp_path, w
     assert not out.exists()
 
 
+def test_a_baseline_that_cannot_be_written_fails_before_any_run(tmp_path):
+    line = one_line_error(cli_run(tmp_path, "baseline", "--runs", "5", "--out", "/proc/x/tui.json"))
+    assert "cannot write --out /proc/x/tui.json" in line
+
+
 def test_version_names_this_tool_mitmproxy_and_the_hermes_it_would_audit(tmp_path):
     done = cli_run(tmp_path, "--version", env={"TENANCY_HERMES_PYTHON": str(tmp_path / "nope" / "python")})
     assert done.returncode == 0, done
