@@ -265,6 +265,9 @@ def _reconcile_folder(a: argparse.Namespace, started: float) -> AuditResult:
         raise UsageError("reconcile: with an evidence folder, the registry is its registry.yaml")
     if a.scenario or a.phase:
         raise UsageError("reconcile: an evidence folder names its own scenario and phases (timeline.json)")
+    if a.logs or a.stubs or a.no_homes:
+        raise UsageError("reconcile: an evidence folder is judged whole (its logs/, stubs.jsonl and homes); "
+                         "--logs, --stubs and --no-homes are for loose files")
     record = read_record(out)
     path = a.baseline or (out / BASELINE_COPY if (out / BASELINE_COPY).exists() else None)
     base = baseline.load(path) if path else None
