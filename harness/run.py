@@ -220,16 +220,7 @@ def run_audit(opts: RunOptions) -> AuditResult:
         reasons += procs.quiesce()
         write_stub_log(out / "stubs.jsonl", stubs)
         (out / PHASE_FILE).unlink(missing_ok=True)
-        record = {
-            "scenario": opts.scenario, "hermes-agent": version,
-            "phases": [p.__dict__ for p in ctx.phases], "turns": ctx.timeline,
-            "findings": [f.to_dict() for f in ctx.findings], "reasons": reasons,
-            "expect_snapshots": ctx.expected_snapshots(),
-            "log_owners": {p.name: ctx.log_owner(p) for p in sorted((out / "logs").glob("*.log"))},
-            "plants": {name: sorted(kinds) for name, kinds in planted.items()},
-            "homes": {t.name: Path(t.home).resolve().relative_to(out).as_posix() for t in registry if t.home},
-        }
-        write_private(out / RECORD, json.dumps(record, indent=2).encode())
+        record = _record(out, opts.scenario, ctx, version, reasons, planted)
         if opts.baseline is not None:
             write_private(out / BASELINE_COPY, Path(opts.baseline).read_bytes())
         progress(opts.quiet, f"phase reconcile: {proxy.flows_path.name}, homes, logs")
@@ -267,8 +258,26 @@ def _report_interrupted(out: Path, opts: RunOptions, names: list[str], driven: l
                          seconds=seconds, out=out, plants=list(opts.plants))
     with contextlib.suppress(Exception):
         (out / PHASE_FILE).unlink(missing_ok=True)
+        if driven:  # what `reconcile` of the folder needs later (it stays inconclusive: the reason is recorded)
+            _record(out, opts.scenario, driven[0], None, [reason], {})
         write_reports(out, result)
         seal(out)
+
+
+def _record(out: Path, scenario: str, ctx: Context, version: str | None, reasons: list[str],
+            planted: dict[str, frozenset[str]]) -> dict[str, Any]:
+    """Write the run's record (`timeline.json`, see docs/contracts.md) and return it."""
+    record = {
+        "scenario": scenario, "hermes-agent": version,
+        "phases": [p.__dict__ for p in ctx.phases], "turns": ctx.timeline,
+        "findings": [f.to_dict() for f in ctx.findings], "reasons": reasons,
+        "expect_snapshots": ctx.expected_snapshots(),
+        "log_owners": {p.name: ctx.log_owner(p) for p in sorted((out / "logs").glob("*.log"))},
+        "plants": {name: sorted(kinds) for name, kinds in planted.items()},
+        "homes": {t.name: Path(t.home).resolve().relative_to(out).as_posix() for t in ctx.registry if t.home},
+    }
+    write_private(out / RECORD, json.dumps(record, indent=2).encode())
+    return record
 
 
 def _versions(hermes: str | None) -> dict[str, str]:
