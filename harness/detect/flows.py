@@ -209,6 +209,8 @@ def inspect_request(
     bearer_state = _bearer_state(tenant, bearer, owner)
     report = RequestReport(name, str(route), method, path, kind, bearer_state, owner.name if owner else None,
                            model, len(body or b""), decoded.note)
+    if tenant is None and route.topology == "reverse":
+        return report  # a listener of no tenant (not part of the audit): recorded, not inspected
     where = f"flow:{flow_id}:request"
     skip_headers: set[tuple[str, str]] = set()
     skip_body: set[tuple[str, str]] = set()
@@ -288,10 +290,19 @@ class FlowReport:
     host: str
     request: RequestReport
     response: ResponseReport | None = None
+    scenario: str | None = None  # the audit's phase the flow happened in (`label`), if known
+    phase: str | None = None
 
     @property
     def findings(self) -> list[Finding]:
         return self.request.findings + (self.response.findings if self.response else [])
+
+    def label(self, scenario: str | None, phase: str | None) -> None:
+        """Fill in the scenario/phase the flow happened in (what its findings' fingerprints include)."""
+        self.scenario, self.phase = scenario, phase
+        for part in (self.request, self.response):
+            if part is not None:
+                part.findings = [f.labelled(scenario, phase) for f in part.findings]
 
     def ledger_entry(self) -> dict[str, Any]:
         req, resp = self.request, self.response
@@ -314,6 +325,8 @@ class FlowReport:
             "error": resp.error if resp else None,
             "flagged": bool(self.findings),
             "findings": [f.to_dict() for f in self.findings],
+            "scenario": self.scenario,
+            "phase": self.phase,
         }
 
 
@@ -368,4 +381,6 @@ def inspect_flow(
             body=resp.raw_content if resp else None,
             error=flow.error.msg if flow.error else None,
         )
+        if request.tenant is None and request.route.startswith("listen:"):
+            report.response.findings = []  # a listener of no tenant: recorded, not inspected
     return report

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,10 +89,20 @@ def _phase_of(t: float, phases: list[Phase]) -> Phase | None:
     return next((p for p in phases if p.start <= t <= p.end), None)
 
 
+def _flow_phase(flow: http.HTTPFlow, phases: list[Phase]) -> Phase | None:
+    """The phase a flow happened in: the label the live addon stamped on it (`tenancy_phase_file`), so the
+    ledger, the flow file and this reconciliation agree on every fingerprint; else its start time."""
+    meta = flow.metadata.get("tenancy")
+    if isinstance(meta, dict) and "phase" in meta:
+        scenario, name = meta.get("scenario"), meta.get("phase")
+        return Phase(scenario, name, 0.0, 0.0) if isinstance(scenario, str) and isinstance(name, str) else None
+    return _phase_of(flow.request.timestamp_start, phases)
+
+
 def _tag(findings: list[Finding], phase: Phase | None) -> list[Finding]:
     if phase is None:
         return findings
-    return [replace(f, scenario=f.scenario or phase.scenario, phase=f.phase or phase.name) for f in findings]
+    return [f.labelled(phase.scenario, phase.name) for f in findings]
 
 
 def reconcile(
@@ -117,7 +127,7 @@ def reconcile(
     flow_ids = {f.id for f in flows}
     seen_calls: set[tuple[str, str]] = set()
     for flow in flows:
-        phase = _phase_of(flow.request.timestamp_start, phases)
+        phase = _flow_phase(flow, phases)
         report = inspect_flow(registry, matcher, flow)
         rec.findings += _tag(list(report.findings), phase)
         tenant = report.request.tenant

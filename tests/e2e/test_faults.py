@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -93,6 +94,13 @@ def test_harness_killed_mid_run_leaves_no_process(tmp_path, hermes_python, sig):
     else:
         assert code == 3, err
         assert "Traceback" not in err and f"interrupted ({sig.name})" in err, err
+        doc = json.loads((out / "findings.json").read_text())  # the reports are written before exit 3
+        assert (doc["verdict"], doc["exit_code"]) == ("inconclusive", 3), doc
+        assert doc["reasons"][0].startswith(f"interrupted ({sig.name})"), doc["reasons"]
+        for name in ("report.html", "report.md", "junit.xml", "findings.sarif"):
+            assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
+        again = subprocess.run([*CLI, "reconcile", str(out)], capture_output=True, text=True, timeout=300)
+        assert again.returncode in (1, 3) and "interrupted" in again.stdout, again  # the record was written too
     survivors = [(p.pid, p.cmdline()) for p in run_processes(run_id, groups)]
     assert survivors == [], survivors
     assert not (runs_dir() / f"{run_id}.json").exists()
