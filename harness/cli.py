@@ -63,11 +63,13 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--no-homes", action="store_true", help="do not scan the tenant homes named in the registry")
     rec.add_argument("--out", type=Path, help="write findings.json/report.md/junit.xml here")
     rec.add_argument("--json", action="store_true")
+    _limit_options(rec)
 
     sc = sub.add_parser("scan", help="scan files/trees for canaries of the registry")
     sc.add_argument("--registry", type=Path, required=True)
     sc.add_argument("--owner", help="the tenant the paths belong to (default: secrets of every tenant)")
     sc.add_argument("--json", type=Path, dest="json_out", help="write the findings JSON here")
+    _limit_options(sc)
     sc.add_argument("paths", type=Path, nargs="+")
 
     st = sub.add_parser("selftest", help="plant every kind of leak in real Hermes and prove each is caught")
@@ -90,6 +92,28 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("cleanup", help="reap processes a killed run left behind")
     return p
+
+
+def _limit_options(p: argparse.ArgumentParser) -> None:
+    d = scan.DEFAULT_LIMITS
+    p.add_argument("--max-stream-bytes", type=int, default=d.stream_bytes, metavar="N",
+                   help=f"decoded bytes read from one compressed stream (default {d.stream_bytes}); a stream "
+                   "with more is listed as not inspected and the verdict is at best inconclusive")
+    p.add_argument("--max-file-bytes", type=int, default=d.total_bytes, metavar="N",
+                   help=f"decoded bytes read from all the compressed streams of one file (default {d.total_bytes})")
+    p.add_argument("--max-depth", type=int, default=d.depth, metavar="N",
+                   help=f"containers inside containers that are decoded (default {d.depth})")
+
+
+def _limits(a: argparse.Namespace) -> scan.Limits:
+    if min(a.max_stream_bytes, a.max_file_bytes) < 1 or a.max_depth < 0:
+        raise UsageError("--max-stream-bytes and --max-file-bytes must be positive, --max-depth not negative")
+    return scan.Limits(stream_bytes=a.max_stream_bytes, total_bytes=a.max_file_bytes, depth=a.max_depth)
+
+
+def _print_not_inspected(entries: list[scan.NotInspected]) -> None:
+    for n in entries:
+        print(f"not inspected: {n.summary()}" + (" [read in part]" if n.partial else ""))
 
 
 def _print_findings(findings: list[Finding]) -> None:
@@ -120,18 +144,21 @@ def cmd_run(a: argparse.Namespace) -> int:
 def cmd_reconcile(a: argparse.Namespace) -> int:
     registry = load(a.registry)
     homes = {} if a.no_homes else {t.name: Path(t.home) for t in registry if t.home}
-    rec = reconcile(registry, a.flows, homes=homes, logs=[LogSource(p, None) for p in a.logs], stub_log=a.stubs)
+    rec = reconcile(registry, a.flows, homes=homes, logs=[LogSource(p, None) for p in a.logs], stub_log=a.stubs,
+                    limits=_limits(a))
     verdict = Verdict(rec.findings, reasons=rec.reasons)
+    skipped = [n.to_dict() for n in rec.not_inspected]
     if a.out:
         a.out.mkdir(parents=True, exist_ok=True)
         write_reports(a.out, AuditResult(verdict, registry.names(), "reconcile",
                                          {"mitmproxy": mitmproxy.version.VERSION},
-                                         inspected={**rec.inspected, "flows": rec.flows}))
+                                         inspected={**rec.inspected, "flows": rec.flows}, not_inspected=skipped))
     if a.json:
-        print(json.dumps({"verdict": verdict.status, "reasons": rec.reasons,
+        print(json.dumps({"verdict": verdict.status, "reasons": rec.reasons, "not_inspected": skipped,
                           "findings": [f.to_dict() for f in rec.findings]}, indent=2))
     else:
         _print_findings(rec.findings)
+        _print_not_inspected(rec.not_inspected)
         for reason in rec.reasons:
             print(f"inconclusive: {reason}")
         print(f"verdict: {verdict.status} ({len(rec.findings)} findings, {rec.flows} flows)")
@@ -145,14 +172,19 @@ def cmd_scan(a: argparse.Namespace) -> int:
     for p in a.paths:
         if not p.exists():
             raise UsageError(f"{p} does not exist")
-    findings, unreadable = scan.scan_paths(a.paths, registry, a.owner)
-    verdict = Verdict(findings, reasons=[f"unreadable: {p}" for p in unreadable])
-    _print_findings(findings)
-    for p in unreadable:
+    result = scan.scan_paths(a.paths, registry, a.owner, limits=_limits(a))
+    reasons = [f"unreadable: {p}" for p in result.unreadable]
+    reasons += [r for r in result.reasons() if ": unreadable" not in r]
+    verdict = Verdict(result.findings, reasons=reasons)
+    _print_findings(result.findings)
+    for p in result.unreadable:
         print(f"unreadable: {p}")
+    _print_not_inspected([n for n in result.not_inspected if not n.reason.startswith("unreadable")])
     if a.json_out:
-        write_private(a.json_out, json.dumps({"verdict": verdict.status, "reasons": verdict.reasons,
-                                              "findings": [f.to_dict() for f in findings]}, indent=2).encode())
+        write_private(a.json_out, json.dumps({
+            "verdict": verdict.status, "reasons": verdict.reasons,
+            "not_inspected": [n.to_dict() for n in result.not_inspected],
+            "findings": [f.to_dict() for f in result.findings]}, indent=2).encode())
     return verdict.exit_code
 
 

@@ -219,7 +219,8 @@ def run_audit(opts: RunOptions) -> AuditResult:
                               "tenancy-audit": harness.__version__},
                              inspected={**rec.inspected, "flows": rec.flows}, timeline=ctx.timeline, fixed=fixed,
                              seconds=time.monotonic() - started,
-                             snapshots={t: len(snaps) for t, snaps in rec.snapshots.items()}, out=out)
+                             snapshots={t: len(snaps) for t, snaps in rec.snapshots.items()}, out=out,
+                             not_inspected=[n.to_dict() for n in rec.not_inspected])
         write_reports(out, result)
         for line in summary_table(result).splitlines():
             progress(opts.quiet, line)

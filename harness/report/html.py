@@ -89,6 +89,17 @@ def _timeline(result: AuditResult) -> str:
             f"<th>seconds</th><th>flows so far</th><th>detail</th></tr>{rows}</table>")
 
 
+def _not_inspected(result: AuditResult) -> str:
+    if not result.not_inspected:
+        return '<p class="muted">Everything was read to its end.</p>'
+    rows = "".join(
+        f"<tr><td><code>{escape(n['path'])}</code></td><td>{escape(n['reason'])}</td><td>{n['bytes_read']}</td>"
+        f"<td>{'yes (inconclusive)' if n['partial'] else 'no'}</td></tr>"
+        for n in result.not_inspected)
+    return ('<table id="not-inspected"><tr><th>path</th><th>reason</th><th>bytes read</th><th>read in part</th>'
+            f"</tr>{rows}</table>")
+
+
 def render(result: AuditResult) -> str:
     """The whole page as one string."""
     v = result.verdict
@@ -118,5 +129,7 @@ def render(result: AuditResult) -> str:
 <h2>Timeline</h2>
 {_timeline(result)}
 <h2>Inspected</h2><p>{inspected}</p>
+<h2>Not inspected ({len(result.not_inspected)})</h2>
+{_not_inspected(result)}
 </main></body></html>
 """
