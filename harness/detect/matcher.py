@@ -101,6 +101,29 @@ class _Edge:
         return True
 
 
+@dataclass(frozen=True)
+class _DoubleEdge:
+    """The edges of a base64/base64 form: the outer characters around it are decoded back to the inner
+    base64 text, whose partial characters must carry the canary's bits (`inner`)."""
+
+    pad: int  # the inner form's byte alignment in the outer encoding
+    length: int  # the inner form's length
+    inner: _Edge
+
+    def agrees(self, data: bytes | bytearray | memoryview, start: int, end: int) -> bool:
+        lo = start - math.ceil(self.pad * 8 / 6)  # where the outer group holding the inner form begins
+        if lo < 0:
+            return True  # the buffer starts there: nothing to check (as for a plain base64 form)
+        chars = bytes(data[lo : end + 8]).translate(_TO_STANDARD)
+        stop = next((i for i, c in enumerate(chars) if _B64_VALUE[c] < 0), len(chars))
+        chars = chars[: stop // 4 * 4]
+        inner = base64.b64decode(chars) if chars else b""
+        return self.inner.agrees(inner, self.pad, min(len(inner), self.pad + self.length))
+
+
+_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
+
+
 def _b64_alignments(raw: bytes) -> list[tuple[bytes, _Edge]]:
     """At each of the three byte alignments: the base64 characters fully determined by `raw`, and the
     canary's bits in the partial characters on either side."""
@@ -134,11 +157,11 @@ def _lower_percent(form: str) -> str:
     return re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), form)
 
 
-def encodings_with_edges(value: str) -> dict[str, list[tuple[bytes, _Edge | None]]]:
+def encodings_with_edges(value: str) -> dict[str, list[tuple[bytes, _Edge | _DoubleEdge | None]]]:
     """Every encoded form of `value` the scanner looks for, by encoding name, each with the bits its base64
     neighbours must carry (None: nothing to check)."""
     raw = value.encode()
-    forms: dict[str, list[tuple[bytes, _Edge | None]]] = {"plain": [(raw, None)]}
+    forms: dict[str, list[tuple[bytes, _Edge | _DoubleEdge | None]]] = {"plain": [(raw, None)]}
     written = json.dumps(value)[1:-1]  # as JSON encoders write it: non-ASCII escaped (surrogate pairs), `"`, `\\`
     json_forms = {
         written,
@@ -149,16 +172,21 @@ def encodings_with_edges(value: str) -> dict[str, list[tuple[bytes, _Edge | None
     }
     json_forms |= {f.replace("/", "\\/") for f in list(json_forms) if "/" in f}
     forms["json"] = [(f.encode(), None) for f in sorted(json_forms) if f != value]
-    url_forms = {urllib.parse.quote(value, safe=""), urllib.parse.quote_plus(value), "".join(f"%{b:02X}" for b in raw)}
+    url_forms = {urllib.parse.quote(value, safe=""), urllib.parse.quote(value), urllib.parse.quote_plus(value),
+                 "".join(f"%{b:02X}" for b in raw)}
     url_forms |= {_lower_percent(f) for f in url_forms}
     forms["url"] = [(f.encode(), None) for f in sorted(url_forms) if f != value]
     forms["html"] = [(f.encode(), None) for f in {html.escape(value)} if f != value]
     b64 = _b64_alignments(raw)
     forms["base64"] = [(f, e) for f, e in b64]
     forms["base64url"] = [(f.replace(b"+", b"-").replace(b"/", b"_"), e) for f, e in b64 if b"+" in f or b"/" in f]
-    # base64 of a base64 text holding the canary (a token encoded twice). Only the inner characters the
-    # canary determines are encoded again, so the outer form's edges carry no canary bits to check.
-    forms["base64/base64"] = sorted({(outer, None) for inner, _ in b64 for outer, _ in _b64_alignments(inner)})
+    # base64 of a base64 text holding the canary (a token encoded twice): the outer forms of the inner
+    # characters the canary determines; the inner partial characters are checked by decoding (`_DoubleEdge`).
+    double: dict[bytes, _Edge | _DoubleEdge] = {}
+    for inner, inner_edge in b64:
+        for pad, (outer, _) in enumerate(_b64_alignments(inner)):
+            double.setdefault(outer, _DoubleEdge(pad, len(inner), inner_edge))
+    forms["base64/base64"] = sorted(double.items())
     forms["hex"] = [(raw.hex().encode(), None), (raw.hex().upper().encode(), None)]
     forms["utf16le"] = [(value.encode("utf-16-le"), None)]
     forms["utf16be"] = [(value.encode("utf-16-be"), None)]
@@ -233,7 +261,7 @@ class Matcher:
     def __init__(self, canaries: Iterable[Canary], *, prefilter: bool = True) -> None:
         self.canaries = list(canaries)
         patterns: dict[bytes, tuple[Canary, str]] = {}
-        edges: dict[bytes, _Edge | None] = {}
+        edges: dict[bytes, _Edge | _DoubleEdge | None] = {}
         for canary in self.canaries:
             for encoding, forms in encodings_with_edges(canary.value).items():
                 for form, edge in forms:
