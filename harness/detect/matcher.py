@@ -90,7 +90,7 @@ class _Edge:
     def agrees(self, data: bytes | bytearray | memoryview, start: int, end: int) -> bool:
         """Whether the characters around data[start:end] carry the canary's bits. A missing character (the
         buffer ends there) is accepted: what the buffer holds is the canary's, and no near miss."""
-        if self.lead_bits and start > 0:
+        if self.lead_bits and 0 < start <= len(data):
             value = _B64_VALUE[data[start - 1]]
             if value < 0 or value & ((1 << self.lead_bits) - 1) != self.lead:
                 return False
@@ -118,6 +118,8 @@ class _DoubleEdge:
         stop = next((i for i, c in enumerate(chars) if _B64_VALUE[c] < 0), len(chars))
         chars = chars[: stop // 4 * 4]
         inner = base64.b64decode(chars) if chars else b""
+        if len(inner) < self.pad:
+            return True  # the outer text ends (or is cut) before the inner form's first character
         return self.inner.agrees(inner, self.pad, min(len(inner), self.pad + self.length))
 
 
@@ -353,7 +355,13 @@ class Matcher:
         `exclude` names a tenant whose canaries are not reported (the rules apply to each canary alone)."""
         if self._automaton is None or not data:
             return []
-        found = self._raw_matches(data) + self._escaped(data)
+        found = self._raw_matches(data)
+        escaped = self._escaped(data)
+        if escaped:  # a span the automaton matched is reported as it matched it (a form is more exact)
+            spans: dict[Canary, list[tuple[int, int]]] = {}
+            for canary, _, s, e in found:
+                spans.setdefault(canary, []).append((s, e))
+            found += [m for m in escaped if not any(s < m[3] and m[2] < e for s, e in spans.get(m[0], ()))]
         if found and exclude is not None:
             found = [m for m in found if m[0].tenant != exclude]
         if not found:  # the common case (every header line, most bodies): nothing more to build
