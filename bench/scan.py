@@ -1,6 +1,7 @@
 """Benchmark the scanner against the naive loop and ripgrep on one generated corpus, in one run.
 
-    python bench/scan.py [--mib 256] [--tenants 64] [--naive-mib 8] [--keep DIR]
+    python bench/scan.py [--mib 256] [--tenants 64] [--naive-mib 8] [--keep DIR] [--quick] [--ref DIR]
+        [--sparse-gib 4] [--rounds 3]
 
 64 tenants x 12 canaries x every encoding form (the matcher's patterns) over a corpus of realistic files:
 SQLite databases (messages + FTS5, as Hermes's state.db), JSONL logs, gzip-rotated logs and binary blobs,
@@ -13,6 +14,13 @@ with a few hundred canaries planted in assorted encodings. Prints MB/s of
 - `scan_tree` (the whole scanner: streams decompressed, SQLite cells read logically),
 
 and the ratios side by side; then build and scan time versus tenants (8, 64, 512) and versus corpus size.
+
+`scan_tree` and the sparse file are also measured in child processes, so each reports its own peak RSS
+(`ru_maxrss`: the matcher's automata plus whatever the scan holds): `scan_tree` over the corpus, and
+`scan_file` over a sparse file of `--sparse-gib` GiB (nothing written but a key near its end, so it costs
+no disk) that must be found. `--ref DIR` runs the same child with the `harness` of another checkout (e.g.
+`git archive <commit> | tar -x -C DIR`) on the same corpus and registry, alternating `--rounds` times, and
+prints the best MB/s of each and their ratio. `--quick`: 64 MiB, no naive loop, ripgrep or sweeps.
 """
 
 from __future__ import annotations
@@ -28,6 +36,7 @@ import sqlite3
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 from pathlib import Path
 
@@ -204,13 +213,90 @@ def bench_rg(patterns: list[bytes], corpus: Path, threads: int | None) -> tuple[
     return elapsed, startup, hits
 
 
+#: Run in a child process with `sys.path[0]` = a checkout: scan a tree (or one file) with a prebuilt matcher,
+#: print one JSON line (seconds, findings, peak RSS in MiB). The same code drives this tree and `--ref`.
+_CHILD = textwrap.dedent("""
+    import json, resource, sys, time
+    from pathlib import Path
+    from harness.core.registry import load
+    from harness.detect.matcher import Matcher
+    from harness.detect import scan
+    reg = load(Path(sys.argv[1]))
+    t = time.perf_counter()
+    matcher = Matcher.for_registry(reg)
+    build = time.perf_counter() - t
+    target = Path(sys.argv[2])
+    t = time.perf_counter()
+    if target.is_dir():
+        found = len(scan.scan_tree(target, reg, None, matcher=matcher).findings)
+    else:
+        found = len(scan.scan_file(target, matcher))
+    seconds = time.perf_counter() - t
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    print(json.dumps({"seconds": seconds, "build": build, "found": found, "rss": rss}))
+""")
+
+
+def run_child(checkout: Path, registry: Path, target: Path) -> dict[str, float]:
+    proc = subprocess.run([sys.executable, "-c", f"import sys; sys.path.insert(0, {str(checkout)!r})\n" + _CHILD,
+                           str(registry), str(target)], capture_output=True, text=True, check=False, cwd=checkout)
+    if proc.returncode:
+        raise RuntimeError(f"child in {checkout} failed: {proc.stderr[-2000:]}")
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def make_sparse(path: Path, gib: int, key: str) -> None:
+    """`gib` GiB of zeros on disk as a hole, with `key` written 1 MiB before the end."""
+    with path.open("wb") as fh:
+        fh.truncate(gib << 30)
+        fh.seek((gib << 30) - MiB)
+        fh.write(f"export OPENAI_API_KEY={key}\n".encode())
+
+
+def bench_children(a: argparse.Namespace, reg: Registry, corpus: Path, total: int, work: Path) -> None:
+    """scan_tree and the sparse file in child processes (peak RSS), this tree and `--ref` side by side."""
+    registry = work / "registry.yaml"
+    reg.save(registry)
+    here = Path(__file__).resolve().parents[1]
+    trees = [("this tree", here)] + ([("--ref", a.ref.resolve())] if a.ref else [])
+    best: dict[str, dict[str, float]] = {}
+    for _ in range(a.rounds):
+        for label, checkout in trees:
+            r = run_child(checkout, registry, corpus)
+            if label not in best or r["seconds"] < best[label]["seconds"]:
+                best[label] = r
+    print(f"\nscan_tree in a child process (best of {a.rounds}, matcher built beforehand)")
+    print(f"{'checkout':12} {'MB/s':>8} {'peak RSS MiB':>13} {'findings':>9}  build s")
+    for label, _ in trees:
+        r = best[label]
+        print(f"{label:12} {_mbps(total, r['seconds']):8.1f} {r['rss']:13.0f} {r['found']:9d}  {r['build']:.2f}")
+    if a.ref:
+        ratio = best["--ref"]["seconds"] / best["this tree"]["seconds"]
+        print(f"this tree / --ref: {ratio:.2f}x the MB/s")
+    if a.sparse_gib:
+        sparse = work / "sparse.bin"
+        make_sparse(sparse, a.sparse_gib, next(iter(reg)).key)
+        print(f"\nscan_file over a {a.sparse_gib} GiB sparse file (key 1 MiB before the end)")
+        print(f"{'checkout':12} {'MB/s':>8} {'peak RSS MiB':>13} {'findings':>9}")
+        for label, checkout in trees:
+            r = run_child(checkout, registry, sparse)
+            print(f"{label:12} {_mbps(a.sparse_gib << 30, r['seconds']):8.1f} {r['rss']:13.0f} {r['found']:9d}")
+        sparse.unlink()
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mib", type=int, default=256, help="corpus size in MiB (default 256)")
     ap.add_argument("--tenants", type=int, default=64)
     ap.add_argument("--naive-mib", type=int, default=8, help="MiB of the corpus the naive loop scans")
     ap.add_argument("--keep", type=Path, help="generate the corpus here and keep it")
+    ap.add_argument("--quick", action="store_true", help="64 MiB, no naive loop, ripgrep or sweeps")
+    ap.add_argument("--ref", type=Path, help="another checkout whose scan_tree runs side by side (child processes)")
+    ap.add_argument("--rounds", type=int, default=3, help="alternating child runs per checkout (best is kept)")
+    ap.add_argument("--sparse-gib", type=int, default=4, help="size of the sparse-file case (0: skip it)")
     a = ap.parse_args(argv)
+    if a.quick:
+        a.mib = min(a.mib, 64)
 
     work = Path(tempfile.mkdtemp(prefix="bench-scan-"))
     try:
@@ -237,12 +323,12 @@ def main(argv: list[str] | None = None) -> int:
         build = time.perf_counter() - t
         ours, our_hits = bench_matcher(matcher, blobs)
         unfiltered, unfiltered_hits = bench_matcher(Matcher.for_registry(reg, prefilter=False), blobs)
-        share = min(1.0, a.naive_mib * MiB / total)  # the same share of every file: every file type
+        share = min(1.0, (1 if a.quick else a.naive_mib) * MiB / total)  # the same share of every file
         naive_data = b"".join(b[: int(len(b) * share)] for b in blobs)
         naive, naive_hits = bench_naive(patterns, naive_data)
         _, slice_hits = bench_matcher(matcher, [naive_data])
-        rg_multi = bench_rg(patterns, corpus, None)
-        rg_one = bench_rg(patterns, corpus, 1)
+        rg_multi = None if a.quick else bench_rg(patterns, corpus, None)
+        rg_one = None if a.quick else bench_rg(patterns, corpus, 1)
         t = time.perf_counter()
         tree = scan_tree(corpus, reg, None)
         full = time.perf_counter() - t
@@ -277,10 +363,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\n{'scanner':44} {'MB/s':>9} {'ours is':>9}  notes")
         for label, rate, note in rows:
             print(f"{label:44} {rate:9.1f} {ours_rate / rate:8.2f}x  {note}")
-        if rg_multi is None:
+        if rg_multi is None and not a.quick:
             print("ripgrep not installed (apt-get install -y ripgrep)")
         print(f"\nsample check: naive found {naive_hits} pattern occurrences, Matcher.find {slice_hits} canaries")
 
+        del blobs, naive_data  # the children's RSS is their own; this process's is not measured
+        bench_children(a, reg, corpus, total, work)
+        if a.quick:
+            return 0
+        blobs = [p.read_bytes() for p in files]
         print("\ntenants  patterns  build s  find MB/s (whole corpus)  without the prefilter")
         for n in (8, 64, 512):
             r = make_registry(n, work / f"r{n}")

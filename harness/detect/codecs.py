@@ -55,7 +55,10 @@ def decode(codec: str, chunks: Iterable[Chunk], progress: Progress) -> Iterator[
     steps = _steps(chunks)
     try:
         if codec in ("gzip", "zlib", "deflate"):
-            yield from _zlib(zlib.decompressobj({"gzip": 31, "zlib": 15, "deflate": -15}[codec]), steps, progress)
+            # Only a gzip member (a checked header) gets the failing step's prefix back: a zlib or deflate
+            # start found by its two magic bytes is mostly chance, and the search would cost more than it saves.
+            yield from _zlib(zlib.decompressobj({"gzip": 31, "zlib": 15, "deflate": -15}[codec]), steps, progress,
+                             recover=codec == "gzip")
         elif codec == "br":
             yield from _brotli(steps, progress)
         elif codec == "base64":
@@ -104,16 +107,19 @@ def _stdlib(d, steps: Iterator[memoryview], progress: Progress) -> Iterator[byte
         progress.consumed += len(step)
 
 
-def _zlib(d: zlib._Decompress, steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
+def _zlib(d: zlib._Decompress, steps: Iterator[memoryview], progress: Progress, *,
+          recover: bool) -> Iterator[bytes]:
     """gzip, zlib and raw deflate. On an error, the longest prefix of the failing step that decodes
     cleanly is decoded (errors are monotonic in the input's length), so nothing before the damage is lost."""
     for step in steps:
-        saved, emitted = d.copy(), 0
+        saved, emitted = d.copy() if recover else d, 0
         try:
             for out in _zlib_step(d, step):
                 emitted += len(out)
                 yield out
         except zlib.error:
+            if not recover:
+                raise
             good = _longest_good_prefix(saved, step)
             skip = emitted
             for out in _zlib_step(saved, step[:good]):

@@ -209,6 +209,13 @@ _SIMPLE_ESCAPES = {b'"': b'"', b"\\": b"\\", b"/": b"/", b"b": b"\b", b"f": b"\f
 MAX_UNESCAPE = 3
 
 
+def _escape_triggers(data: bytes | bytearray | memoryview) -> list[int]:
+    """Where `_ESCAPE_TRIGGER` matches; a buffer with no backslash at all costs one memchr."""
+    if isinstance(data, bytes) and data.find(b"\\") < 0:
+        return []
+    return [m.start() for m in _ESCAPE_TRIGGER.finditer(data)]
+
+
 class _Unescaped:
     """One level of JSON string escapes undone in `data`, with the map from offsets in the result back to
     offsets in `data` (every escape is one span; the text between them maps one to one)."""
@@ -389,7 +396,7 @@ class Matcher:
         inside JSON strings holding JSON): the regions around ASCII escapes, unescaped and searched again.
         Each hit is mapped back to its span in `data`, with encoding `json` (then what the unescaped text
         shows, e.g. `json/base64`). Hits the raw scan makes too (the same span) are dropped by `find`."""
-        triggers = [m.start() for m in _ESCAPE_TRIGGER.finditer(data)]
+        triggers = _escape_triggers(data)
         if not triggers:
             return []
         # A half-escaped canary is never longer than its longest form (all of it escaped) and holds an
