@@ -132,11 +132,13 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--no-homes", action="store_true", help="do not scan the tenant homes named in the registry")
     rec.add_argument("--out", type=Path, help="write findings.json/report.md/junit.xml here")
     rec.add_argument("--json", action="store_true")
+    _limit_options(rec)
 
     sc = sub.add_parser("scan", help="scan files/trees for canaries of the registry")
     sc.add_argument("--registry", type=Path, required=True)
     sc.add_argument("--owner", help="the tenant the paths belong to (default: secrets of every tenant)")
     sc.add_argument("--json", type=Path, dest="json_out", help="write the findings JSON here")
+    _limit_options(sc)
     sc.add_argument("paths", type=Path, nargs="+")
 
     st = sub.add_parser("selftest", help="plant every kind of leak in real Hermes and prove each is caught")
@@ -164,6 +166,28 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _limit_options(p: argparse.ArgumentParser) -> None:
+    d = scan.DEFAULT_LIMITS
+    p.add_argument("--max-stream-bytes", type=int, default=d.stream_bytes, metavar="N",
+                   help=f"decoded bytes read from one compressed stream (default {d.stream_bytes}); a stream "
+                   "with more is listed as not inspected and the verdict is at best inconclusive")
+    p.add_argument("--max-file-bytes", type=int, default=d.total_bytes, metavar="N",
+                   help=f"decoded bytes read from all the compressed streams of one file (default {d.total_bytes})")
+    p.add_argument("--max-depth", type=int, default=d.depth, metavar="N",
+                   help=f"containers inside containers that are decoded (default {d.depth})")
+
+
+def _limits(a: argparse.Namespace) -> scan.Limits:
+    if min(a.max_stream_bytes, a.max_file_bytes) < 1 or a.max_depth < 0:
+        raise UsageError("--max-stream-bytes and --max-file-bytes must be positive, --max-depth not negative")
+    return scan.Limits(stream_bytes=a.max_stream_bytes, total_bytes=a.max_file_bytes, depth=a.max_depth)
+
+
+def _print_not_inspected(entries: list[scan.NotInspected]) -> None:
+    for n in entries:
+        print(f"not inspected: {n.summary()}" + (" [read in part]" if n.partial else ""))
+
+
 def _print_findings(findings: list[Finding]) -> None:
     """One line per finding class (fingerprint), the most severe first; findings.json has every occurrence."""
     for g in groups(findings):
@@ -178,6 +202,9 @@ def _print_result(result: AuditResult) -> None:
               "(reported, not failing)")
     for reason in v.reasons:
         print(f"inconclusive: {reason}")
+    for n in result.not_inspected:
+        print(f"not inspected: {n['path']}: {n['reason']} ({n['bytes_read']} bytes read)"
+              + (" [read in part]" if n["partial"] else ""))
     for warning in result.warnings:
         print(f"warning: {warning}")
     control = "; negative control (planted: " + ", ".join(result.plants) + ")" if result.plants else ""
@@ -274,14 +301,15 @@ def _reconcile_folder(a: argparse.Namespace, started: float) -> AuditResult:
     if path is not None and a.baseline is None:
         print(f"tenancy-audit: judged against the run's baseline {path} (pass --baseline to use another)",
               file=sys.stderr)
-    return evaluate(out, record, base, seconds=time.monotonic() - started, flows=a.flows)
+    return evaluate(out, record, base, seconds=time.monotonic() - started, flows=a.flows, limits=_limits(a))
 
 
 def _reconcile_files(a: argparse.Namespace, started: float) -> AuditResult:
     """A registry and a flow file (plus logs, stubs, homes): findings labelled with --scenario/--phase."""
     registry = load(a.registry)
     homes = {} if a.no_homes else {t.name: Path(t.home) for t in registry if t.home}
-    rec = reconcile(registry, a.flows, homes=homes, logs=[LogSource(p, None) for p in a.logs], stub_log=a.stubs)
+    rec = reconcile(registry, a.flows, homes=homes, logs=[LogSource(p, None) for p in a.logs], stub_log=a.stubs,
+                    limits=_limits(a))
     found = [f.labelled(a.scenario, a.phase) for f in rec.findings]
     findings, known, fixed, warnings = found, [], [], []
     if a.baseline:
@@ -292,7 +320,8 @@ def _reconcile_files(a: argparse.Namespace, started: float) -> AuditResult:
                        {"mitmproxy": mitmproxy.version.VERSION, "tenancy-audit": harness.__version__},
                        inspected={**rec.inspected, "flows": rec.flows}, fixed=fixed,
                        seconds=time.monotonic() - started,
-                       snapshots={t: len(snaps) for t, snaps in rec.snapshots.items()}, warnings=warnings)
+                       snapshots={t: len(snaps) for t, snaps in rec.snapshots.items()}, warnings=warnings,
+                       not_inspected=[n.to_dict() for n in rec.not_inspected])
 
 
 def cmd_scan(a: argparse.Namespace) -> int:
@@ -302,14 +331,19 @@ def cmd_scan(a: argparse.Namespace) -> int:
     for p in a.paths:
         if not p.exists():
             raise UsageError(f"{p} does not exist")
-    findings, unreadable = scan.scan_paths(a.paths, registry, a.owner)
-    verdict = Verdict(findings, reasons=[f"unreadable: {p}" for p in unreadable])
-    _print_findings(findings)
-    for p in unreadable:
+    result = scan.scan_paths(a.paths, registry, a.owner, limits=_limits(a))
+    reasons = [f"unreadable: {p}" for p in result.unreadable]
+    reasons += [r for r in result.reasons() if ": unreadable" not in r]
+    verdict = Verdict(result.findings, reasons=reasons)
+    _print_findings(result.findings)
+    for p in result.unreadable:
         print(f"unreadable: {p}")
+    _print_not_inspected([n for n in result.not_inspected if not n.reason.startswith("unreadable")])
     if a.json_out:
-        write_private(a.json_out, json.dumps({"verdict": verdict.status, "reasons": verdict.reasons,
-                                              "findings": [f.to_dict() for f in findings]}, indent=2).encode())
+        write_private(a.json_out, json.dumps({
+            "verdict": verdict.status, "reasons": verdict.reasons,
+            "not_inspected": [n.to_dict() for n in result.not_inspected],
+            "findings": [f.to_dict() for f in result.findings]}, indent=2).encode())
     return verdict.exit_code
 
 

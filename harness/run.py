@@ -31,6 +31,7 @@ from harness.core.findings import Finding, Verdict
 from harness.core.procs import ProcessSet, reap_stale
 from harness.core.registry import Registry, load, mint
 from harness.detect.reconcile import EvidenceError, LogSource, Phase, reconcile
+from harness.detect.scan import DEFAULT_LIMITS, Limits
 from harness.drive import plants
 from harness.drive.backends import BackendError
 from harness.drive.context import Context, ScenarioOptions
@@ -303,7 +304,7 @@ def read_record(out: Path) -> dict[str, Any]:
 
 
 def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None, *, seconds: float = 0.0,
-             flows: Path | None = None) -> AuditResult:
+             flows: Path | None = None, limits: Limits | None = None) -> AuditResult:
     """The verdict of an evidence folder, from its files only: `run` calls this once it has written them, and
     `reconcile EVIDENCE` calls it again later, so both reach the same findings, fingerprints and verdict.
     What the run saw live (driver findings, failed turns, teardown reasons, plants) comes from `record`."""
@@ -323,7 +324,8 @@ def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None,
     stub_log = out / "stubs.jsonl"
     rec = reconcile(registry, flows or out / "flows.mitm", homes=homes, logs=logs,
                     stub_log=stub_log if stub_log.exists() else None,
-                    expect_snapshots=record.get("expect_snapshots"), phases=phases, empty_ok=True)
+                    expect_snapshots=record.get("expect_snapshots"), phases=phases, empty_ok=True,
+                    limits=limits or DEFAULT_LIMITS)
     found = [f if f.scenario else replace(f, scenario=scenario, phase=f.phase or "end")
              for f in rec.findings + live + turns]
     reasons = [*record.get("reasons", []), *rec.reasons]
@@ -339,7 +341,8 @@ def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None,
                        _versions(record.get("hermes-agent")), inspected={**rec.inspected, "flows": rec.flows},
                        timeline=record.get("turns", []), fixed=fixed, seconds=seconds,
                        snapshots={t: len(snaps) for t, snaps in rec.snapshots.items()}, out=out,
-                       plants=sorted(planted), warnings=warnings)
+                       plants=sorted(planted), warnings=warnings,
+                       not_inspected=[n.to_dict() for n in rec.not_inspected])
 
 
 def _drive(

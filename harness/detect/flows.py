@@ -31,6 +31,7 @@ from harness.detect.decode import (
     utf8_bytes,
 )
 from harness.detect.matcher import SEPARATOR, Hit, Matcher
+from harness.detect.scan import NotInspected, ScanHit, scan_bytes
 
 _SEPARATOR = SEPARATOR.decode()
 
@@ -56,7 +57,7 @@ def tenant_for(registry: Registry, *, listen_port: int | None = None, host: str 
     return None
 
 
-def _label(body_encoding: str | None, hit: Hit) -> str:
+def _label(body_encoding: str | None, hit: Hit | ScanHit) -> str:
     if not body_encoding:
         return hit.encoding
     return body_encoding if hit.encoding == "plain" else f"{body_encoding}+{hit.encoding}"
@@ -73,6 +74,7 @@ class _Scan:
     kind: str
     findings: list[Finding] = field(default_factory=list)
     seen: set[tuple[str, str]] = field(default_factory=set)
+    not_inspected: list[NotInspected] = field(default_factory=list)
 
     def scan(
         self,
@@ -131,8 +133,27 @@ class _Scan:
                           f"{prefix}.headers.{name}", None, skip if name in KEY_HEADERS else frozenset(), False, False)
             base = end + len(SEPARATOR)
 
+    def layered(self, data: bytes, part: str, *, encoding: str | None = None,
+                skip: frozenset[tuple[str, str]] = frozenset(), only_new: bool = False) -> None:
+        """Scan `data` and every layer in it (base64 blocks, compressed streams, ...: `scan.scan_bytes`)."""
+        where = f"flow:{self.flow_id}:{part}"
+        skipped: list[NotInspected] = []
+        for h in scan_bytes(data, self.matcher, headerless=False, not_inspected=skipped):
+            ident = (h.tenant, h.kind)
+            if h.tenant == self.tenant or ident in skip or (only_new and ident in self.seen):
+                continue
+            self.seen.add(ident)
+            self.findings.append(Finding(
+                kind=self.kind, victim=h.tenant, seen_in=self.tenant, canary=h.kind, channel=self.channel,
+                location=h.location(where), encoding=_label(encoding, h), evidence=h.evidence,
+            ))
+        self.not_inspected += [replace(n, path=where + n.path.removeprefix("bytes")) for n in skipped]
+
     def body(self, body: Body, part: str, skip: frozenset[tuple[str, str]] = frozenset()) -> None:
-        self.scan(body.data, part, encoding=body.encoding, skip=skip)
+        self.layered(body.data, part, encoding=body.encoding, skip=skip)
+        if body.partial:
+            read = len(body.data) if body.note == "truncated" else 0
+            self.not_inspected.append(NotInspected(f"flow:{self.flow_id}:{part}", f"body {body.note}", read))
 
 
 @dataclass
@@ -150,6 +171,7 @@ class RequestReport:
     size: int
     note: str = ""
     findings: list[Finding] = field(default_factory=list)
+    not_inspected: list[NotInspected] = field(default_factory=list)
 
 
 @dataclass
@@ -162,6 +184,7 @@ class ResponseReport:
     error: str | None = None
     note: str = ""
     findings: list[Finding] = field(default_factory=list)
+    not_inspected: list[NotInspected] = field(default_factory=list)
 
 
 def _bearer_state(tenant: Tenant | None, bearer: str | None, owner: Tenant | None) -> str:
@@ -252,6 +275,7 @@ def inspect_request(
     scan.headers(headers, "request", frozenset(skip_headers))
     scan.body(decoded, "request.body", frozenset(skip_body))
     report.findings += scan.findings
+    report.not_inspected = scan.not_inspected
     return report
 
 
@@ -276,8 +300,9 @@ def inspect_response(
     scan.body(decoded, "response.body")
     if streamed and not decoded.note:
         for path, text in sse_streams(decoded.data).items():
-            scan.scan(utf8_bytes(text), f"response.sse.{path}", only_new=True)
+            scan.layered(utf8_bytes(text), f"response.sse.{path}", only_new=True)
     report.findings = scan.findings
+    report.not_inspected = scan.not_inspected
     return report
 
 
@@ -303,6 +328,9 @@ class FlowReport:
         for part in (self.request, self.response):
             if part is not None:
                 part.findings = [f.labelled(scenario, phase) for f in part.findings]
+    @property
+    def not_inspected(self) -> list[NotInspected]:
+        return self.request.not_inspected + (self.response.not_inspected if self.response else [])
 
     def ledger_entry(self) -> dict[str, Any]:
         req, resp = self.request, self.response

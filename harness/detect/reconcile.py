@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +55,16 @@ class Reconciliation:
     flows_per_tenant: Counter[str] = field(default_factory=Counter)
     inspected: Counter[str] = field(default_factory=Counter)
     reasons: list[str] = field(default_factory=list)
+    #: Everything not read to its end (files, layers, bodies); those read in part are also in `reasons`.
+    not_inspected: list[scan.NotInspected] = field(default_factory=list)
+
+    def skip(self, entries: Sequence[scan.NotInspected], where: str = "") -> None:
+        """Record entries not read to their end (`where`: the home or folder their paths are relative to)."""
+        for n in entries:
+            n = replace(n, path=f"{where}/{n.path}" if where else n.path)
+            self.not_inspected.append(n)
+            if n.partial:
+                self.reasons.append(f"not fully inspected: {n.summary()}")
 
 
 def read_flows(path: Path, *, empty_ok: bool = False) -> tuple[list[http.HTTPFlow], str | None]:
@@ -115,8 +125,10 @@ def reconcile(
     expect_snapshots: dict[str, int] | None = None,
     phases: Sequence[Phase] = (),
     empty_ok: bool = False,
+    limits: scan.Limits = scan.DEFAULT_LIMITS,
 ) -> Reconciliation:
-    """Every invariant over the evidence; findings carry the scenario/phase they happened in."""
+    """Every invariant over the evidence; findings carry the scenario/phase they happened in. Whatever
+    was not read to its end is in `not_inspected`; what was read in part makes a reason (inconclusive)."""
     matcher = matcher_for(registry)
     phases = list(phases)
     rec = Reconciliation()
@@ -130,6 +142,7 @@ def reconcile(
         phase = _flow_phase(flow, phases)
         report = inspect_flow(registry, matcher, flow)
         rec.findings += _tag(list(report.findings), phase)
+        rec.skip(report.not_inspected)
         tenant = report.request.tenant
         if tenant is None:
             continue
@@ -152,22 +165,31 @@ def reconcile(
         if not home.exists():
             rec.reasons.append(f"home of tenant {name!r} is missing: {home}")
             continue
-        result = scan.scan_tree(home, registry, name, matcher=matcher)
+        result = scan.scan_tree(home, registry, name, matcher=matcher, limits=limits)
         rec.findings += result.findings
         rec.inspected["file"] += result.files
         rec.reasons += [f"unreadable file {p}" for p in result.unreadable]
+        rec.skip([n for n in result.not_inspected if not n.reason.startswith("unreadable")], str(home))
+        rec.not_inspected += [replace(n, path=f"{home}/{n.path}") for n in result.not_inspected
+                              if n.reason.startswith("unreadable")]
     for source in logs:
-        try:
-            data = source.path.read_bytes()
-        except OSError as exc:
-            rec.reasons.append(f"log {source.path} unreadable: {exc.strerror}")
-            continue
-        rec.inspected[source.channel] += 1
         if source.channel == "rpc":
-            rec.findings += _scan_rpc(data, registry, matcher, source.path.name, phases)
-        else:
-            rec.findings += scan.scan_text(data, registry, source.owner, label=source.path.name, channel="log",
-                                            matcher=matcher)
+            try:
+                data = source.path.read_bytes()
+            except OSError as exc:
+                rec.reasons.append(f"log {source.path} unreadable: {exc.strerror}")
+                continue
+            rec.inspected["rpc"] += 1
+            rec.findings += _scan_rpc(data, registry, matcher, source.path.name, phases, rec)
+            continue
+        log = scan.scan_log(source.path, registry, source.owner, label=source.path.name, matcher=matcher,
+                            limits=limits)
+        if log.unreadable:
+            rec.reasons.append(f"log {source.path} unreadable")
+            continue
+        rec.inspected["log"] += 1
+        rec.findings += log.findings
+        rec.skip(log.not_inspected)
     for name, wanted in (expect_snapshots or {}).items():
         got = len(rec.snapshots.get(name, []))
         if got < wanted:
@@ -180,7 +202,8 @@ def reconcile(
     return rec
 
 
-def _scan_rpc(data: bytes, registry: Registry, matcher: Matcher, label: str, phases: list[Phase]) -> list[Finding]:
+def _scan_rpc(data: bytes, registry: Registry, matcher: Matcher, label: str, phases: list[Phase],
+              rec: Reconciliation) -> list[Finding]:
     """An RPC log (JSONL of frames): each tenant's frames may carry no other tenant's canary; frames that
     belong to no session may carry no secret at all."""
     lines = data.decode("utf-8", "replace").splitlines()
@@ -188,24 +211,26 @@ def _scan_rpc(data: bytes, registry: Registry, matcher: Matcher, label: str, pha
     bound: dict[str, str] = {}
     for line in lines:
         try:
-            rec = json.loads(line)
+            record = json.loads(line)
         except ValueError:
             continue  # a line cut by a killed run
-        records.append(rec)
-        if rec.get("dir") == "bind":
-            bound[rec["frame"]["session_id"]] = rec["tenant"]
+        records.append(record)
+        if record.get("dir") == "bind":
+            bound[record["frame"]["session_id"]] = record["tenant"]
     findings = []
-    for n, rec in enumerate(records, 1):
-        if rec.get("dir") == "bind":
+    for n, record in enumerate(records, 1):
+        if record.get("dir") == "bind":
             continue
-        frame = rec.get("frame")
+        frame = record.get("frame")
         sid = ((frame.get("params") or {}).get("session_id") if isinstance(frame, dict) else None)
-        owner = rec.get("tenant") or bound.get(sid or "")
+        owner = record.get("tenant") or bound.get(sid or "")
         if owner is not None and owner not in registry.tenants:
             owner = None
+        skipped: list[scan.NotInspected] = []
         hits = scan.scan_text(json.dumps(frame).encode(), registry, owner, label=f"{label}#{n}", channel="rpc",
-                             matcher=matcher)
-        findings += _tag(hits, _phase_of(rec.get("t", 0.0), phases))
+                              matcher=matcher, not_inspected=skipped)
+        findings += _tag(hits, _phase_of(record.get("t", 0.0), phases))
+        rec.skip(skipped)
     return findings
 
 

@@ -129,6 +129,17 @@ def _notes(result: AuditResult) -> str:
     return "".join(f'<div class="note">{n}</div>' for n in notes)
 
 
+def _not_inspected(result: AuditResult) -> str:
+    if not result.not_inspected:
+        return '<p class="muted">Everything was read to its end.</p>'
+    rows = "".join(
+        f"<tr><td><code>{escape(n['path'])}</code></td><td>{escape(n['reason'])}</td><td>{n['bytes_read']}</td>"
+        f"<td>{'yes (inconclusive)' if n['partial'] else 'no'}</td></tr>"
+        for n in result.not_inspected)
+    return ('<table id="not-inspected"><tr><th>path</th><th>reason</th><th>bytes read</th><th>read in part</th>'
+            f"</tr>{rows}</table>")
+
+
 def render(result: AuditResult) -> str:
     """The whole page as one string."""
     v = result.verdict
@@ -167,5 +178,7 @@ findings per channel; known ones (in the baseline) in grey.</p>
 <h2>Timeline</h2>
 {_timeline(result)}
 <h2>Inspected</h2><p>{inspected}</p>
+<h2>Not inspected ({len(result.not_inspected)})</h2>
+{_not_inspected(result)}
 </main></body></html>
 """

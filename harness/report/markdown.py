@@ -95,6 +95,11 @@ def markdown(result: AuditResult) -> str:
     if result.fixed:
         lines += ["### Fixed (in the baseline, no longer seen)", "", *[f"- `{fp}`" for fp in result.fixed], ""]
     lines += ["## Inspected", "", *[f"- {k}: {n}" for k, n in sorted(result.inspected.items())]]
+    if result.not_inspected:
+        lines += ["", f"## Not inspected ({len(result.not_inspected)})", "",
+                  "| path | reason | bytes read | read in part |", "|---" * 4 + "|"]
+        lines += [f"| `{n['path']}` | {n['reason'].replace('|', '/')} | {n['bytes_read']} | "
+                  f"{'yes (inconclusive)' if n['partial'] else 'no'} |" for n in result.not_inspected]
     if result.timeline:
         lines += ["", "## Timeline", "", "| phase | tenant | driver | ok | seconds | detail |", "|---" * 6 + "|"]
         lines += [f"| {e.get('phase', '')} | {e.get('tenant', '')} | {e.get('driver', '')} | {e.get('ok', '')} "

@@ -25,6 +25,8 @@ class AuditResult:
     fixed: list[str] = field(default_factory=list)
     seconds: float = 0.0
     snapshots: dict[str, int] = field(default_factory=dict)  # env snapshots per tenant
+    #: What was not read to its end: {path, reason, bytes_read, partial} (`scan.NotInspected.to_dict`).
+    not_inspected: list[dict[str, Any]] = field(default_factory=list)
     out: Path | None = None  # the evidence folder the reports were written to (not part of findings.json)
     plants: list[str] = field(default_factory=list)  # negative controls planted (a leak is the expected outcome)
     warnings: list[str] = field(default_factory=list)  # e.g. a version-1 baseline
@@ -48,6 +50,7 @@ class AuditResult:
             "versions": self.versions,
             "seconds": round(self.seconds, 2),
             "snapshots": dict(self.snapshots),
+            "not_inspected": list(self.not_inspected),
             "findings": [f.to_dict() for f in v.findings],
             "known": [f.to_dict() for f in v.known],
             "fixed": self.fixed,
