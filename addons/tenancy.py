@@ -16,4 +16,4 @@ except ImportError:  # run from a checkout: mitmdump -s addons/tenancy.py
 
 from harness.capture.addon import Tenancy
 
-addons = [Tenancy()]
+addons = [Tenancy(script=True)]

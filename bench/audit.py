@@ -1,6 +1,6 @@
 """Benchmark the one-shot audit against the same Hermes runs without proxy and reconciler, interleaved.
 
-    .venv/bin/python bench/audit.py [--quick] [--rounds N] [--tenants 2,4,8]
+    .venv/bin/python bench/audit.py [--quick] [--rounds N] [--tenants 2,4,8] [--ref REF]
 
 For each tenant count, every round runs both, in an order alternating by round:
 
@@ -14,11 +14,18 @@ Prints the wall time ratio audit/bare per round (median) and where the audit's t
 `run_audit` is timed by wrapping the function it calls (nothing in the harness is changed). Steps named
 `beside:` overlap others (mitmdump comes up while Hermes is checked and the turns start); `reconcile:` ones
 are parts of the reconcile.
+
+`--ref REF` (a regression check) runs instead this tree's audit against REF's, side by side: REF in a temp
+`git worktree`, one worker per tree (bench/ab.py), each round one audit in each, right after each other in an
+order flipped every round, with the same Hermes, after one untimed audit in each (its first mitmdump creates
+the tree's CA); prints the audit's wall time in both and new/old (the median of the rounds, and the lowest and
+highest). Every child is stopped on SIGTERM/SIGINT (bench/children.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import signal
 import statistics
 import sys
 import tempfile
@@ -29,6 +36,9 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+
+import ab
+import children
 
 from harness import run
 from harness.capture import proxy
@@ -88,17 +98,19 @@ def _timer(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
 
 def audit(tenants: int, root: Path) -> float:
     t = time.perf_counter()
-    code = run.run_audit(run.RunOptions(tenants=tenants, out=root / "audit", quiet=True)).verdict.exit_code
+    try:
+        code = run.run_audit(run.RunOptions(tenants=tenants, out=root / "audit", quiet=True)).verdict.exit_code
+    except run.Interrupted as exc:  # run_audit's own handlers took the signal and stopped its children
+        raise children.Interrupted(signal.Signals[str(exc)]) from None
     seconds = time.perf_counter() - t
     if code != 0:
         raise RuntimeError(f"audit of {tenants} tenants exited {code} (evidence in {root / 'audit'})")
     return seconds
 
 
-def bare(tenants: int, root: Path) -> float:
-    """The same Hermes one-shot turns, straight at the stubs."""
+def bare(tenants: int, root: Path, procs: ProcessSet) -> float:
+    """The same Hermes one-shot turns, straight at the stubs (Hermes in `procs`, closed at the end)."""
     t = time.perf_counter()
-    procs = ProcessSet()
     sandbox = Sandbox(root / "bare" / "sandbox")
     names = run.tenant_names(tenants)
     registry = mint(names, sandbox.root / "work", {n: {"listen": free_port()} for n in names})
@@ -125,7 +137,44 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="2 tenants only, 2 rounds")
     ap.add_argument("--rounds", type=int, help="rounds per tenant count (default 3; --quick 2)")
     ap.add_argument("--tenants", default="2,4,8", help="tenant counts (default 2,4,8)")
+    ap.add_argument("--ref", help="instead: this tree's audit against that git ref's, side by side")
     a = ap.parse_args(argv)
+    return children.run(lambda procs: compare(a, procs) if a.ref else bench(a, procs))
+
+
+def compare(a: argparse.Namespace, procs: ProcessSet) -> int:
+    """This tree's audit against `a.ref`'s, side by side: a worker per tree, each round one audit in each."""
+    rounds = a.rounds or (2 if a.quick else 3)
+    counts = [2] if a.quick else [int(x) for x in a.tenants.split(",")]
+    hermes = str(run.hermes_python(None))
+    print(f"{'tenants':>7} {'round':>5} {'new s':>7} {'old s':>7} {'new/old':>8}   (old = {a.ref})")
+    summary = []
+    with ab.ref_tree(a.ref) as tree:
+        sides = (ab.Worker(procs, ab.REPO, "new"), ab.Worker(procs, tree, a.ref))
+        with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:  # untimed (see above)
+            for i, side in enumerate(sides):
+                side.call("audit", tenants=2, out=str(Path(tmp) / f"warm-{i}"), hermes=hermes)
+        for n in counts:
+            got: tuple[list[float], list[float]] = ([], [])
+            for r in range(rounds):
+                with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
+                    for i in (0, 1) if r % 2 == 0 else (1, 0):
+                        reply = sides[i].call("audit", tenants=n, out=str(Path(tmp) / f"audit-{i}"), hermes=hermes)
+                        if reply["code"] != 0:
+                            raise RuntimeError(f"{sides[i].name} audit of {n} tenants exited {reply['code']}")
+                        got[i].append(reply["seconds"])
+                print(f"{n:7d} {r:5d} {got[0][-1]:7.2f} {got[1][-1]:7.2f} {got[0][-1] / got[1][-1]:7.2f}x", flush=True)
+            ratios = [x / y for x, y in zip(*got, strict=True)]
+            summary.append(f"  {n} tenants: new/old {statistics.median(ratios):.2f}x [{min(ratios):.2f}, "
+                           f"{max(ratios):.2f}] (new {statistics.median(got[0]):.2f} s, old "
+                           f"{statistics.median(got[1]):.2f} s)")
+        procs.close()
+    print(f"median of per-round ratios ({rounds} rounds):")
+    print("\n".join(summary))
+    return 0
+
+
+def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
     rounds = a.rounds or (2 if a.quick else 3)
     counts = [2] if a.quick else [int(x) for x in a.tenants.split(",")]
     print(f"{'tenants':>7} {'round':>5} {'audit s':>8} {'bare s':>7} {'audit/bare':>10}")
@@ -135,14 +184,13 @@ def main(argv: list[str] | None = None) -> int:
         STEPS.clear()
         for r in range(rounds):
             with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
-                order = (("audit", audit), ("bare", bare)) if r % 2 == 0 else (("bare", bare), ("audit", audit))
                 got = {}
-                for name, fn in order:
+                for name in ("audit", "bare")[:: 1 if r % 2 == 0 else -1]:
                     if name == "audit":
                         with timed_steps():
-                            got[name] = fn(n, Path(tmp))
+                            got[name] = audit(n, Path(tmp))
                     else:
-                        got[name] = fn(n, Path(tmp))
+                        got[name] = bare(n, Path(tmp), procs)
             audits.append(got["audit"])
             bares.append(got["bare"])
             ratios.append(got["audit"] / got["bare"])

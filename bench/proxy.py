@@ -29,12 +29,17 @@ with this machine: its CPU speed wanders by up to +-30% within tens of milliseco
 Then the ratios (`paired`), each of two configurations measured side by side so that both see the same
 machine: at one connection, one request to each in turn (the ratio of summed latencies); with more, both
 proxies loaded at once on the CPU they share, which the scheduler splits evenly, so the ratio is that of
-their CPU cost per request. Printed: the median over rounds and the lowest and highest round. The control
+their CPU cost per request. The rounds of a pair follow one another on the same warmed-up connections,
+each at least 8 requests per side long. Printed: the median over rounds and the lowest and highest round. The control
 pair `stream-* / plain-*` (for JSON a script that does nothing) shows the method's own spread: 1.00 when
 nothing differs.
 Then the SSE first-token delay: a stream of 10 events 20 ms apart, one request at a time, every
 configuration in turn; the first event's arrival against the last one's shows whether a proxy buffers.
-Everything listens on 127.0.0.1; every child is stopped by its pid at the end.
+
+`--quick` (under 3 minutes on 2 vCPUs) measures 1 and 8 connections, the table once with few requests, 3
+side-by-side rounds of 0.4 s per pair and 5 first-token requests per configuration; the full run takes far
+longer (9 rounds of 2 s per pair and cell). Everything listens on 127.0.0.1; every child is in a ProcessSet,
+stopped at the end and at once on SIGTERM/SIGINT (`children.py`), and each phase's wall time is printed.
 """
 
 from __future__ import annotations
@@ -43,9 +48,9 @@ import argparse
 import asyncio
 import contextlib
 import ipaddress
+import itertools
 import json
 import os
-import signal
 import socket
 import ssl
 import statistics
@@ -54,10 +59,12 @@ import sys
 import tempfile
 import time
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+import children
 import mitmproxy.version
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -65,15 +72,17 @@ from hooks import FILLER, make_registry, request_body
 from mitmproxy import certs
 
 from harness.capture.proxy import REPO, free_port, mitmdump_binary
+from harness.core.procs import ProcessSet
 from harness.core.registry import Registry
 
 KiB = 1024
 EVENT = 1024  # bytes per SSE event
 SIZES = (1 * KiB, 256 * KiB)
-CONCURRENCY = (1, 8, 32)
 KINDS = ("json", "sse")
 #: Side by side with several connections, completions are counted only after both proxies have run this long.
 SETTLE = 0.25
+#: Side by side, a round lasts until each side has completed at least this many requests (and one per connection).
+LEAST = 8
 STREAM_ADDON = Path(__file__).resolve().parent / "stream_sse.py"
 #: Every configuration with an addon, and the configurations it is compared with (those present in a cell).
 BASELINES = {
@@ -85,6 +94,25 @@ BASELINES = {
 #: Plain mitmdump with a script that streams SSE; for a JSON body it does nothing, so it shows what carrying
 #: any script costs mitmdump.
 STREAMING = ("stream-rev", "stream-fwd")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How much a run measures (the defaults of its options)."""
+
+    conc: tuple[int, ...]  # connection counts of the cells
+    rounds: int  # table: rounds per cell
+    requests: tuple[int, int]  # table: requests per round, bodies under 64 KiB and larger ...
+    per_conn: int  # ... and at least this many per connection (every connection busy for most of the round)
+    pairs: int  # side by side: rounds per pair
+    seconds: float  # side by side: length of a round (after SETTLE; times conc/8 above 8 connections)
+    first: int  # first token: requests per configuration
+
+
+FULL = Plan(conc=(1, 8, 32), rounds=3, requests=(400, 240), per_conn=32, pairs=9, seconds=2.0, first=50)
+#: Under 3 minutes on 2 vCPUs: each cell's table once with few requests, 3 shorter rounds per pair, and no
+#: 32 connections (like 8, both proxies saturated, at 4x the round length and warm-up; `--conc 1,8,32`).
+QUICK = Plan(conc=(1, 8), rounds=1, requests=(16, 6), per_conn=2, pairs=3, seconds=0.4, first=5)
 
 
 # -- the stub (a child process: `bench/proxy.py --stub HTTP_PORT TLS_PORT CERT KEY`) --------------------------
@@ -261,8 +289,9 @@ class Round:
 
 
 async def warm(target: Target, tls: ssl.SSLContext, conc: int, query: str, size: int) -> list[tuple[Conn, bytes]]:
-    """`conc` keep-alive connections to `target`, each with its request, after one warm-up request each."""
-    conns = [await Conn.open(target, i, tls) for i in range(conc)]
+    """`conc` keep-alive connections to `target` (opened at once), each with its request, after one warm-up
+    request each."""
+    conns = await asyncio.gather(*(Conn.open(target, i, tls) for i in range(conc)))
     pairs = [(c, request_bytes(target, i, c.host, query, size)) for i, c in enumerate(conns)]
     await asyncio.gather(*(c.request(r) for c, r in pairs))
     return pairs
@@ -293,24 +322,10 @@ async def load(target: Target, tls: ssl.SSLContext, conc: int, total: int, query
     return Round(seconds, lat)
 
 
-async def until(pairs: list[tuple[Conn, bytes]], start: float, deadline: float) -> list[float]:
-    """Latencies of the requests completed between `start` and `deadline`, over every connection of `pairs`
-    (which keep sending from now until the deadline)."""
-    got: list[float] = []
-
-    async def worker(conn: Conn, raw: bytes) -> None:
-        while time.perf_counter() < deadline:
-            whole, _ = await conn.request(raw)
-            if start <= time.perf_counter() < deadline:
-                got.append(whole)
-
-    await asyncio.gather(*(worker(c, r) for c, r in pairs))
-    return got
-
-
-async def paired(a: Target, b: Target, tls: ssl.SSLContext, conc: int, seconds: float, query: str,
-                 size: int) -> float:
-    """Throughput of `a` over `b`, measured side by side so that both see the same machine.
+async def paired(a: Target, b: Target, tls: ssl.SSLContext, conc: int, seconds: float, rounds: int, query: str,
+                 size: int) -> list[float]:
+    """Throughput of `a` over `b` in each of `rounds` rounds, measured side by side so that both see the same
+    machine.
 
     This machine's CPU speed wanders by +-30% within tens of milliseconds, more than the effect measured.
     At one connection the two get one request each in turn, and the ratio is that of their summed latencies
@@ -319,28 +334,65 @@ async def paired(a: Target, b: Target, tls: ssl.SSLContext, conc: int, seconds: 
     requests they complete is the inverse ratio of their CPU cost per request. It is taken as the inverse
     ratio of their mean latencies (with every connection always busy, throughput = connections / mean
     latency), because completions come in bursts of about one per connection and a count moves in steps.
+    The connections are warmed up once; the rounds follow one another on them (after SETTLE with more
+    connections), each `seconds` long (times conc/8 above 8 connections: at 32 a proxy completes about one
+    request per connection every 150 ms, in bursts) or longer, until each side has completed LEAST requests
+    and one per connection in it.
     """
-    pa, pb = await warm(a, tls, conc, query, size), await warm(b, tls, conc, query, size)
-    now = time.perf_counter()
-    # At 32 connections a proxy completes about one request per connection every 150 ms, in bursts: a
-    # longer window holds enough of them.
-    start, deadline = now + SETTLE, now + SETTLE + seconds * max(1, conc / 8)
+    pa, pb = await asyncio.gather(warm(a, tls, conc, query, size), warm(b, tls, conc, query, size))
+    least = max(LEAST, conc)
     if conc == 1:
-        (ca, ra), (cb, rb) = pa[0], pb[0]
-        spent = {"a": 0.0, "b": 0.0}
-        turn = 0
-        while time.perf_counter() < deadline:
-            order = [("a", ca, ra), ("b", cb, rb)][:: 1 if turn % 2 == 0 else -1]
-            for key, conn, raw in order:
-                spent[key] += (await conn.request(raw))[0]
-            turn += 1
-        ratio = spent["b"] / spent["a"]
+        got = [await alternate(pa[0], pb[0], seconds, least) for _ in range(rounds)]
     else:
-        la, lb = await asyncio.gather(until(pa, start, deadline), until(pb, start, deadline))
-        ratio = statistics.mean(lb) / statistics.mean(la)
+        got = await loaded(pa, pb, seconds * max(1, conc / 8), rounds, least)
     await close(pa)
     await close(pb)
-    return ratio
+    return got
+
+
+async def alternate(a: tuple[Conn, bytes], b: tuple[Conn, bytes], seconds: float, least: int) -> float:
+    """One request to each in turn (the order flips every turn) for `seconds` and `least` turns: b's summed
+    latency over a's."""
+    deadline = time.perf_counter() + seconds
+    spent = [0.0, 0.0]
+    turn = 0
+    while turn < least or time.perf_counter() < deadline:
+        for side in (0, 1) if turn % 2 == 0 else (1, 0):
+            conn, raw = (a, b)[side]
+            spent[side] += (await conn.request(raw))[0]
+        turn += 1
+    return spent[1] / spent[0]
+
+
+async def loaded(pa: list[tuple[Conn, bytes]], pb: list[tuple[Conn, bytes]], seconds: float, rounds: int,
+                 least: int) -> list[float]:
+    """Every connection of both sides always busy; after SETTLE, `rounds` windows of `seconds` (each until
+    both sides have completed `least` requests in it): per window, b's mean latency over a's. A request
+    counts in the window it completes in."""
+    done: tuple[list[tuple[float, float]], list[tuple[float, float]]] = ([], [])  # (completed at, latency)
+    stop = asyncio.Event()
+
+    async def worker(side: int, conn: Conn, raw: bytes) -> None:
+        while not stop.is_set():
+            whole, _ = await conn.request(raw)
+            done[side].append((time.perf_counter(), whole))
+
+    tasks = [asyncio.create_task(worker(side, c, r)) for side, pairs in enumerate((pa, pb)) for c, r in pairs]
+    edges = [time.perf_counter() + SETTLE]
+    try:
+        for _ in range(rounds):
+            await asyncio.sleep(edges[-1] + seconds - time.perf_counter())
+            while min(sum(t >= edges[-1] for t, _ in side) for side in done) < least:
+                await asyncio.sleep(0.01)
+            edges.append(time.perf_counter())
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)  # each finishes the request it has in flight
+    got = []
+    for lo, hi in itertools.pairwise(edges):
+        la, lb = ([x for t, x in side if lo <= t < hi] for side in done)
+        got.append(statistics.mean(lb) / statistics.mean(la))
+    return got
 
 
 # -- processes ------------------------------------------------------------------------------------------------
@@ -355,28 +407,37 @@ def accepts(port: int) -> bool:
         return False
 
 
-def spawn(argv: list[str], ports: list[int], log: Path, env: dict[str, str] | None = None,
-          cpus: set[int] | None = None) -> subprocess.Popen[bytes]:
-    """Start a child (on `cpus` only, when given) and wait until it accepts on every port."""
-    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None
+@dataclass
+class Child:
+    """A child starting up: it is ready when it accepts on every port."""
+
+    proc: subprocess.Popen[bytes]
+    ports: list[int]
+    log: Path
+
+
+def spawn(procs: ProcessSet, argv: list[str], ports: list[int], log: Path, env: dict[str, str] | None = None,
+          cpus: set[int] | None = None) -> Child:
+    """Start a child in `procs` (on `cpus` only, when given); `ready` waits for it."""
+    mine = os.sched_getaffinity(0)
     with log.open("wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=fh, env=env, start_new_session=True, preexec_fn=pin)
-    deadline = time.monotonic() + 60
-    while not all(map(accepts, ports)):
-        if proc.poll() is not None or time.monotonic() > deadline:
-            raise RuntimeError(f"{argv[0]} did not come up: {log.read_text()[-400:]}")
-        time.sleep(0.05)
-    return proc
-
-
-def stop(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGINT)
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+            if cpus:
+                os.sched_setaffinity(0, cpus)  # the child inherits it
+            proc = procs.spawn(argv, env=env or dict(os.environ), stdout=fh, stderr=fh)
+        finally:
+            os.sched_setaffinity(0, mine)
+    return Child(proc, ports, log)
+
+
+def ready(starting: list[Child], timeout: float = 60) -> None:
+    """Wait until every child accepts on every port (they start side by side)."""
+    deadline = time.monotonic() + timeout
+    for child in starting:
+        while not all(map(accepts, child.ports)):
+            if child.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"{child.proc.args[0]} did not come up: {child.log.read_text()[-400:]}")
+            time.sleep(0.05)
 
 
 def mitmdump_argv(confdir: Path, modes: list[str], extra: list[str]) -> list[str]:
@@ -410,7 +471,7 @@ def _p(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
-async def throughput(targets: dict[str, Target], tls: ssl.SSLContext, rounds: int, quick: bool,
+async def throughput(targets: dict[str, Target], tls: ssl.SSLContext, rounds: int, plan: Plan,
                      cells: tuple[list[str], list[int], list[int]]) -> None:
     """req/s and p50/p99 latency of every configuration, one after the other (rotated order per round)."""
     print(f"{'body':5} {'size':>7} {'conc':>4}  {'config':10} {'req/s':>8} {'p50 ms':>8} {'p99 ms':>8}")
@@ -418,8 +479,7 @@ async def throughput(targets: dict[str, Target], tls: ssl.SSLContext, rounds: in
     for kind in kinds:
         for size in sizes:
             for conc in concs:
-                base = (150 if quick else 400) if size < 64 * KiB else (96 if quick else 240)
-                total = max(base, (16 if quick else 32) * conc)  # every connection busy for most of the round
+                total = max(plan.requests[size >= 64 * KiB], plan.per_conn * conc)
                 query = f"kind={kind}&size={size}"
                 names = list(targets)
                 results: dict[str, list[Round]] = {name: [] for name in names}
@@ -442,7 +502,8 @@ async def ratios(targets: dict[str, Target], tls: ssl.SSLContext, rounds: int, s
              for base in bases if base in targets]
     pairs += [(s, f"plain-{s.split('-')[1]}") for s in STREAMING if s in targets]
     pairs = [(name, base) for name, base in pairs if only in f"{name}/{base}"]
-    print(f"side by side: {rounds} rounds of {seconds:.1f} s per pair; median [lowest, highest] of the rounds")
+    print(f"side by side: {rounds} rounds of {seconds:.1f} s (and {LEAST} requests) per pair, one after the other on "
+          "the same connections; median [lowest, highest] of the rounds")
     lines = []
     kinds, sizes, concs = cells
     for kind in kinds:
@@ -450,8 +511,7 @@ async def ratios(targets: dict[str, Target], tls: ssl.SSLContext, rounds: int, s
             for conc in concs:
                 query = f"kind={kind}&size={size}"
                 for name, base in pairs:
-                    got = [await paired(targets[name], targets[base], tls, conc, seconds, query, size)
-                           for _ in range(rounds)]
+                    got = await paired(targets[name], targets[base], tls, conc, seconds, rounds, query, size)
                     line = (f"{kind:5} {size // KiB:4d} KiB conc {conc:2d}  {name:10} / {base:10} "
                             f"{statistics.median(got):5.2f}x  [{min(got):.2f}, {max(got):.2f}]")
                     print(line)
@@ -495,6 +555,15 @@ def old_tree(ref: str, root: Path) -> Path:
     return root
 
 
+def _phase[T](name: str, work: Coroutine[Any, Any, T], took: dict[str, float]) -> T:
+    """`asyncio.run(work)`, its wall time printed and kept in `took[name]`."""
+    start = time.perf_counter()
+    result = asyncio.run(work)
+    took[name] = time.perf_counter() - start
+    print(f"({name}: {took[name]:.0f} s)\n")
+    return result
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",")]
 
@@ -513,13 +582,13 @@ def distinct_port() -> int:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer requests and rounds (about 2 minutes)")
-    ap.add_argument("--rounds", type=int, help="rounds per cell (default 3, --quick 2)")
+    ap.add_argument("--quick", action="store_true", help="fewer cells, requests and rounds (under 3 minutes)")
+    ap.add_argument("--rounds", type=int, help="table rounds per cell (default 3, --quick 1)")
     ap.add_argument("--ref", help="also run the addon of this git ref (old-rev, old-fwd), e.g. HEAD")
     ap.add_argument("--kinds", default=",".join(KINDS), help="body kinds (default json,sse)")
     ap.add_argument("--sizes", default=",".join(str(x // KiB) for x in SIZES), help="body KiB (default 1,256)")
-    ap.add_argument("--conc", default=",".join(map(str, CONCURRENCY)), help="connections (default 1,8,32)")
-    ap.add_argument("--pairs", type=int, help="side-by-side rounds per pair (default 9, --quick 5)")
+    ap.add_argument("--conc", help="connections (default 1,8,32; --quick 1,8)")
+    ap.add_argument("--pairs", type=int, help="side-by-side rounds per pair (default 9, --quick 3)")
     ap.add_argument("--only", default="", help="only the side-by-side pairs whose 'name/base' holds this text")
     ap.add_argument("--no-table", action="store_true", help="only the side-by-side ratios, not the req/s table")
     ap.add_argument("--no-pin", action="store_true",
@@ -530,7 +599,14 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.suppress(KeyboardInterrupt):
             asyncio.run(serve_stub(int(a.stub[0]), int(a.stub[1]), a.stub[2], a.stub[3]))
         return 0
-    rounds = a.rounds or (2 if a.quick else 3)
+    return children.run(lambda procs: bench(a, procs))
+
+
+def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
+    """Start the stub and every mitmdump in `procs`, then measure: the table, the ratios, the first token."""
+    began = time.perf_counter()
+    plan = QUICK if a.quick else FULL
+    rounds = a.rounds or plan.rounds
     # The proxies get a CPU of their own, the load client and the stub the other: the proxy under test is the
     # bottleneck, and the scheduler no longer moves it onto the client's CPU from one round to the next.
     proxy_cpus: set[int] | None = None
@@ -538,8 +614,8 @@ def main(argv: list[str] | None = None) -> int:
         first, second, *_ = sorted(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {first})
         proxy_cpus = {second}
-    cells = (a.kinds.split(","), [x * KiB for x in _ints(a.sizes)], _ints(a.conc))
-    procs: list[subprocess.Popen[bytes]] = []
+    conc = _ints(a.conc) if a.conc else list(plan.conc)
+    cells = (a.kinds.split(","), [x * KiB for x in _ints(a.sizes)], conc)
     with tempfile.TemporaryDirectory(prefix="bench-proxy-") as tmp:
         root = Path(tmp)
         confdir = root / "confdir"
@@ -547,8 +623,8 @@ def main(argv: list[str] | None = None) -> int:
         try:
             cert, key = stub_cert(confdir)
             http_port, tls_port = distinct_port(), distinct_port()
-            procs.append(spawn([sys.executable, __file__, "--stub", str(http_port), str(tls_port), str(cert), str(key)],
-                               [http_port, tls_port], root / "stub.log"))
+            starting = [spawn(procs, [sys.executable, __file__, "--stub", str(http_port), str(tls_port), str(cert),
+                                      str(key)], [http_port, tls_port], root / "stub.log")]
             upstream = f"reverse:http://127.0.0.1:{http_port}"
             lazy = ["--set", "connection_strategy=lazy", "--set", "ssl_insecure=true"]
             trees = {"addon": REPO} | ({"old": old_tree(a.ref, root / "old")} if a.ref else {})
@@ -583,13 +659,14 @@ def main(argv: list[str] | None = None) -> int:
                                  "--set", f"tenancy_ledger={root / f'ledger-{name}-{topo}.jsonl'}"]
                     elif name == "stream":
                         extra = [*extra, "-s", str(STREAM_ADDON)]
-                    procs.append(spawn(mitmdump_argv(confdir, modes, extra), listen,
-                                       root / f"mitmdump-{name}-{topo}.log", env, proxy_cpus))
+                    starting.append(spawn(procs, mitmdump_argv(confdir, modes, extra), listen,
+                                          root / f"mitmdump-{name}-{topo}.log", env, proxy_cpus))
                     connect = None
                     if topo == "fwd":
                         connect = (lambda i: f"{fwd.names()[i % 8]}.llm.test:443") if tree else (
                             lambda i: f"127.0.0.1:{tls_port}")
                     targets[f"{name}-{topo}"] = Target(f"{name}-{topo}", reg, listen, connect)
+            ready(starting)
             order = ["direct", "plain-rev", "stream-rev", "addon-rev", "old-rev",
                      "plain-fwd", "stream-fwd", "addon-fwd", "old-fwd"]
             targets = {name: targets[name] for name in order if name in targets}
@@ -600,14 +677,14 @@ def main(argv: list[str] | None = None) -> int:
                   + (f"; proxies on CPU {sorted(proxy_cpus)}, client and stub on the rest" if proxy_cpus else
                      "; not pinned: side by side with several connections, two proxies may each get a CPU")
                   + (f"; old = {a.ref}" if a.ref else ""))
+            took = {"start": time.perf_counter() - began}
             if not a.no_table:
-                asyncio.run(throughput(targets, tls, rounds, a.quick, cells))
-            summary = asyncio.run(ratios(targets, tls, a.pairs or (5 if a.quick else 9), 1.0 if a.quick else 2.0,
-                                         cells, a.only))
-            asyncio.run(first_token(targets, tls, 20 if a.quick else 50))
+                _phase("table", throughput(targets, tls, rounds, plan, cells), took)
+            summary = _phase("side by side", ratios(targets, tls, a.pairs or plan.pairs, plan.seconds, cells, a.only),
+                             took)
+            _phase("first token", first_token(targets, tls, plan.first), took)
         finally:
-            for proc in procs:
-                stop(proc)
+            procs.close()  # SIGTERM: each mitmdump runs its addons' `done` (the ledger is complete), then exits
         flagged = seen = 0
         for path in sorted(root.glob("ledger-*.jsonl")):
             for line in path.read_text().splitlines():
@@ -617,6 +694,8 @@ def main(argv: list[str] | None = None) -> int:
         print("throughput ratios, side by side (plain: mitmdump buffering SSE; stream: mitmdump streaming SSE, "
               "for JSON a script that does nothing; old: the addon of --ref):")
         print("\n".join(f"  {line}" for line in summary))
+    print(f"wall time {time.perf_counter() - began:.0f} s ("
+          + ", ".join(f"{name} {seconds:.0f} s" for name, seconds in took.items()) + ")")
     return 0
 
 

@@ -1,6 +1,6 @@
 """Benchmark the scanner against the naive loop and ripgrep on one generated corpus, in one run.
 
-    python bench/scan.py [--mib 256] [--tenants 64] [--naive-mib 8] [--keep DIR]
+    python bench/scan.py [--quick] [--mib 256] [--tenants 64] [--naive-mib 8] [--keep DIR] [--ref REF [--rounds N]]
 
 64 tenants x 12 canaries x every encoding form (the matcher's patterns) over a corpus of realistic files:
 SQLite databases (messages + FTS5, as Hermes's state.db), JSONL logs, gzip-rotated logs and binary blobs,
@@ -13,6 +13,13 @@ with a few hundred canaries planted in assorted encodings. Prints MB/s of
 - `scan_tree` (the whole scanner: streams decompressed, SQLite cells read logically),
 
 and the ratios side by side; then build and scan time versus tenants (8, 64, 512) and versus corpus size.
+`--quick`: a 32 MiB corpus, the naive loop on 1 MiB, 8 and 64 tenants.
+
+`--ref REF` (a regression check) prints instead this tree's scanner against REF's on the same corpus and
+registry, side by side: REF in a temp `git worktree`, one worker per tree (bench/ab.py), each round every job
+in both right after each other (order flipped every round): Matcher build, `Matcher.find` with and without
+the prefilter, `scan_tree`; the median new/old time ratio and the lowest and highest round. Every child (rg,
+the workers) is stopped on SIGTERM/SIGINT (bench/children.py).
 """
 
 from __future__ import annotations
@@ -25,12 +32,17 @@ import os
 import random
 import shutil
 import sqlite3
-import subprocess
+import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
+import ab
+import children
+
+from harness.core.procs import ProcessSet
 from harness.core.registry import Registry, mint
 from harness.detect.matcher import Matcher, encodings_of
 from harness.detect.scan import scan_tree
@@ -178,8 +190,10 @@ def bench_naive(patterns: list[bytes], data: bytes) -> tuple[float, int]:
     return time.perf_counter() - t, hits
 
 
-def bench_rg(patterns: list[bytes], corpus: Path, threads: int | None) -> tuple[float, float, int] | None:
-    """(seconds, of which start-up (compiling the patterns: the least of 3 runs on an empty file), matches)."""
+def bench_rg(procs: ProcessSet, patterns: list[bytes], corpus: Path,
+             threads: int | None) -> tuple[float, float, int] | None:
+    """(seconds, of which start-up (compiling the patterns: the least of 3 runs on an empty file), matches);
+    every `rg` a child in `procs`."""
     rg = shutil.which("rg")
     if rg is None:
         return None
@@ -191,34 +205,79 @@ def bench_rg(patterns: list[bytes], corpus: Path, threads: int | None) -> tuple[
         if threads:
             cmd += ["-j", str(threads)]
         startup = float("inf")
+        env = dict(os.environ)
         for _ in range(3):  # the least of three: start-up is noisy
             t = time.perf_counter()
-            subprocess.run([*cmd, str(empty)], capture_output=True, check=False)
+            procs.run([*cmd, str(empty)], env=env, cwd=None, timeout=60)
             startup = min(startup, time.perf_counter() - t)
         t = time.perf_counter()
-        proc = subprocess.run([*cmd, str(corpus)], capture_output=True, check=False)
+        code, out, err = procs.run([*cmd, str(corpus)], env=env, cwd=None, timeout=600)
         elapsed = time.perf_counter() - t
-    if proc.returncode not in (0, 1):
-        raise RuntimeError(f"rg failed: {proc.stderr.decode(errors='replace')[:300]}")
-    hits = sum(int(line.rsplit(b":", 1)[1]) for line in proc.stdout.splitlines() if line)
+    if code not in (0, 1):
+        raise RuntimeError(f"rg failed ({code}): {err[:300]}")
+    hits = sum(int(line.rsplit(":", 1)[1]) for line in out.splitlines() if line)
     return elapsed, startup, hits
+
+
+#: `--ref`: every job both trees run in a round (label: job, its arguments); see bench/ab.py.
+REF_JOBS: dict[str, tuple[str, dict[str, Any]]] = {
+    "Matcher build": ("scan_build", {}),
+    "Matcher.find": ("scan_find", {"prefilter": True}),
+    "Matcher.find without the prefilter": ("scan_find", {"prefilter": False}),
+    "scan_tree": ("scan_tree", {}),
+}
+
+
+def compare(procs: ProcessSet, ref: str, reg: Registry, corpus: Path, work: Path, rounds: int) -> None:
+    """This tree's scanner against `ref`'s on the same corpus and registry, side by side: a worker per tree;
+    each round runs every job in both, one right after the other, in an order flipped every round."""
+    regfile = work / "registry.yaml"
+    reg.save(regfile)
+    with ab.ref_tree(ref) as tree:
+        sides = (ab.Worker(procs, ab.REPO, "new"), ab.Worker(procs, tree, ref))
+        for side in sides:
+            side.call("scan_load", corpus=str(corpus), registry=str(regfile))
+        seconds: dict[str, tuple[list[float], list[float]]] = {label: ([], []) for label in REF_JOBS}
+        found: dict[str, list[int]] = {}
+        for r in range(rounds):
+            for label, (job, kwargs) in REF_JOBS.items():
+                for i in (0, 1) if r % 2 == 0 else (1, 0):
+                    reply = sides[i].call(job, **kwargs)
+                    seconds[label][i].append(reply["seconds"])
+                    found.setdefault(label, [0, 0])[i] = reply.get("hits", reply.get("findings", 0))
+        procs.close()
+    print(f"\nside by side with {ref} ({rounds} rounds; a find pass repeated for {ab.MIN_SECONDS} s, timed per pass)")
+    print(f"{'job':36} {'new ms':>9} {'old ms':>9}  {'new/old':>7}  [lowest, highest]  found new/old")
+    for label, (new, old) in seconds.items():
+        ratios = [n / o for n, o in zip(new, old, strict=True)]
+        print(f"{label:36} {statistics.median(new) * 1e3:9.2f} {statistics.median(old) * 1e3:9.2f}  "
+              f"{statistics.median(ratios):6.2f}x  [{min(ratios):.2f}, {max(ratios):.2f}]  "
+              f"{found[label][0]}/{found[label][1]}" + ("" if found[label][0] == found[label][1] else "  DIFFERENT"))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--mib", type=int, default=256, help="corpus size in MiB (default 256)")
+    ap.add_argument("--quick", action="store_true", help="32 MiB, the naive loop on 1 MiB, 8 and 64 tenants")
+    ap.add_argument("--mib", type=int, help="corpus size in MiB (default 256, --quick 32)")
     ap.add_argument("--tenants", type=int, default=64)
-    ap.add_argument("--naive-mib", type=int, default=8, help="MiB of the corpus the naive loop scans")
+    ap.add_argument("--naive-mib", type=int, help="MiB of the corpus the naive loop scans (default 8, --quick 1)")
     ap.add_argument("--keep", type=Path, help="generate the corpus here and keep it")
+    ap.add_argument("--ref", help="instead of the tables: this tree's scanner against that git ref's, side by side")
+    ap.add_argument("--rounds", type=int, help="--ref: rounds (default 9, --quick 7)")
     a = ap.parse_args(argv)
+    return children.run(lambda procs: bench(a, procs))
 
+
+def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
+    mib = a.mib or (32 if a.quick else 256)
+    naive_mib = a.naive_mib or (1 if a.quick else 8)
     work = Path(tempfile.mkdtemp(prefix="bench-scan-"))
     try:
         reg = make_registry(a.tenants, work)
         patterns = patterns_of(reg)
         corpus = a.keep or work / "corpus"
         t = time.perf_counter()
-        files = make_corpus(corpus, a.mib, reg)
+        files = make_corpus(corpus, mib, reg)
         blobs = [p.read_bytes() for p in files]
         total = sum(map(len, blobs))
         kinds = {p.parent.name for p in files}
@@ -231,18 +290,21 @@ def main(argv: list[str] | None = None) -> int:
             f"registry: {a.tenants} tenants x {canaries // a.tenants} canaries = {canaries}, "
             f"{len(patterns)} encoded patterns"
         )
+        if a.ref:
+            compare(procs, a.ref, reg, corpus, work, a.rounds or (7 if a.quick else 9))
+            return 0
 
         t = time.perf_counter()
         matcher = Matcher.for_registry(reg)
         build = time.perf_counter() - t
         ours, our_hits = bench_matcher(matcher, blobs)
         unfiltered, unfiltered_hits = bench_matcher(Matcher.for_registry(reg, prefilter=False), blobs)
-        share = min(1.0, a.naive_mib * MiB / total)  # the same share of every file: every file type
+        share = min(1.0, naive_mib * MiB / total)  # the same share of every file: every file type
         naive_data = b"".join(b[: int(len(b) * share)] for b in blobs)
         naive, naive_hits = bench_naive(patterns, naive_data)
         _, slice_hits = bench_matcher(matcher, [naive_data])
-        rg_multi = bench_rg(patterns, corpus, None)
-        rg_one = bench_rg(patterns, corpus, 1)
+        rg_multi = bench_rg(procs, patterns, corpus, None)
+        rg_one = bench_rg(procs, patterns, corpus, 1)
         t = time.perf_counter()
         tree = scan_tree(corpus, reg, None)
         full = time.perf_counter() - t
@@ -252,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
             ("Matcher.find (1 thread)", ours_rate, f"{our_hits} hits, build {build:.2f}s"),
             ("  the same without the marker prefilter", _mbps(total, unfiltered), f"{unfiltered_hits} hits"),
             (
-                f"naive data.find loop ({a.naive_mib} MiB)",
+                f"naive data.find loop ({naive_mib} MiB)",
                 _mbps(len(naive_data), naive),
                 f"{naive_hits} hits (Matcher.find on the same slice: {slice_hits})",
             ),
@@ -282,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nsample check: naive found {naive_hits} pattern occurrences, Matcher.find {slice_hits} canaries")
 
         print("\ntenants  patterns  build s  find MB/s (whole corpus)  without the prefilter")
-        for n in (8, 64, 512):
+        for n in (8, 64) if a.quick else (8, 64, 512):
             r = make_registry(n, work / f"r{n}")
             t = time.perf_counter()
             m = Matcher.for_registry(r)

@@ -4,12 +4,14 @@
 
 Each run is killed once its ledger has lines (Hermes turns in flight); after a SIGKILL, `tenancy-audit
 cleanup` reaps. Survivors are counted by an independent psutil sweep (the run's TENANCY_RUN marker or
-its process groups, from its pid file). tests/e2e/test_faults.py runs the same with 3 kills.
+its process groups, from its pid file). tests/e2e/test_faults.py runs the same with 3 kills. On SIGTERM/SIGINT
+the soak stops the run in flight (SIGTERM: it stops its own children) and whatever of it is left.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import signal
 import subprocess
@@ -18,9 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
+import children
 import psutil
 
-from harness.core.procs import RUN_MARKER, run_of
+from harness.core.procs import RUN_MARKER, ProcessSet, find_run_processes, run_of
 from harness.run import hermes_python
 
 CLI = [sys.executable, "-m", "harness.cli"]
@@ -39,11 +42,36 @@ def _sweep(run_id: str, groups: list[int]) -> list[int]:
     return found
 
 
-def one_kill(root: Path, n: int, sig: signal.Signals) -> tuple[int, int, float]:
+def finish(proc: subprocess.Popen[bytes]) -> None:
+    """The run `proc` ended (SIGTERM first if it still runs) and nothing of it left: what its pid file still
+    names (it was SIGKILLed, or could not stop everything) is killed."""
+    if proc.poll() is None:
+        proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    if (run := run_of(proc.pid)) is not None:
+        for victim in find_run_processes(*run):
+            with contextlib.suppress(psutil.Error):
+                victim.kill()
+
+
+def one_kill(procs: ProcessSet, root: Path, n: int, sig: signal.Signals) -> tuple[int, int, float]:
     """(processes of the run at the kill, survivors after teardown/cleanup, seconds from kill to none left)."""
     out = root / f"run-{n}"
-    proc = subprocess.Popen([*CLI, "run", "--quiet", "--out", str(out), "--hermes-python", str(hermes_python(None))],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = procs.spawn([*CLI, "run", "--quiet", "--out", str(out), "--hermes-python", str(hermes_python(None))],
+                       env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        return kill_run(procs, proc, out, n, sig)
+    finally:
+        finish(proc)
+
+
+def kill_run(procs: ProcessSet, proc: subprocess.Popen[bytes], out: Path, n: int,
+             sig: signal.Signals) -> tuple[int, int, float]:
+    """Once the run has turns in flight, `sig` to it (`tenancy-audit cleanup` after a SIGKILL); see one_kill."""
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and proc.poll() is None:
         ledger = out / "ledger.jsonl"
@@ -58,7 +86,9 @@ def one_kill(root: Path, n: int, sig: signal.Signals) -> tuple[int, int, float]:
     proc.send_signal(sig)
     proc.wait(timeout=120)
     if sig == signal.SIGKILL:
-        subprocess.run([*CLI, "cleanup"], check=True, capture_output=True, timeout=120)
+        code, _, err = procs.run([*CLI, "cleanup"], env=dict(os.environ), cwd=None, timeout=120)
+        if code != 0:
+            raise RuntimeError(f"tenancy-audit cleanup exited {code}: {err[-300:]}")
     survivors = _sweep(run_id, groups)
     return at_kill, len(survivors), time.monotonic() - killed
 
@@ -67,15 +97,19 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=20)
     args = ap.parse_args()
+    return children.run(lambda procs: soak(procs, args.kills), grace=60)
+
+
+def soak(procs: ProcessSet, kills: int) -> int:
     total = 0
     with tempfile.TemporaryDirectory(prefix="tenancy-soak-") as tmp:
-        for n in range(args.kills):
+        for n in range(kills):
             sig = SIGNALS[n % len(SIGNALS)]
-            at_kill, left, seconds = one_kill(Path(tmp), n, sig)
+            at_kill, left, seconds = one_kill(procs, Path(tmp), n, sig)
             total += left
             print(f"kill {n + 1:>2} {sig.name:<7} processes at kill {at_kill:>2}  survivors {left}  "
                   f"all gone after {seconds:4.1f}s", flush=True)
-    print(f"soak: {args.kills} kills, {total} survivors")
+    print(f"soak: {kills} kills, {total} survivors")
     return 1 if total else 0
 
 

@@ -4,19 +4,34 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import subprocess
 import sys
 import tempfile
+import time
+import traceback
 from pathlib import Path
+from typing import Any
 
 import mitmproxy.version
 
+import harness
 from harness.capture.proxy import ProxyError
 from harness.capture.stubs import FAULTS, MODES
 from harness.core.files import write_private
-from harness.core.findings import EXIT_ERROR, EXIT_INCONCLUSIVE, EXIT_LEAK, INCONCLUSIVE_KINDS, Finding, Verdict
+from harness.core.findings import (
+    EXIT_CLEAN,
+    EXIT_ERROR,
+    EXIT_INCONCLUSIVE,
+    EXIT_LEAK,
+    INCONCLUSIVE_KINDS,
+    Finding,
+    Verdict,
+)
 from harness.core.procs import reap_stale
 from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import RegistryError, load
+from harness.core.severity import docs_url
 from harness.detect import scan
 from harness.detect.matcher import matcher_for
 from harness.detect.reconcile import EvidenceError, LogSource, read_flows, reconcile
@@ -24,18 +39,65 @@ from harness.drive import plants, scenarios
 from harness.drive.hermes import HermesError
 from harness.report import baseline, export
 from harness.report.baseline import BaselineError
-from harness.report.result import AuditResult
+from harness.report.result import AuditResult, groups
 from harness.report.writer import write_reports
-from harness.run import Interrupted, RunOptions, UsageError, run_audit
+from harness.run import (
+    BASELINE_COPY,
+    Interrupted,
+    RunOptions,
+    UsageError,
+    evaluate,
+    hermes_python,
+    read_record,
+    run_audit,
+)
 
 ERRORS = (RegistryError, EvidenceError, HermesError, UsageError, BaselineError)
+FAIL_ON = ("leak", "inconclusive", "never")
+
+
+def hermes_version(python: Path) -> str:
+    """The hermes-agent version installed for `python`, or why there is none."""
+    if not python.exists():
+        return f"not installed ({python} does not exist)"
+    code = "from importlib.metadata import version; print(version('hermes-agent'))"
+    try:
+        done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({python}: {exc})"
+    if done.returncode != 0:
+        return f"not installed for {python}"
+    return done.stdout.strip()
+
+
+def version_text() -> str:
+    python = hermes_python(None)
+    return (f"tenancy-audit {harness.__version__}\nmitmproxy {mitmproxy.version.VERSION}\n"
+            f"hermes-agent {hermes_version(python)} ({python})")
+
+
+class _Version(argparse.Action):
+    """`--version`: this tool, mitmproxy, and the Hermes a `run` would audit ($TENANCY_HERMES_PYTHON or the pin)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the versions of tenancy-audit, mitmproxy and "
+                         "the Hermes a run would audit, then exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(version_text())
+        parser.exit()
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tenancy-audit", description=__doc__)
+    p.add_argument("--version", action=_Version)
     sub = p.add_subparsers(dest="command", required=True)
+    fail_on = argparse.ArgumentParser(add_help=False)
+    fail_on.add_argument("--fail-on", choices=FAIL_ON, default="inconclusive",
+                         help="what fails the command: a leak only (inconclusive exits 0), a leak or an inconclusive "
+                              "run (the default: exit 1 or 3), or never (exit 0; errors still exit 2)")
 
-    run = sub.add_parser("run", help="drive Hermes through the proxy and write an evidence folder")
+    run = sub.add_parser("run", parents=[fail_on], help="drive Hermes through the proxy and write an evidence folder")
     run.add_argument("--scenario", default="oneshot", choices=sorted(scenarios.SCENARIOS))
     run.add_argument("--tenants", type=int, default=None, help="number of tenants (default 2; 3 for backends)")
     run.add_argument("--topology", default="reverse", choices=["reverse", "forward"])
@@ -61,32 +123,44 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--stub-fault", default="", choices=sorted(FAULTS), help=argparse.SUPPRESS)  # fault tests
     run.add_argument("--json", action="store_true", help="print findings.json to stdout")
 
-    rec = sub.add_parser("reconcile", help="re-verify saved evidence (registry + flow file + homes + logs)")
-    rec.add_argument("--registry", type=Path, required=True)
-    rec.add_argument("--flows", type=Path, required=True)
+    rec = sub.add_parser("reconcile", parents=[fail_on],
+                         help="re-verify saved evidence: an evidence folder, or a registry + flow file (+ logs)")
+    rec.add_argument("evidence", type=Path, nargs="?",
+                     help="an evidence folder of `run`: reproduces its verdict, findings and fingerprints")
+    rec.add_argument("--baseline", type=Path,
+                     help=f"known findings that do not fail (default for a folder: its {BASELINE_COPY}, if any)")
+    rec.add_argument("--registry", type=Path, help="the registry (default: registry.yaml of the folder)")
+    rec.add_argument("--flows", type=Path, help="the flow file (default: flows.mitm of the folder)")
+    rec.add_argument("--scenario", help="without a folder: the scenario the flows belong to (for fingerprints)")
+    rec.add_argument("--phase", help="without a folder: the phase the flows belong to (for fingerprints)")
     rec.add_argument("--logs", type=Path, nargs="*", default=[], help="logs/RPC streams (scanned for secrets)")
     rec.add_argument("--stubs", type=Path, help="stubs.jsonl: prove every upstream request passed the proxy")
     rec.add_argument("--no-homes", action="store_true", help="do not scan the tenant homes named in the registry")
     rec.add_argument("--out", type=Path, help="write findings.json/report.md/junit.xml here")
     rec.add_argument("--json", action="store_true")
+    _limit_options(rec)
 
     sc = sub.add_parser("scan", help="scan files/trees for canaries of the registry")
     sc.add_argument("--registry", type=Path, required=True)
     sc.add_argument("--owner", help="the tenant the paths belong to (default: secrets of every tenant)")
     sc.add_argument("--json", type=Path, dest="json_out", help="write the findings JSON here")
+    _limit_options(sc)
     sc.add_argument("paths", type=Path, nargs="+")
 
     st = sub.add_parser("selftest", help="plant every kind of leak in real Hermes and prove each is caught")
     st.add_argument("--hermes-python", type=Path)
     st.add_argument("--out", type=Path)
 
-    bl = sub.add_parser("baseline", help="run a scenario N times and write its findings as a baseline")
+    bl = sub.add_parser("baseline", help="run a scenario N times and write its findings as a baseline (or --upgrade "
+                                         "a version-1 baseline)")
     bl.add_argument("--scenario", default="oneshot", choices=sorted(scenarios.SCENARIOS))
     bl.add_argument("--runs", type=int, default=3, help="runs; findings missing from some run are intermittent")
     bl.add_argument("--phases", help="comma-separated multi-profile phases (as for run)")
     bl.add_argument("--hermes-python", type=Path)
     bl.add_argument("--evidence", type=Path, help="keep the runs' evidence folders here")
-    bl.add_argument("--out", type=Path, required=True, help="the baseline file to write")
+    bl.add_argument("--out", type=Path, help="the baseline file to write (default with --upgrade: in place)")
+    bl.add_argument("--upgrade", type=Path, metavar="FILE",
+                    help="convert a version-1 baseline to version 2 instead of running (inexact: prefer regenerating)")
 
     ex = sub.add_parser("export", help="redacted copies of saved flows: HAR 1.2 and/or a .mitm flow file")
     ex.add_argument("source", type=Path, help="an evidence folder (registry.yaml + flows.mitm) or a flow file")
@@ -98,9 +172,75 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _limit_options(p: argparse.ArgumentParser) -> None:
+    d = scan.DEFAULT_LIMITS
+    p.add_argument("--max-stream-bytes", type=int, default=d.stream_bytes, metavar="N",
+                   help=f"decoded bytes read from one compressed stream (default {d.stream_bytes}); a stream "
+                   "with more is listed as not inspected and the verdict is at best inconclusive")
+    p.add_argument("--max-file-bytes", type=int, default=d.total_bytes, metavar="N",
+                   help=f"decoded bytes read from all the compressed streams of one file (default {d.total_bytes})")
+    p.add_argument("--max-depth", type=int, default=d.depth, metavar="N",
+                   help=f"containers inside containers that are decoded (default {d.depth})")
+
+
+def _limits(a: argparse.Namespace) -> scan.Limits:
+    if min(a.max_stream_bytes, a.max_file_bytes) < 1 or a.max_depth < 0:
+        raise UsageError("--max-stream-bytes and --max-file-bytes must be positive, --max-depth not negative")
+    return scan.Limits(stream_bytes=a.max_stream_bytes, total_bytes=a.max_file_bytes, depth=a.max_depth)
+
+
+def _print_not_inspected(entries: list[scan.NotInspected]) -> None:
+    for n in entries:
+        print(f"not inspected: {n.summary()}" + (" [read in part]" if n.partial else ""))
+
+
 def _print_findings(findings: list[Finding]) -> None:
-    for f in findings:
-        print(f.summary())
+    """One line per finding class (fingerprint), the most severe first; findings.json has every occurrence."""
+    for g in groups(findings):
+        print(g.line())
+
+
+def _print_result(result: AuditResult) -> None:
+    v = result.verdict
+    _print_findings(v.findings)
+    if v.known:
+        print(f"known: {len(v.known)} finding(s) in {len(groups(v.known))} class(es) listed in the baseline "
+              "(reported, not failing)")
+    for reason in v.reasons:
+        print(f"inconclusive: {reason}")
+    for n in result.not_inspected:
+        print(f"not inspected: {n['path']}: {n['reason']} ({n['bytes_read']} bytes read)"
+              + (" [read in part]" if n["partial"] else ""))
+    for warning in result.warnings:
+        print(f"warning: {warning}")
+    control = "; negative control (planted: " + ", ".join(result.plants) + ")" if result.plants else ""
+    print(f"verdict: {v.status} ({len(v.findings)} new in {len(groups(v.findings))} class(es), {len(v.known)} known, "
+          f"{result.inspected.get('flows', 0)} flows{control})")
+    if result.out is not None:
+        print(f"evidence: {result.out}")
+    if v.findings or v.known:
+        print(f"what each finding means and how to fix it: {docs_url()}")
+
+
+def _exit_code(verdict: Verdict, fail_on: str) -> int:
+    """The verdict's exit code, unless --fail-on says that outcome does not fail (then 0; never a false 1)."""
+    code = verdict.exit_code
+    if fail_on == "never" or (fail_on == "leak" and code == EXIT_INCONCLUSIVE):
+        return EXIT_CLEAN
+    return code
+
+
+def _step_summary(out: Path | None) -> None:
+    """On GitHub Actions, append report.md to the job's summary page."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not summary or out is None or not (out / "report.md").exists():
+        return
+    text = (out / "report.md").read_text(encoding="utf-8")
+    limit = 900_000  # GitHub takes at most 1 MiB per step
+    if len(text) > limit:
+        text = text[:limit] + f"\n\n(cut at {limit} characters: see report.md in the evidence)\n"
+    with open(summary, "a", encoding="utf-8") as fh:
+        fh.write(text + "\n")
 
 
 def parse_tools(value: str | None) -> list[str] | None:
@@ -117,38 +257,84 @@ def cmd_run(a: argparse.Namespace) -> int:
                       phases=[p for p in (a.phases or "").split(",") if p], cron_wait=a.cron_wait,
                       redact=a.redact, stub_fault=a.stub_fault, tools=parse_tools(a.tools), stubs=a.stubs)
     result = run_audit(opts)
-    v = result.verdict
     if a.json:
         print(json.dumps(result.to_dict(), indent=2))
     else:
-        _print_findings(v.findings)
-        for reason in v.reasons:
-            print(f"inconclusive: {reason}")
-        print(f"verdict: {v.status} ({len(v.findings)} new, {len(v.known)} known, "
-              f"{result.inspected.get('flows', 0)} flows)")
-        print(f"evidence: {result.out}")
-    return v.exit_code
+        _print_result(result)
+    _step_summary(result.out)
+    return _exit_code(result.verdict, a.fail_on)
 
 
 def cmd_reconcile(a: argparse.Namespace) -> int:
+    started = time.monotonic()
+    if a.evidence is not None:
+        result = _reconcile_folder(a, started)
+    else:
+        if a.registry is None or a.flows is None:
+            raise UsageError("reconcile: pass an evidence folder, or --registry and --flows")
+        result = _reconcile_files(a, started)
+    if a.out:
+        _prepare_reconcile_out(a.out, a.evidence)
+        result.out = a.out
+        write_reports(a.out, result)
+        _step_summary(a.out)
+    if a.json:
+        print(json.dumps(result.to_dict(), indent=2))
+    else:
+        _print_result(result)
+    return _exit_code(result.verdict, a.fail_on)
+
+
+def _prepare_reconcile_out(out: Path, evidence: Path | None) -> None:
+    if evidence is not None and out.resolve() == evidence.resolve():
+        raise UsageError(f"reconcile: --out {out} is the evidence folder itself; pass another folder")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"reconcile: --out {out} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"reconcile: cannot create --out {out}: {exc.strerror or exc}") from None
+
+
+def _reconcile_folder(a: argparse.Namespace, started: float) -> AuditResult:
+    """The whole evidence folder, as `run` judged it: the same verdict, findings and fingerprints."""
+    out = a.evidence
+    if not out.is_dir():
+        raise UsageError(f"reconcile: {out} is not a directory (pass an evidence folder, or --registry and --flows)")
+    if a.registry is not None and a.registry.resolve() != (out / "registry.yaml").resolve():
+        raise UsageError("reconcile: with an evidence folder, the registry is its registry.yaml")
+    if a.scenario or a.phase:
+        raise UsageError("reconcile: an evidence folder names its own scenario and phases (timeline.json)")
+    if a.logs or a.stubs or a.no_homes:
+        raise UsageError("reconcile: an evidence folder is judged whole (its logs/, stubs.jsonl and homes); "
+                         "--logs, --stubs and --no-homes are for loose files")
+    record = read_record(out)
+    path = a.baseline or (out / BASELINE_COPY if (out / BASELINE_COPY).exists() else None)
+    base = baseline.load(path) if path else None
+    if path is not None and a.baseline is None:
+        print(f"tenancy-audit: judged against the run's baseline {path} (pass --baseline to use another)",
+              file=sys.stderr)
+    return evaluate(out, record, base, seconds=time.monotonic() - started, flows=a.flows, limits=_limits(a))
+
+
+def _reconcile_files(a: argparse.Namespace, started: float) -> AuditResult:
+    """A registry and a flow file (plus logs, stubs, homes): findings labelled with --scenario/--phase."""
     registry = load(a.registry)
     homes = {} if a.no_homes else {t.name: Path(t.home) for t in registry if t.home}
-    rec = reconcile(registry, a.flows, homes=homes, logs=[LogSource(p, None) for p in a.logs], stub_log=a.stubs)
-    verdict = Verdict(rec.findings, reasons=rec.reasons)
-    if a.out:
-        a.out.mkdir(parents=True, exist_ok=True)
-        write_reports(a.out, AuditResult(verdict, registry.names(), "reconcile",
-                                         {"mitmproxy": mitmproxy.version.VERSION},
-                                         inspected={**rec.inspected, "flows": rec.flows}))
-    if a.json:
-        print(json.dumps({"verdict": verdict.status, "reasons": rec.reasons,
-                          "findings": [f.to_dict() for f in rec.findings]}, indent=2))
-    else:
-        _print_findings(rec.findings)
-        for reason in rec.reasons:
-            print(f"inconclusive: {reason}")
-        print(f"verdict: {verdict.status} ({len(rec.findings)} findings, {rec.flows} flows)")
-    return verdict.exit_code
+    rec = reconcile(registry, a.flows, homes=homes, logs=[LogSource(p, None) for p in a.logs], stub_log=a.stubs,
+                    limits=_limits(a))
+    found = [f.labelled(a.scenario, a.phase) for f in rec.findings]
+    findings, known, fixed, warnings = found, [], [], []
+    if a.baseline:
+        base = baseline.load(a.baseline)
+        findings, known, fixed = baseline.split(found, base)
+        warnings += [base.warning] if base.warning else []
+    return AuditResult(Verdict(findings, known, rec.reasons), registry.names(), a.scenario or "reconcile",
+                       {"mitmproxy": mitmproxy.version.VERSION, "tenancy-audit": harness.__version__},
+                       inspected={**rec.inspected, "flows": rec.flows}, fixed=fixed,
+                       seconds=time.monotonic() - started,
+                       snapshots={t: len(snaps) for t, snaps in rec.snapshots.items()}, warnings=warnings,
+                       not_inspected=[n.to_dict() for n in rec.not_inspected])
 
 
 def cmd_scan(a: argparse.Namespace) -> int:
@@ -158,14 +344,19 @@ def cmd_scan(a: argparse.Namespace) -> int:
     for p in a.paths:
         if not p.exists():
             raise UsageError(f"{p} does not exist")
-    findings, unreadable = scan.scan_paths(a.paths, registry, a.owner)
-    verdict = Verdict(findings, reasons=[f"unreadable: {p}" for p in unreadable])
-    _print_findings(findings)
-    for p in unreadable:
+    result = scan.scan_paths(a.paths, registry, a.owner, limits=_limits(a))
+    reasons = [f"unreadable: {p}" for p in result.unreadable]
+    reasons += [r for r in result.reasons() if ": unreadable" not in r]
+    verdict = Verdict(result.findings, reasons=reasons)
+    _print_findings(result.findings)
+    for p in result.unreadable:
         print(f"unreadable: {p}")
+    _print_not_inspected([n for n in result.not_inspected if not n.reason.startswith("unreadable")])
     if a.json_out:
-        write_private(a.json_out, json.dumps({"verdict": verdict.status, "reasons": verdict.reasons,
-                                              "findings": [f.to_dict() for f in findings]}, indent=2).encode())
+        write_private(a.json_out, json.dumps({
+            "verdict": verdict.status, "reasons": verdict.reasons,
+            "not_inspected": [n.to_dict() for n in result.not_inspected],
+            "findings": [f.to_dict() for f in result.findings]}, indent=2).encode())
     return verdict.exit_code
 
 
@@ -195,6 +386,21 @@ def cmd_selftest(a: argparse.Namespace) -> int:
 
 
 def cmd_baseline(a: argparse.Namespace) -> int:
+    if a.upgrade is not None:
+        dest = a.out or a.upgrade
+        written, dropped = baseline.upgrade(a.upgrade, dest)
+        print(f"wrote {dest}: {written} entries (version {baseline.VERSION})"
+              + (f", {dropped} dropped (their example names no direction)" if dropped else ""))
+        print("tenancy-audit: an upgraded entry keeps only its example's direction; regenerate the baseline "
+              "(tenancy-audit baseline --scenario S --runs N --out FILE) for an exact one", file=sys.stderr)
+        return 0
+    if a.out is None:
+        raise UsageError("baseline: pass --out FILE (or --upgrade FILE)")
+    try:  # before minutes of runs: the baseline can be written there
+        with tempfile.TemporaryFile(dir=a.out.parent):
+            pass
+    except OSError as exc:
+        raise UsageError(f"baseline: cannot write --out {a.out} ({exc.strerror or exc})") from None
     runs = []
     with tempfile.TemporaryDirectory(prefix="tenancy-baseline-") as tmp:
         root = a.evidence or Path(tmp)
@@ -239,6 +445,7 @@ def cmd_cleanup(_: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Exit 0 clean, 1 leak (and nothing else), 2 error (one line on stderr), 3 inconclusive."""
     args = _parser().parse_args(argv)
     handler = {"run": cmd_run, "reconcile": cmd_reconcile, "scan": cmd_scan, "selftest": cmd_selftest,
                "baseline": cmd_baseline, "export": cmd_export, "cleanup": cmd_cleanup}[args.command]
@@ -253,6 +460,16 @@ def main(argv: list[str] | None = None) -> int:
     except (KeyboardInterrupt, Interrupted) as exc:
         print(f"tenancy-audit: interrupted ({exc or 'SIGINT'}); every child was reaped", file=sys.stderr)
         return EXIT_INCONCLUSIVE
+    except OSError as exc:  # a file or folder that cannot be read or written: never a traceback, never "leak"
+        where = f" {exc.filename}" if exc.filename else ""
+        print(f"tenancy-audit: error:{where}: {exc.strerror or exc}", file=sys.stderr)
+        return EXIT_ERROR
+    except Exception as exc:  # a bug: one line and exit 2 (an uncaught exception would exit 1, "leak")
+        if os.environ.get("TENANCY_DEBUG"):
+            traceback.print_exc()
+        print(f"tenancy-audit: internal error: {type(exc).__name__}: {exc} (TENANCY_DEBUG=1 shows the traceback)"
+              .replace("\n", " "), file=sys.stderr)
+        return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@ Fixtures:
   `@pytest.mark.tenancy(tenants=N)`.
 - `tenant_homes`: every tenant's Hermes home written for `tenancy_proxy` (tenant -> home).
 - `hermes`: a `harness.drive.hermes.Hermes` driver on the test's sandbox (`hermes.oneshot(tenant, prompt)`).
-Helper: `assert_isolated(audit_or_check_or_findings)` fails with every finding as the message.
+Helper: `assert_isolated(audit_or_check_or_findings)` raises `IsolationError` (an `AssertionError`) with
+one line per finding class and every inconclusive reason as the message. docs/usage.md documents the
+objects these give (`Audit`, `TenancyProxy`, `Registry`/`Tenant`, `Reconciliation`) with an example.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from harness.core.procs import ProcessSet
 from harness.core.registry import Registry, mint
 from harness.detect.reconcile import LogSource, Reconciliation, reconcile
 from harness.drive.hermes import Hermes, Sandbox, TurnResult, write_home
+from harness.report.result import groups
 from harness.run import RunOptions, run_audit, tenant_names
 from harness.run import hermes_python as resolve_hermes_python
 
@@ -101,17 +104,27 @@ class TenancyProxy:
         return rec
 
 
+class IsolationError(AssertionError):
+    """Tenants were not proven isolated: `findings` (every occurrence) and `reasons` (why the check was not
+    conclusive) say why; the message has one line per finding class (fingerprint) and per reason."""
+
+    def __init__(self, findings: list[Finding], reasons: list[str]) -> None:
+        self.findings, self.reasons = findings, reasons
+        lines = [g.line() for g in groups(findings)] + [f"inconclusive: {r}" for r in reasons]
+        super().__init__("tenants not proven isolated:\n  " + "\n  ".join(lines))
+
+
 def assert_isolated(result: Audit | Reconciliation | Iterable[Finding]) -> None:
-    """Fail with every finding (and every inconclusive reason) when tenants were not proven isolated."""
+    """Raise `IsolationError` (an AssertionError) when there is any finding or inconclusive reason."""
+    __tracebackhide__ = True  # pytest shows the test's line, not this helper's
     if isinstance(result, Audit):
-        findings, reasons = result.findings, result.doc["reasons"]
+        findings, reasons = result.findings, list(result.doc["reasons"])
     elif isinstance(result, Reconciliation):
-        findings, reasons = result.findings, result.reasons
+        findings, reasons = list(result.findings), list(result.reasons)
     else:
         findings, reasons = list(result), []
     if findings or reasons:
-        lines = [f.summary() for f in findings] + [f"inconclusive: {r}" for r in reasons]
-        pytest.fail("tenants not proven isolated:\n  " + "\n  ".join(lines), pytrace=False)
+        raise IsolationError(findings, reasons)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

@@ -12,6 +12,7 @@ import os
 import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -29,8 +30,9 @@ from harness.core.files import REPO, seal, write_private
 from harness.core.findings import Finding, Verdict
 from harness.core.procs import ProcessSet, reap_stale
 from harness.core.protocol import TOOL_GROUPS
-from harness.core.registry import Registry, mint
-from harness.detect.reconcile import LogSource, reconcile
+from harness.core.registry import Registry, load, mint
+from harness.detect.reconcile import EvidenceError, LogSource, Phase, reconcile
+from harness.detect.scan import DEFAULT_LIMITS, Limits
 from harness.drive import battery, plants
 from harness.drive.backends import BackendError
 from harness.drive.context import Context, ScenarioOptions
@@ -41,6 +43,13 @@ from harness.report import baseline as baselines
 from harness.report.redact import write_redacted
 from harness.report.result import AuditResult, summary_table
 from harness.report.writer import write_reports
+
+#: The run's record in the evidence folder: phases, turns, what drivers saw live (what `evaluate` reads).
+RECORD = "timeline.json"
+#: A copy of the baseline the run was judged against (`reconcile EVIDENCE` uses it by default).
+BASELINE_COPY = "baseline.json"
+#: Where the harness names the current scenario/phase for the addon while the run goes on.
+PHASE_FILE = "phase.json"
 
 
 class UsageError(ValueError):
@@ -101,17 +110,26 @@ def prepare_out(out: Path | None, force: bool) -> Path:
             out = REPO / "evidence" / f"{stamp}-{n}"
             n += 1
     out = out.resolve()
-    if out.exists():
-        if not out.is_dir():
-            raise UsageError(f"--out {out} exists and is not a directory")
-        if any(out.iterdir()):
-            if not force:
-                raise UsageError(f"--out {out} exists and is not empty (pass --force to replace it)")
-            if not (out / "registry.yaml").exists():
-                raise UsageError(f"--out {out} is not an evidence folder; refusing to empty it even with --force")
-            shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
-    out.chmod(0o700)
+    created = not out.exists()
+    try:
+        if not created:
+            if not out.is_dir():
+                raise UsageError(f"--out {out} exists and is not a directory")
+            if any(out.iterdir()):
+                if not force:
+                    raise UsageError(f"--out {out} exists and is not empty (pass --force to replace it)")
+                if not (out / "registry.yaml").exists():
+                    raise UsageError(f"--out {out} is not an evidence folder; refusing to empty it even with --force")
+                shutil.rmtree(out)
+        out.mkdir(parents=True, exist_ok=True)
+        out.chmod(0o700)
+        with tempfile.TemporaryFile(dir=out):  # writable, here and now (not a read-only or pseudo file system)
+            pass
+    except OSError as exc:
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise UsageError(f"--out {out}: cannot create a writable folder there ({exc.strerror or exc})") from None
     return out
 
 
@@ -169,12 +187,15 @@ def check_options(opts: RunOptions) -> None:
 
 
 def run_audit(opts: RunOptions) -> AuditResult:
-    """Run one audit, write its evidence folder (`result.out`) and return its result."""
+    """Run one audit, write its evidence folder (`result.out`) and return its result. On SIGINT/SIGTERM the
+    folder still gets its reports (verdict inconclusive, reason `interrupted`) before `Interrupted` is raised."""
     check_options(opts)
     base = baselines.load(opts.baseline) if opts.baseline else None
     python = hermes_python(opts.hermes_python)
     require_python(python)
     out = prepare_out(opts.out, opts.force)
+    if base is not None and base.warning:
+        progress(opts.quiet, f"warning: {base.warning}")
     reaped = reap_stale()
     if reaped:
         progress(opts.quiet, f"reaped {reaped} process(es) left by an earlier run")
@@ -183,9 +204,11 @@ def run_audit(opts: RunOptions) -> AuditResult:
     started = time.monotonic()
     stubs: dict[str, StubProvider] = {}
     proxy: Proxy | None = None
+    names = tenant_names(opts.tenants)
+    driven: list[Context] = []  # the scenario context, once there is one (what an interrupted run reports)
+    interrupted: Interrupted | None = None
     try:
         sandbox = Sandbox(out / "sandbox")
-        names = tenant_names(opts.tenants)
         # The listeners are bound first, so the registry names the ports mitmdump will serve (never a taken one).
         listeners = [bind_listener() for _ in (names if opts.topology == "reverse" else ["forward"])]
         if opts.topology == "reverse":
@@ -200,43 +223,23 @@ def run_audit(opts: RunOptions) -> AuditResult:
         registry_path = out / "registry.yaml"
         registry.save(registry_path)
         hermes = Hermes(python, sandbox, procs, out / "logs")
-        proxy = Proxy(registry, registry_path, out, procs, topology=opts.topology, listeners=listeners).spawn()
-        ctx, planted, version, reasons = _drive(opts, registry, registry_path, sandbox, hermes, proxy, stubs, out)
+        proxy = Proxy(registry, registry_path, out, procs, topology=opts.topology, listeners=listeners,
+                      phase_file=out / PHASE_FILE)
+        proxy.label(opts.scenario, "end")  # outside every phase, as the home scans
+        proxy.spawn()
+        ctx, planted, version, reasons = _drive(opts, registry, registry_path, sandbox, hermes, proxy, stubs, out,
+                                                driven)
         if not proxy.alive():
             reasons.append("mitmdump died during the run; flows after its death were not recorded")
         proxy.stop()
         reasons += procs.quiesce()
         write_stub_log(out / "stubs.jsonl", stubs)
-        write_private(out / "timeline.json", json.dumps({"phases": [p.__dict__ for p in ctx.phases],
-                                                          "turns": ctx.timeline}, indent=2).encode())
+        (out / PHASE_FILE).unlink(missing_ok=True)
+        record = _record(out, opts.scenario, ctx, version, reasons, planted)
+        if opts.baseline is not None:
+            write_private(out / BASELINE_COPY, Path(opts.baseline).read_bytes())
         progress(opts.quiet, f"phase reconcile: {proxy.flows_path.name}, homes, logs")
-        rec = reconcile(
-            registry, proxy.flows_path,
-            homes={t.name: Path(t.home) for t in registry if t.home},
-            logs=[LogSource(p, ctx.log_owner(p)) for p in sorted((out / "logs").glob("*.log"))]
-            + [LogSource(p, None, "rpc") for p in sorted((out / "logs").glob("rpc-*.jsonl"))],
-            stub_log=out / "stubs.jsonl",
-            expect_snapshots=ctx.expected_snapshots(),
-            phases=ctx.phases,
-            empty_ok=True,
-        )
-        rec.findings = [f if f.scenario else replace(f, scenario=opts.scenario, phase=f.phase or "end")
-                        for f in rec.findings + ctx.findings + failed_turns(ctx.timeline)]
-        reasons += rec.reasons
-        findings, known, fixed = rec.findings, [], []
-        if base is not None:
-            ran = {(ph.scenario, ph.name) for ph in ctx.phases} | {(opts.scenario, "end")}  # files: at the end
-            findings, known, fixed = baselines.split(rec.findings, base, ran)
-        reasons += check_plants(planted, rec.findings)
-        tools = [t for g in opts.tool_groups() for t in TOOL_GROUPS[g]]
-        coverage = rec.coverage.table(tools, rec.findings)
-        result = AuditResult(Verdict(findings, known, reasons), names, opts.scenario,
-                             {"hermes-agent": version, "mitmproxy": mitmproxy.version.VERSION,
-                              "tenancy-audit": harness.__version__},
-                             inspected={**rec.inspected, "flows": rec.flows}, timeline=ctx.timeline, fixed=fixed,
-                             seconds=time.monotonic() - started,
-                             snapshots={t: len(snaps) for t, snaps in rec.snapshots.items()}, out=out,
-                             coverage=coverage)
+        result = evaluate(out, record, base, seconds=time.monotonic() - started)
         write_reports(out, result)
         for line in summary_table(result).splitlines():
             progress(opts.quiet, line)
@@ -244,21 +247,123 @@ def run_audit(opts: RunOptions) -> AuditResult:
             write_redacted(out, registry)
         seal(out)
         return result
+    except Interrupted as exc:
+        interrupted = exc
+        raise
     finally:
         with contextlib.suppress(Exception):
             if proxy is not None:
                 proxy.stop()
         stop_all(stubs.values())
         survivors = procs.close()
+        if interrupted is not None and out.is_dir():  # our handler still ignores a second signal meanwhile
+            _report_interrupted(out, opts, names, driven, interrupted, time.monotonic() - started)
         for s, handler in old.items():
             signal.signal(s, handler)
         if survivors:
             print(f"tenancy-audit: {len(survivors)} child process(es) survived teardown", file=sys.stderr)
 
 
+def _report_interrupted(out: Path, opts: RunOptions, names: list[str], driven: list[Context], exc: Interrupted,
+                        seconds: float) -> None:
+    """findings.json and the reports of a run stopped by a signal: inconclusive, nothing reconciled."""
+    timeline = driven[0].timeline if driven else []
+    reason = f"interrupted ({exc}): the run was stopped before it finished; nothing was reconciled"
+    result = AuditResult(Verdict([], [], [reason]), names, opts.scenario, _versions(None), timeline=timeline,
+                         seconds=seconds, out=out, plants=list(opts.plants))
+    with contextlib.suppress(Exception):
+        (out / PHASE_FILE).unlink(missing_ok=True)
+        if driven:  # what `reconcile` of the folder needs later (it stays inconclusive: the reason is recorded)
+            _record(out, opts.scenario, driven[0], None, [reason], {})
+        write_reports(out, result)
+        seal(out)
+
+
+def _record(out: Path, scenario: str, ctx: Context, version: str | None, reasons: list[str],
+            planted: dict[str, frozenset[str]]) -> dict[str, Any]:
+    """Write the run's record (`timeline.json`, see docs/contracts.md) and return it."""
+    record = {
+        "scenario": scenario, "hermes-agent": version,
+        "phases": [p.__dict__ for p in ctx.phases], "turns": ctx.timeline,
+        "findings": [f.to_dict() for f in ctx.findings], "reasons": reasons,
+        "expect_snapshots": ctx.expected_snapshots(),
+        "log_owners": {p.name: ctx.log_owner(p) for p in sorted((out / "logs").glob("*.log"))},
+        "plants": {name: sorted(kinds) for name, kinds in planted.items()},
+        "homes": {t.name: Path(t.home).resolve().relative_to(out).as_posix() for t in ctx.registry if t.home},
+        "tools": [t for g in ctx.opts.tools for t in TOOL_GROUPS[g]],
+    }
+    write_private(out / RECORD, json.dumps(record, indent=2).encode())
+    return record
+
+
+def _versions(hermes: str | None) -> dict[str, str]:
+    return {"hermes-agent": hermes or "?", "mitmproxy": mitmproxy.version.VERSION,
+            "tenancy-audit": harness.__version__}
+
+
+def read_record(out: Path) -> dict[str, Any]:
+    """The run's record (`timeline.json`) of an evidence folder; an older folder's lacks some keys."""
+    path = out / RECORD
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise EvidenceError(f"evidence: {out} has no {RECORD} (not an evidence folder of tenancy-audit run)") from None
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise EvidenceError(f"evidence: {path} is not readable JSON ({type(exc).__name__})") from None
+    if not isinstance(record, dict):
+        raise EvidenceError(f"evidence: {path} is not a JSON object")
+    if "scenario" not in record:
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            record["scenario"] = json.loads((out / "findings.json").read_text()).get("scenario")
+    return record
+
+
+def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None, *, seconds: float = 0.0,
+             flows: Path | None = None, limits: Limits | None = None) -> AuditResult:
+    """The verdict of an evidence folder, from its files only: `run` calls this once it has written them, and
+    `reconcile EVIDENCE` calls it again later, so both reach the same findings, fingerprints and verdict.
+    What the run saw live (driver findings, failed turns, teardown reasons, plants) comes from `record`."""
+    registry = load(out / "registry.yaml")
+    scenario = record.get("scenario") or "reconcile"
+    try:
+        phases = [Phase(**p) for p in record.get("phases", [])]
+        live = [Finding.from_dict(d) for d in record.get("findings", [])]
+        turns = failed_turns(record.get("turns", []))
+    except (TypeError, KeyError, ValueError) as exc:
+        raise EvidenceError(f"evidence: {out / RECORD} is malformed ({type(exc).__name__}: {exc})") from None
+    rel = record.get("homes") or {}
+    homes = {t.name: out / rel[t.name] if t.name in rel else Path(t.home) for t in registry if t.home}
+    owners = record.get("log_owners") or {}
+    logs = [LogSource(p, owners.get(p.name)) for p in sorted((out / "logs").glob("*.log"))]
+    logs += [LogSource(p, None, "rpc") for p in sorted((out / "logs").glob("rpc-*.jsonl"))]
+    stub_log = out / "stubs.jsonl"
+    rec = reconcile(registry, flows or out / "flows.mitm", homes=homes, logs=logs,
+                    stub_log=stub_log if stub_log.exists() else None,
+                    expect_snapshots=record.get("expect_snapshots"), phases=phases, empty_ok=True,
+                    limits=limits or DEFAULT_LIMITS)
+    found = [f if f.scenario else replace(f, scenario=scenario, phase=f.phase or "end")
+             for f in rec.findings + live + turns]
+    reasons = [*record.get("reasons", []), *rec.reasons]
+    findings, known, fixed = found, [], []
+    warnings = []
+    if base is not None:
+        ran = {(ph.scenario, ph.name) for ph in phases} | {(scenario, "end")}  # files: at the end
+        findings, known, fixed = baselines.split(found, base, ran)
+        warnings += [base.warning] if base.warning else []
+    planted = {name: frozenset(kinds) for name, kinds in (record.get("plants") or {}).items()}
+    reasons += check_plants(planted, found)
+    coverage = rec.coverage.table(record.get("tools") or [], found)
+    return AuditResult(Verdict(findings, known, reasons), registry.names(), scenario,
+                       _versions(record.get("hermes-agent")), inspected={**rec.inspected, "flows": rec.flows},
+                       timeline=record.get("turns", []), fixed=fixed, seconds=seconds,
+                       snapshots={t: len(snaps) for t, snaps in rec.snapshots.items()}, out=out,
+                       plants=sorted(planted), warnings=warnings,
+                       not_inspected=[n.to_dict() for n in rec.not_inspected], coverage=coverage)
+
+
 def _drive(
     opts: RunOptions, registry: Registry, registry_path: Path, sandbox: Sandbox, hermes: Hermes, proxy: Proxy,
-    stubs: dict[str, StubProvider], out: Path,
+    stubs: dict[str, StubProvider], out: Path, driven: list[Context],
 ) -> tuple[Context, dict[str, frozenset[str]], str, list[str]]:
     """Check Hermes, write the homes, plant, and drive the scenario while mitmdump comes up; returns the
     scenario context, the plants, Hermes' version and why the run may not be conclusive."""
@@ -280,6 +385,7 @@ def _drive(
                       stubs=stubs, opts=opts.scenario_options(), out=out, say=lambda m: progress(opts.quiet, m),
                       scenario=opts.scenario,
                       gateway_port=free_port() if opts.scenario in ("gateway", "all") else 0)
+        driven.append(ctx)
         write_homes(ctx)
         battery.mint(ctx)
         planted = plant_all(ctx, opts.plants)

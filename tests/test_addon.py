@@ -19,6 +19,7 @@ from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow
 
 from harness.capture.addon import Tenancy
+from harness.core.findings import Finding
 from harness.core.protocol import FLOW_HEADER
 from harness.core.registry import Registry, mint
 from harness.detect import decode, flows
@@ -363,11 +364,40 @@ def test_clean_sse_is_not_flagged(tctx, addon, reg):
     assert kinds(f) == [] and not f.marked
 
 
-def test_unknown_listener_is_recorded_unattributed(tctx, addon, reg, tmp_path):
-    f = run(addon, reverse_flow("alpha", {"x": reg["beta"].canaries["soul"]}, port=18999))
-    meta = f.metadata["tenancy"]
+def test_unknown_listener_is_recorded_not_flagged_and_warned_about_once(tctx, addon, reg, tmp_path, caplog):
+    """A listener that belongs to no tenant is not part of the audit: its flows carry canaries and keys of
+    tenants legitimately (someone else's traffic), so flagging them would bury the real findings."""
+    leaky = {"x": reg["beta"].canaries["soul"]}
+    flows = [run(addon, reverse_flow("alpha", leaky, key=reg["alpha"].key, port=18999),
+                 response=json.dumps(leaky)) for _ in range(3)]
+    meta = flows[0].metadata["tenancy"]
     assert meta["tenant"] is None and meta["route"] == "listen:18999"
-    assert kinds(f) == ["request_leak"] and meta["findings"][0]["seen_in"] is None
+    assert all(kinds(f) == [] and not f.marked for f in flows)
+    assert [line["flow"] for line in ledger(tmp_path)] == [f.id for f in flows]  # still on the record
+    warnings = [r.getMessage() for r in caplog.records if "belongs to no tenant" in r.getMessage()]
+    assert len(warnings) == 1 and "18999" in warnings[0]
+    run(addon, reverse_flow("alpha", leaky, key=reg["alpha"].key, port=18998))
+    assert sum("belongs to no tenant" in r.getMessage() for r in caplog.records) == 2  # once per port
+
+
+def test_findings_are_labelled_with_the_phase_the_harness_names(tctx, addon, reg, tmp_path):
+    """The ledger's fingerprints are the run's: the addon labels findings with `tenancy_phase_file`."""
+    label = tmp_path / "phase.json"
+    tctx.configure(addon, tenancy_phase_file=str(label))
+    leaky = {"x": reg["beta"].canaries["soul"]}
+    unlabelled = run(addon, reverse_flow("alpha", leaky, key=reg["alpha"].key))
+    label.write_text(json.dumps({"scenario": "tui", "phase": "turns"}))
+    turns = run(addon, reverse_flow("alpha", leaky, key=reg["alpha"].key))
+    label.write_text(json.dumps({"scenario": "tui", "phase": "end"}) + " ")  # a new size: re-read
+    end = run(addon, reverse_flow("alpha", leaky, key=reg["alpha"].key))
+    lines = ledger(tmp_path)
+    assert [(line["scenario"], line["phase"]) for line in lines] == [(None, None), ("tui", "turns"), ("tui", "end")]
+    for f, line in zip((unlabelled, turns, end), lines, strict=True):
+        finding = Finding.from_dict(line["findings"][0])
+        assert (finding.scenario, finding.phase) == (line["scenario"], line["phase"])
+        assert line["findings"][0]["fingerprint"] == finding.fingerprint()
+        assert f.metadata["tenancy"]["findings"] == line["findings"]
+    assert len({line["findings"][0]["fingerprint"] for line in lines}) == 3
 
 
 # --- forward topology ----------------------------------------------------------------------------------
@@ -533,3 +563,22 @@ def test_unwritable_ledger_kills_the_flow_and_stops_the_proxy(addon, regfile, re
         assert f.error and f.error.msg == "Connection killed."
         ctx.master.event_loop.run_until_complete(asyncio.sleep(0))
         assert ctx.master.should_exit.is_set() and "cannot write the ledger" in caplog.text
+
+
+def test_tenancy_content_view_redacts_every_canary_and_marks_the_leak(tctx, addon, reg):
+    from mitmproxy import contentviews
+
+    soul, own = reg["beta"].canaries["soul"], reg["alpha"].canaries["memory"]
+    f = run(addon, reverse_flow("alpha", {"x": soul, "mine": base64.b64encode(own.encode()).decode()},
+                                key=reg["alpha"].key))
+    assert f.metadata["tenancy"]["flagged"]
+    meta = contentviews.Metadata(flow=f, content_type="application/json", http_message=f.request)
+    view = contentviews.registry.get_view(f.request.content, meta)
+    assert view.name == "Tenancy"  # picked by itself for a flagged flow
+    text = view.prettify(f.request.content, meta)
+    assert text.startswith("tenancy: alpha's flow; 1 foreign canary(ies)")
+    assert ">>>LEAK <beta:soul><<<" in text and "<alpha:memory>" in text and ">>>LEAK <alpha" not in text
+    assert soul not in text and own not in text
+    clean = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key))
+    plain = contentviews.Metadata(flow=clean, content_type="application/json", http_message=clean.request)
+    assert contentviews.registry.get_view(clean.request.content, plain).name != "Tenancy"

@@ -90,7 +90,8 @@ def test_live_mitmdump_two_reverse_listeners(tmp_path: Path):
     for name, port in ports.items():
         argv += ["--mode", f"reverse:{stubs[name].url}@{port}"]
     with open(log, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True)
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=tmp_path, start_new_session=True,
+                                env={**os.environ, "PYTHONPATH": str(ROOT)})  # the addon of this checkout
     try:
         for port in ports.values():
             wait_listening(port, proc, log)
@@ -150,3 +151,19 @@ def test_live_mitmdump_two_reverse_listeners(tmp_path: Path):
     matcher = Matcher.for_registry(reg)
     for f, line in zip(saved, lines, strict=True):  # the reconciler's re-inspection agrees with the live one
         assert inspect_flow(reg, matcher, f).ledger_entry() | {"time": line["time"]} == line
+
+
+@pytest.mark.parametrize("problem", ["missing", "invalid"])
+def test_a_bad_registry_at_startup_is_one_error_line_not_a_traceback(tmp_path: Path, problem: str):
+    registry = tmp_path / "registry.yaml"
+    if problem == "invalid":
+        registry.write_text("tenants: [unclosed\n")
+    argv = [*mitmdump_argv(), "-q", "-s", str(ADDON), "--set", f"confdir={tmp_path / 'conf'}",
+            "--set", f"tenancy_registry={registry}", "--mode", f"reverse:http://127.0.0.1:9@127.0.0.1:{free_port()}"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}  # the addon of this checkout
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, env=env)
+    output = done.stdout + done.stderr
+    assert done.returncode != 0, output
+    assert "Traceback" not in output, output
+    errors = [line for line in output.splitlines() if "tenancy_registry" in line]
+    assert len(errors) == 1 and "registry" in errors[0], output

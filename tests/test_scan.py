@@ -345,19 +345,20 @@ def test_sqlite_fts_shadow_tables_and_schema(tmp_path: Path, registry: Registry,
     assert only(hits, "soul", "sqlite:kv.v#0").encoding == "utf16le"
 
 
-def test_decompression_is_bounded(monkeypatch: pytest.MonkeyPatch, registry: Registry, matcher: Matcher) -> None:
+def test_decompression_is_bounded(registry: Registry, matcher: Matcher) -> None:
     key = value_of(registry, "key").encode()
-    monkeypatch.setattr(scan, "MAX_STREAM_BYTES", 10_000)
+    small = scan.Limits(stream_bytes=10_000)
     early = gzip.compress(b"a" * 500 + key + b"b" * 100_000)
     late = gzip.compress(b"a" * 50_000 + key)
-    notes: list[str] = []
-    assert only(scan_bytes(early, matcher, notes=notes), "key", "gzip").offset == 500
-    assert notes == ["bytes@0:gzip: output truncated at 10000 bytes"]
-    notes.clear()
-    assert scan_bytes(late, matcher, notes=notes) == []  # beyond the bound: not scanned, but noted
-    assert notes == ["bytes@0:gzip: output truncated at 10000 bytes"]
-    monkeypatch.setattr(scan, "MAX_STREAM_BYTES", 1 << 20)
-    assert only(scan_bytes(late, matcher), "key", "gzip").offset == 50_000  # control: the bound was the cause
+    skipped: list[scan.NotInspected] = []
+    assert only(scan_bytes(early, matcher, limits=small, not_inspected=skipped), "key", "gzip").offset == 500
+    assert skipped == [scan.NotInspected("bytes@0:gzip", "decompression cap (10000 bytes per stream)", 10_000)]
+    skipped.clear()
+    assert scan_bytes(late, matcher, limits=small, not_inspected=skipped) == []  # beyond the cap: listed
+    assert [(n.path, n.bytes_read, n.partial) for n in skipped] == [("bytes@0:gzip", 10_000, True)]
+    skipped.clear()
+    assert only(scan_bytes(late, matcher, not_inspected=skipped), "key", "gzip").offset == 50_000  # the control
+    assert skipped == []
 
 
 @pytest.mark.parametrize(
@@ -374,8 +375,7 @@ def test_decompression_is_bounded(monkeypatch: pytest.MonkeyPatch, registry: Reg
     ],
 )
 def test_corrupt_streams_do_not_crash(registry: Registry, matcher: Matcher, data: bytes) -> None:
-    notes: list[str] = []
-    assert scan_bytes(data, matcher, notes=notes) == []
+    assert scan_bytes(data, matcher) == []
     assert scan_bytes(data + value_of(registry, "key").encode(), matcher)[-1].kind == "key"
 
 
@@ -425,7 +425,7 @@ def _write_corpus(root: Path, registry: Registry, plant: Callable[[str], str] | 
 def test_clean_corpus(tmp_path: Path, registry: Registry) -> None:
     _write_corpus(tmp_path / "home", registry, plant=None)
     result = scan_tree(tmp_path / "home", registry, OWNER)
-    assert result.findings == [] and result.unreadable == [] and result.notes == []
+    assert result.findings == [] and result.unreadable == [] and result.notes == [] and result.not_inspected == []
     assert result.files == 6
     # The owner's own canaries are there (the filter, not their absence, keeps this clean):
     assert scan_tree(tmp_path / "home", registry, VICTIM).findings
@@ -502,15 +502,16 @@ def test_symlinks_not_followed_out_of_tree(tmp_path: Path, registry: Registry) -
     (home / "dangling").symlink_to(tmp_path / "nowhere")
     os.mkfifo(home / "pipe")  # opening it would block forever
     result = scan_tree(home, registry, OWNER)
-    assert result.findings == [] and result.unreadable == []
-    assert sorted(result.notes) == sorted(
+    assert result.findings == [] and result.unreadable == [] and result.reasons() == []
+    assert sorted(n.summary() for n in result.not_inspected) == sorted(
         [
-            f"dangling symlink dangling -> {tmp_path / 'nowhere'} (not followed)",
-            f"symlink link.txt -> {outside / 'secret.txt'} points out of the tree (not followed)",
-            f"symlink linkdir -> {outside} points out of the tree (not followed)",
-            "not a regular file, not read: pipe",
+            f"dangling: dangling symlink to {tmp_path / 'nowhere'} (not followed) (0 bytes read)",
+            f"link.txt: symlink to {outside / 'secret.txt'}, out of the tree (not followed) (0 bytes read)",
+            f"linkdir: symlink to {outside}, out of the tree (not followed) (0 bytes read)",
+            "pipe: not a regular file (fifo), not opened (0 bytes read)",
         ]
     )
+    assert not any(n.partial for n in result.not_inspected)
     assert scan_tree(outside, registry, OWNER).findings  # control: the target does hold a leak
     # A path named explicitly (the CLI) is followed:
     assert [f.canary for f in scan_paths([home / "link.txt"], registry, OWNER).findings] == ["key"]
@@ -521,17 +522,18 @@ def test_unreadable_file_reported(tmp_path: Path, registry: Registry, monkeypatc
     home.mkdir()
     (home / "locked.db").write_text(value_of(registry, "key"))
     (home / "open.txt").write_text(value_of(registry, "soul"))
-    real = scan._read
+    real = scan._open
 
-    def deny(path: Path) -> bytes:
+    def deny(path: Path) -> int:
         if path.name == "locked.db":
             raise PermissionError(13, "Permission denied", str(path))
         return real(path)
 
-    monkeypatch.setattr(scan, "_read", deny)
+    monkeypatch.setattr(scan, "_open", deny)
     result = scan_tree(home, registry, OWNER)
     assert result.unreadable == [str(home / "locked.db")]
     assert result.notes == [f"unreadable {home / 'locked.db'}: Permission denied"]
+    assert result.reasons() == ["not fully inspected: locked.db: unreadable: Permission denied (0 bytes read)"]
     assert [f.canary for f in result.findings] == ["soul"]  # the rest is still scanned
     findings, unreadable = scan_paths([home, tmp_path / "missing"], registry, OWNER)
     assert [f.canary for f in findings] == ["soul"]

@@ -18,9 +18,10 @@ from typing import IO, Any
 
 import mitmproxy.types
 import orjson
-from mitmproxy import command, ctx, exceptions, http
+from mitmproxy import command, contentviews, ctx, exceptions, http
 from mitmproxy.log import ALERT
 
+from harness.capture.contentview import TenancyContentview
 from harness.core import registry
 from harness.core.files import write_private
 from harness.core.findings import Finding
@@ -45,17 +46,28 @@ class _StreamTap:
 
 
 class Tenancy:
-    def __init__(self) -> None:
+    """The tenancy addon. `script` is True for the instance `addons/tenancy.py` gives `mitmdump -s`: a bad
+    `tenancy_registry` at startup is then one error line (mitmproxy exits on it) instead of the traceback
+    mitmproxy prints for any exception a script raises; later `--set`s are rejected with OptionsError."""
+
+    def __init__(self, *, script: bool = False) -> None:
+        self.script = script
+        self._running = False
         self.registry: registry.Registry | None = None
         self.matcher: Matcher | None = None
         self.findings: list[Finding] = []
         self.ledger: IO[bytes] | None = None
         self._stamp: tuple[int, int, int] | None = None
         self._path = Path()  # the registry file, once loaded
+        #: The audit's current (scenario, phase), read from `tenancy_phase_file` when it changes.
+        self._label: tuple[str | None, str | None] = (None, None)
+        self._label_stamp: tuple[int, int, int] | None = None
+        self._foreign_ports: set[int] = set()  # reverse listeners of no tenant, warned about once each
         #: The report of every request in flight, reused by `_finish` while the request is unchanged.
         self._inflight: dict[str, tuple[_RequestState, flows.RequestReport]] = {}
 
     def load(self, loader: Any) -> None:
+        contentviews.add(TenancyContentview(lambda: self.matcher))
         loader.add_option(
             "tenancy_registry", str | None, None,
             "Path to the tenancy registry (registry.yaml): tenants, keys, models, routes, canaries.",
@@ -69,6 +81,11 @@ class Tenancy:
             "What to do with a forward-mode request to a host no tenant owns: flag it, or block it with 403.",
             choices=EGRESS_CHOICES,
         )
+        loader.add_option(
+            "tenancy_phase_file", str | None, None,
+            'A JSON file {"scenario": ..., "phase": ...} naming the audit\'s current phase; findings are labelled '
+            "with it, so their fingerprints match the audit's (the harness writes it).",
+        )
 
     def configure(self, updated: set[str]) -> None:
         if "tenancy_egress" in updated and ctx.options.tenancy_egress not in EGRESS_CHOICES:
@@ -81,7 +98,10 @@ class Tenancy:
                 try:
                     self._load_registry(Path(path))
                 except registry.RegistryError as exc:
-                    raise exceptions.OptionsError(f"tenancy_registry: {exc}") from None
+                    if not (self.script and not self._running):
+                        raise exceptions.OptionsError(f"tenancy_registry: {exc}") from None
+                    log.error(f"tenancy: tenancy_registry: {exc}")  # at startup: mitmproxy exits on an error line
+                    self.registry = self.matcher = self._stamp = None
                 eager = getattr(ctx.options, "connection_strategy", "lazy") == "eager"
                 if eager and any(t.host for t in self.registry or []):
                     log.warning("tenancy: forward tenants need --set connection_strategy=lazy "
@@ -99,6 +119,12 @@ class Tenancy:
                     self.ledger = os.fdopen(fd, "ab")
                 except OSError as exc:
                     raise exceptions.OptionsError(f"tenancy_ledger: cannot open {path}: {exc.strerror}") from None
+
+        if "tenancy_phase_file" in updated:
+            self._label, self._label_stamp = (None, None), None
+
+    def running(self) -> None:
+        self._running = True
 
     def done(self) -> None:
         if self.ledger:
@@ -124,6 +150,26 @@ class Tenancy:
             self._stamp = stamp
             log.error(f"tenancy: keeping the previous registry: {exc}")
 
+    def _current_label(self) -> tuple[str | None, str | None]:
+        """(scenario, phase) from `tenancy_phase_file` (re-read when it changes), or (None, None)."""
+        path = ctx.options.tenancy_phase_file
+        if not path:
+            return None, None
+        stamp = _stamp(Path(path))
+        if stamp != self._label_stamp:
+            self._label_stamp = stamp
+            try:
+                doc = json.loads(Path(path).read_bytes()) if stamp else {}
+                self._label = (doc.get("scenario"), doc.get("phase"))
+            except (OSError, ValueError, AttributeError) as exc:
+                log.error(f"tenancy: cannot read the phase file {path}: {exc}")
+                self._label = (None, None)
+        return self._label
+
+    def _stamp_label(self, flow: http.HTTPFlow) -> None:
+        scenario, phase = self._current_label()
+        flow.metadata["tenancy"].update(scenario=scenario, phase=phase)
+
     def http_connect(self, flow: http.HTTPFlow) -> None:
         """Block a CONNECT to a host no tenant owns before anything is dialled (when egress is `block`)."""
         if self.registry is None or ctx.options.tenancy_egress != "block":
@@ -139,6 +185,10 @@ class Tenancy:
         self._maybe_reload()
         route = flows.route_of(flow)
         tenant = flows.tenant_for(self.registry, listen_port=route.listen_port, host=route.host)
+        if tenant is None and route.topology == "reverse" and route.listen_port not in self._foreign_ports:
+            self._foreign_ports.add(route.listen_port)
+            log.warning(f"tenancy: listener port {route.listen_port} belongs to no tenant of {self._path}: its flows "
+                        "are recorded, not inspected (add `route: {listen: PORT}` to a tenant to audit them)")
         if route.topology == "forward":
             if tenant is None and ctx.options.tenancy_egress == "block":
                 self._block(flow)
@@ -148,6 +198,7 @@ class Tenancy:
         report = flows.inspect_flow_request(self.registry, self.matcher, flow, route)
         self._inflight[flow.id] = (_request_state(flow, self.matcher), report)
         flow.metadata["tenancy"] = {"tenant": report.tenant, "route": report.route, "kind": report.kind}
+        self._stamp_label(flow)
         if report.findings:
             flow.marked = MARK
 
@@ -172,6 +223,7 @@ class Tenancy:
             flow.response.stream = False
         known = inflight[1] if inflight and inflight[0] == _request_state(flow, self.matcher) else None
         report = flows.inspect_flow(self.registry, self.matcher, flow, request=known)
+        report.label(flow.metadata["tenancy"].get("scenario"), flow.metadata["tenancy"].get("phase"))
         entry = report.ledger_entry()
         flow.metadata["tenancy"] = {k: v for k, v in entry.items() if k not in ("time", "flow")}
         if report.findings:
@@ -200,6 +252,7 @@ class Tenancy:
     def _block(self, flow: http.HTTPFlow) -> None:
         host = flow.request.pretty_host
         flow.metadata["tenancy"] = {"tenant": None, "route": f"host:{host}", "kind": "egress"}
+        self._stamp_label(flow)
         flow.response = http.Response.make(
             403, f"tenancy-audit: egress to {host} blocked\n", {"content-type": "text/plain"}
         )

@@ -10,6 +10,7 @@ tenant). Forward topology: one regular listener; children reach `https://<tenant
 
 from __future__ import annotations
 
+import json
 import os
 import select
 import socket
@@ -19,11 +20,10 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.core.files import REPO
+from harness.core.files import REPO, write_private
 from harness.core.procs import ProcessSet, kill_group
 from harness.core.registry import Registry
 
-ADDON = REPO / "addons" / "tenancy.py"
 CERTS = REPO / "certs"
 FORWARD_DOMAIN = "llm.test"
 
@@ -95,6 +95,8 @@ class Proxy:
     #: Listening sockets bound by the caller, one per port of `ports()` (else `spawn` binds them); mitmdump
     #: gets them and the proxy keeps no copy.
     listeners: list[socket.socket] = field(default_factory=list)
+    #: Where the harness names the current scenario/phase for the addon (`tenancy_phase_file`), if anywhere.
+    phase_file: Path | None = None
     proc: subprocess.Popen[bytes] | None = None
     log_path: Path = field(init=False)
     _ready_fd: int | None = field(default=None, init=False, repr=False)  # taken by whoever waits (or stops) first
@@ -126,6 +128,8 @@ class Proxy:
             "--set", "listen_host=127.0.0.1",
             "--set", "termlog_verbosity=warn",
         ]
+        if self.phase_file is not None:
+            argv += ["--set", f"tenancy_phase_file={self.phase_file}"]
         if self.topology == "reverse":
             for t in self.registry:
                 argv += ["--mode", f"reverse:{t.upstream}@127.0.0.1:{t.listen}"]
@@ -157,7 +161,6 @@ class Proxy:
         env["PYTHONPATH"] = str(REPO)
         env["TENANCY_LISTEN_FDS"] = ",".join(f"{port_of(s)}={s.fileno()}" for s in socks)
         env["TENANCY_READY_FD"] = str(write_end)
-        env["TENANCY_ADDON"] = str(ADDON)
         try:
             with self.log_path.open("ab") as log:
                 self.proc = self.procs.spawn(self.argv(), env=env, cwd=self.out, stdout=log, stderr=log,
@@ -220,6 +223,11 @@ class Proxy:
         with self._ready_lock:
             fd, self._ready_fd = self._ready_fd, None
             return fd
+
+    def label(self, scenario: str | None, phase: str | None) -> None:
+        """Name the phase the flows from now on belong to (the addon labels their findings with it)."""
+        if self.phase_file is not None:
+            write_private(self.phase_file, json.dumps({"scenario": scenario, "phase": phase}).encode())
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import hashlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 KINDS = frozenset(
@@ -28,6 +28,8 @@ CHANNELS = ("request", "response", "env", "file", "log", "rpc")
 INCONCLUSIVE_KINDS = frozenset({"shortfall", "bypass"})
 
 EXIT_CLEAN, EXIT_LEAK, EXIT_ERROR, EXIT_INCONCLUSIVE = 0, 1, 2, 3
+#: What `Finding.fingerprint()` hashes; bumped when that changes (SARIF `tenancyFingerprint/vN`, baselines).
+FINGERPRINT_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -54,7 +56,14 @@ class Finding:
             raise ValueError(f"unknown channel {self.channel!r}")
 
     def fingerprint(self) -> str:
-        """Stable across runs: never contains a random value, offset or flow id."""
+        """The finding's class (v2): kind, victim, carrier (`seen_in`), canary kind, channel, scenario and
+        phase. Stable across runs: never a random value, offset or flow id."""
+        parts = ("v2", self.kind, self.victim or "", self.seen_in or "", self.canary or "", self.channel,
+                 self.scenario or "", self.phase or "")
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+    def fingerprint_v1(self) -> str:
+        """The version-1 fingerprint (no victim, no carrier): only to read version-1 baselines."""
         parts = (self.kind, self.canary or "", self.channel, self.scenario or "", self.phase or "")
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
@@ -71,6 +80,12 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "fingerprint": self.fingerprint()}
+
+    def labelled(self, scenario: str | None, phase: str | None) -> Finding:
+        """The same finding with `scenario`/`phase` filled in where it has none."""
+        if (self.scenario or not scenario) and (self.phase or not phase):
+            return self
+        return replace(self, scenario=self.scenario or scenario, phase=self.phase or phase)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Finding:

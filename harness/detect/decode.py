@@ -1,5 +1,6 @@
-"""Decoding what an HTTP message carries: content-encodings (bounded), JSON, SSE streams reassembled, and
-the header values the detectors need (first values, the presented credential).
+"""Decoding what an HTTP message carries: content-encodings (bounded, by the same streaming decoders the
+file scanner uses, `harness.detect.codecs`), JSON, SSE streams reassembled, and the header values the
+detectors need (first values, the presented credential).
 
 Whatever cannot be decoded or parsed is left as the raw bytes it is (and said so in `Body.note`), so no
 body can crash an inspection or hide from it.
@@ -8,19 +9,13 @@ body can crash an inspection or hide from it.
 from __future__ import annotations
 
 import json
-import sys
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import brotli
 import orjson
 
-if sys.version_info >= (3, 14):  # pragma: no cover
-    from compression import zstd
-else:
-    from backports import zstd
+from harness.detect import codecs
 
 MAX_BODY = 16 * 1024 * 1024
 #: How deep the SSE walk follows nested JSON; deeper strings are still in the raw body's scan.
@@ -36,24 +31,42 @@ class Body:
 
     data: bytes
     encoding: str | None = None  # the content-encoding that was undone, e.g. "gzip"
-    note: str = ""  # "", "undecodable", "truncated", "too large"
+    note: str = ""  # "", "undecodable", "truncated", "too large", "too large to decode"
+
+    @property
+    def partial(self) -> bool:
+        """Whether part of what the body carries was not inspected (its decoded form was cut, or it was too
+        large to decode): a secret may be in what was not read."""
+        return self.note in ("truncated", "too large to decode")
+
+
+#: HTTP content-codings and the codec that undoes each (`deflate` is tried as zlib, then as raw deflate).
+CONTENT_CODECS = {"gzip": "gzip", "x-gzip": "gzip", "br": "br", "zstd": "zstd", "xz": "xz", "x-xz": "xz",
+                  "lzma": "lzma", "bzip2": "bz2", "x-bzip2": "bz2", "bz2": "bz2"}
 
 
 def _inflate(data: bytes, enc: str) -> bytes:
     """Undo one content-encoding, returning at most MAX_BODY + 1 bytes (bombs stay small)."""
-    limit = MAX_BODY + 1
-    if enc in ("gzip", "x-gzip"):
-        return zlib.decompressobj(16 + zlib.MAX_WBITS).decompress(data, limit)
     if enc == "deflate":
         try:
-            return zlib.decompressobj(zlib.MAX_WBITS).decompress(data, limit)
-        except zlib.error:
-            return zlib.decompressobj(-zlib.MAX_WBITS).decompress(data, limit)
-    if enc == "br":
-        return brotli.Decompressor().process(data, output_buffer_limit=limit)[:limit]
-    if enc == "zstd":
-        return zstd.ZstdDecompressor().decompress(data, max_length=limit)
-    raise ValueError(f"unknown content-encoding {enc!r}")
+            return _decode_all("zlib", data)
+        except ValueError:
+            return _decode_all("deflate", data)
+    if enc not in CONTENT_CODECS:
+        raise ValueError(f"unknown content-encoding {enc!r}")
+    return _decode_all(CONTENT_CODECS[enc], data)
+
+
+def _decode_all(codec: str, data: bytes) -> bytes:
+    progress = codecs.Progress()
+    out = bytearray()
+    for piece in codecs.decode(codec, (data,), progress):
+        out += piece
+        if len(out) > MAX_BODY:
+            return bytes(out[: MAX_BODY + 1])
+    if progress.error or not (out or progress.eof):
+        raise ValueError(f"{codec}: {progress.error or 'no stream'}")
+    return bytes(out)
 
 
 def decode_body(raw: bytes | None, content_encoding: str = "") -> Body:
@@ -62,7 +75,7 @@ def decode_body(raw: bytes | None, content_encoding: str = "") -> Body:
     encodings = [e.strip().lower() for e in content_encoding.split(",") if e.strip()]
     encodings = [e for e in encodings if e != "identity"]
     if len(raw) > MAX_BODY:
-        return Body(raw, None, "too large")
+        return Body(raw, None, "too large to decode" if encodings else "too large")
     if not encodings or not raw:
         return Body(raw)
     data = raw
@@ -71,7 +84,7 @@ def decode_body(raw: bytes | None, content_encoding: str = "") -> Body:
             data = _inflate(data, enc)
             if len(data) > MAX_BODY:
                 return Body(data[:MAX_BODY], "+".join(encodings), "truncated")
-    except (ValueError, zlib.error, brotli.error, zstd.ZstdError, EOFError):
+    except ValueError:
         return Body(raw, None, "undecodable")
     return Body(data, "+".join(encodings))
 

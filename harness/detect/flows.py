@@ -32,6 +32,7 @@ from harness.detect.decode import (
 )
 from harness.detect.matcher import SEPARATOR, Hit, Matcher
 from harness.detect.tools import attribute_body
+from harness.detect.scan import NotInspected, ScanHit, scan_bytes
 
 _SEPARATOR = SEPARATOR.decode()
 
@@ -57,7 +58,7 @@ def tenant_for(registry: Registry, *, listen_port: int | None = None, host: str 
     return None
 
 
-def _label(body_encoding: str | None, hit: Hit) -> str:
+def _label(body_encoding: str | None, hit: Hit | ScanHit) -> str:
     if not body_encoding:
         return hit.encoding
     return body_encoding if hit.encoding == "plain" else f"{body_encoding}+{hit.encoding}"
@@ -74,6 +75,7 @@ class _Scan:
     kind: str
     findings: list[Finding] = field(default_factory=list)
     seen: set[tuple[str, str]] = field(default_factory=set)
+    not_inspected: list[NotInspected] = field(default_factory=list)
 
     def scan(
         self,
@@ -132,8 +134,27 @@ class _Scan:
                           f"{prefix}.headers.{name}", None, skip if name in KEY_HEADERS else frozenset(), False, False)
             base = end + len(SEPARATOR)
 
+    def layered(self, data: bytes, part: str, *, encoding: str | None = None,
+                skip: frozenset[tuple[str, str]] = frozenset(), only_new: bool = False) -> None:
+        """Scan `data` and every layer in it (base64 blocks, compressed streams, ...: `scan.scan_bytes`)."""
+        where = f"flow:{self.flow_id}:{part}"
+        skipped: list[NotInspected] = []
+        for h in scan_bytes(data, self.matcher, headerless=False, not_inspected=skipped):
+            ident = (h.tenant, h.kind)
+            if h.tenant == self.tenant or ident in skip or (only_new and ident in self.seen):
+                continue
+            self.seen.add(ident)
+            self.findings.append(Finding(
+                kind=self.kind, victim=h.tenant, seen_in=self.tenant, canary=h.kind, channel=self.channel,
+                location=h.location(where), encoding=_label(encoding, h), evidence=h.evidence,
+            ))
+        self.not_inspected += [replace(n, path=where + n.path.removeprefix("bytes")) for n in skipped]
+
     def body(self, body: Body, part: str, skip: frozenset[tuple[str, str]] = frozenset()) -> None:
-        self.scan(body.data, part, encoding=body.encoding, skip=skip)
+        self.layered(body.data, part, encoding=body.encoding, skip=skip)
+        if body.partial:
+            read = len(body.data) if body.note == "truncated" else 0
+            self.not_inspected.append(NotInspected(f"flow:{self.flow_id}:{part}", f"body {body.note}", read))
 
 
 @dataclass
@@ -151,6 +172,7 @@ class RequestReport:
     size: int
     note: str = ""
     findings: list[Finding] = field(default_factory=list)
+    not_inspected: list[NotInspected] = field(default_factory=list)
 
 
 @dataclass
@@ -163,6 +185,7 @@ class ResponseReport:
     error: str | None = None
     note: str = ""
     findings: list[Finding] = field(default_factory=list)
+    not_inspected: list[NotInspected] = field(default_factory=list)
 
 
 def _bearer_state(tenant: Tenant | None, bearer: str | None, owner: Tenant | None) -> str:
@@ -210,6 +233,8 @@ def inspect_request(
     bearer_state = _bearer_state(tenant, bearer, owner)
     report = RequestReport(name, str(route), method, path, kind, bearer_state, owner.name if owner else None,
                            model, len(body or b""), decoded.note)
+    if tenant is None and route.topology == "reverse":
+        return report  # a listener of no tenant (not part of the audit): recorded, not inspected
     where = f"flow:{flow_id}:request"
     skip_headers: set[tuple[str, str]] = set()
     skip_body: set[tuple[str, str]] = set()
@@ -251,6 +276,7 @@ def inspect_request(
     scan.headers(headers, "request", frozenset(skip_headers))
     scan.body(decoded, "request.body", frozenset(skip_body))
     report.findings += attribute_body(scan.findings, decoded.data, doc, f"flow:{flow_id}:request.body")
+    report.not_inspected = scan.not_inspected
     return report
 
 
@@ -275,8 +301,9 @@ def inspect_response(
     scan.body(decoded, "response.body")
     if streamed and not decoded.note:
         for path, text in sse_streams(decoded.data).items():
-            scan.scan(utf8_bytes(text), f"response.sse.{path}", only_new=True)
+            scan.layered(utf8_bytes(text), f"response.sse.{path}", only_new=True)
     report.findings = scan.findings
+    report.not_inspected = scan.not_inspected
     return report
 
 
@@ -289,10 +316,22 @@ class FlowReport:
     host: str
     request: RequestReport
     response: ResponseReport | None = None
+    scenario: str | None = None  # the audit's phase the flow happened in (`label`), if known
+    phase: str | None = None
 
     @property
     def findings(self) -> list[Finding]:
         return self.request.findings + (self.response.findings if self.response else [])
+
+    def label(self, scenario: str | None, phase: str | None) -> None:
+        """Fill in the scenario/phase the flow happened in (what its findings' fingerprints include)."""
+        self.scenario, self.phase = scenario, phase
+        for part in (self.request, self.response):
+            if part is not None:
+                part.findings = [f.labelled(scenario, phase) for f in part.findings]
+    @property
+    def not_inspected(self) -> list[NotInspected]:
+        return self.request.not_inspected + (self.response.not_inspected if self.response else [])
 
     def ledger_entry(self) -> dict[str, Any]:
         req, resp = self.request, self.response
@@ -315,6 +354,8 @@ class FlowReport:
             "error": resp.error if resp else None,
             "flagged": bool(self.findings),
             "findings": [f.to_dict() for f in self.findings],
+            "scenario": self.scenario,
+            "phase": self.phase,
         }
 
 
@@ -369,4 +410,6 @@ def inspect_flow(
             body=resp.raw_content if resp else None,
             error=flow.error.msg if flow.error else None,
         )
+        if request.tenant is None and request.route.startswith("listen:"):
+            report.response.findings = []  # a listener of no tenant: recorded, not inspected
     return report

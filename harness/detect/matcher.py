@@ -7,13 +7,25 @@ When every canary contains `TAG_MARKER` (every minted one does), a big buffer is
 marker's few encoded forms, which ahocorasick-rs does with SIMD at several GB/s; the full automaton then
 runs only on the windows around them. Every encoded canary contains an encoded marker, so the windows
 hold every match the full scan would find, and nothing else.
+
+Two checks run after the automaton, both exact:
+- a base64 form holds only the characters the canary alone determines; the partial characters at its
+  edges (bits of the canary mixed with bits of its neighbours) are checked bit by bit, so a value that
+  differs from a canary only in its first or last bits is not reported (`_Edge`);
+- around every JSON escape of an ASCII character (`\\u002f`, `\\/`, also escaped again inside a JSON
+  string holding JSON) the text is unescaped and searched again, so a canary with any mix of escaped and
+  plain characters is found at its span in the original bytes (encoding `json`).
 """
 
 from __future__ import annotations
 
 import base64
+import bisect
 import hashlib
+import html
+import json
 import math
+import re
 import threading
 import urllib.parse
 from collections import OrderedDict
@@ -57,37 +69,199 @@ class Hit:
     encoding: str
 
 
-def _b64_alignments(raw: bytes) -> list[bytes]:
-    """The base64 characters fully determined by `raw` at each of the three byte alignments."""
+B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+#: The 6-bit value of each base64 and base64url character (-1: not one).
+_B64_VALUE = [-1] * 256
+for _i, _c in enumerate(B64_ALPHABET):
+    _B64_VALUE[_c] = _i
+_B64_VALUE[ord("-")], _B64_VALUE[ord("_")] = 62, 63
+
+
+@dataclass(frozen=True)
+class _Edge:
+    """The canary's bits in the partial base64 characters just outside a form: before it (`lead`, in the
+    low bits of the character before) and after it (`trail`, in the high bits of the character after)."""
+
+    lead_bits: int
+    lead: int
+    trail_bits: int
+    trail: int
+
+    def agrees(self, data: bytes | bytearray | memoryview, start: int, end: int) -> bool:
+        """Whether the characters around data[start:end] carry the canary's bits. A missing character (the
+        buffer ends there) is accepted: what the buffer holds is the canary's, and no near miss."""
+        if self.lead_bits and 0 < start <= len(data):
+            value = _B64_VALUE[data[start - 1]]
+            if value < 0 or value & ((1 << self.lead_bits) - 1) != self.lead:
+                return False
+        if self.trail_bits and end < len(data):
+            value = _B64_VALUE[data[end]]
+            if value < 0 or value >> (6 - self.trail_bits) != self.trail:
+                return False
+        return True
+
+
+@dataclass(frozen=True)
+class _DoubleEdge:
+    """The edges of a base64/base64 form: the outer characters around it are decoded back to the inner
+    base64 text, whose partial characters must carry the canary's bits (`inner`)."""
+
+    pad: int  # the inner form's byte alignment in the outer encoding
+    length: int  # the inner form's length
+    inner: _Edge
+
+    def agrees(self, data: bytes | bytearray | memoryview, start: int, end: int) -> bool:
+        lo = start - math.ceil(self.pad * 8 / 6)  # where the outer group holding the inner form begins
+        if lo < 0:
+            return True  # the buffer starts there: nothing to check (as for a plain base64 form)
+        chars = bytes(data[lo : end + 8]).translate(_TO_STANDARD)
+        stop = next((i for i, c in enumerate(chars) if _B64_VALUE[c] < 0), len(chars))
+        chars = chars[: stop // 4 * 4]
+        inner = base64.b64decode(chars) if chars else b""
+        if len(inner) < self.pad:
+            return True  # the outer text ends (or is cut) before the inner form's first character
+        return self.inner.agrees(inner, self.pad, min(len(inner), self.pad + self.length))
+
+
+_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
+
+
+def _b64_alignments(raw: bytes) -> list[tuple[bytes, _Edge]]:
+    """At each of the three byte alignments: the base64 characters fully determined by `raw`, and the
+    canary's bits in the partial characters on either side."""
     out = []
     for pad in range(3):
-        enc = base64.b64encode(b"\0" * pad + raw)
+        enc = base64.b64encode(b"\0" * pad + raw + b"\0\0")
         first = math.ceil(pad * 8 / 6)
         last = (pad + len(raw)) * 8 // 6  # exclusive: chars fully inside the raw bits
-        out.append(enc[first:last])
+        lead_bits = first * 6 - pad * 8
+        trail_bits = (pad + len(raw)) * 8 - last * 6
+        lead = _B64_VALUE[enc[first - 1]] & ((1 << lead_bits) - 1) if lead_bits else 0
+        trail = _B64_VALUE[enc[last]] >> (6 - trail_bits) if trail_bits else 0
+        out.append((enc[first:last], _Edge(lead_bits, lead, trail_bits, trail)))
     return out
+
+
+def _json_u(value: str, hexfmt: str = "04x", keep: str = "") -> str:
+    """`value` with every character not in `keep` written as a JSON `\\uXXXX` escape (UTF-16 surrogate
+    pairs above U+FFFF, as JSON encoders write them)."""
+    out = []
+    for c in value:
+        if c in keep:
+            out.append(c)
+            continue
+        units = c.encode("utf-16-be")
+        out += [f"\\u{int.from_bytes(units[i:i + 2], 'big'):{hexfmt}}" for i in range(0, len(units), 2)]
+    return "".join(out)
+
+
+def _lower_percent(form: str) -> str:
+    return re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), form)
+
+
+def encodings_with_edges(value: str) -> dict[str, list[tuple[bytes, _Edge | _DoubleEdge | None]]]:
+    """Every encoded form of `value` the scanner looks for, by encoding name, each with the bits its base64
+    neighbours must carry (None: nothing to check)."""
+    raw = value.encode()
+    forms: dict[str, list[tuple[bytes, _Edge | _DoubleEdge | None]]] = {"plain": [(raw, None)]}
+    written = json.dumps(value)[1:-1]  # as JSON encoders write it: non-ASCII escaped (surrogate pairs), `"`, `\\`
+    json_forms = {
+        written,
+        re.sub(r"\\u[0-9a-f]{4}", lambda m: m.group().upper().replace("\\U", "\\u"), written),
+        json.dumps(value, ensure_ascii=False)[1:-1],
+        _json_u(value),
+        _json_u(value, "04X"),
+    }
+    json_forms |= {f.replace("/", "\\/") for f in list(json_forms) if "/" in f}
+    forms["json"] = [(f.encode(), None) for f in sorted(json_forms) if f != value]
+    url_forms = {urllib.parse.quote(value, safe=""), urllib.parse.quote(value), urllib.parse.quote_plus(value),
+                 "".join(f"%{b:02X}" for b in raw)}
+    url_forms |= {_lower_percent(f) for f in url_forms}
+    forms["url"] = [(f.encode(), None) for f in sorted(url_forms) if f != value]
+    forms["html"] = [(f.encode(), None) for f in {html.escape(value)} if f != value]
+    b64 = _b64_alignments(raw)
+    forms["base64"] = [(f, e) for f, e in b64]
+    forms["base64url"] = [(f.replace(b"+", b"-").replace(b"/", b"_"), e) for f, e in b64 if b"+" in f or b"/" in f]
+    # base64 of a base64 text holding the canary (a token encoded twice): the outer forms of the inner
+    # characters the canary determines; the inner partial characters are checked by decoding (`_DoubleEdge`).
+    double: dict[bytes, _Edge | _DoubleEdge] = {}
+    for inner, inner_edge in b64:
+        for pad, (outer, _) in enumerate(_b64_alignments(inner)):
+            double.setdefault(outer, _DoubleEdge(pad, len(inner), inner_edge))
+    forms["base64/base64"] = sorted(double.items())
+    forms["hex"] = [(raw.hex().encode(), None), (raw.hex().upper().encode(), None)]
+    forms["utf16le"] = [(value.encode("utf-16-le"), None)]
+    forms["utf16be"] = [(value.encode("utf-16-be"), None)]
+    return {enc: fs for enc, fs in forms.items() if fs}
 
 
 def encodings_of(value: str) -> dict[str, list[bytes]]:
     """Every encoded form of `value` that the scanner looks for, by encoding name."""
-    raw = value.encode()
-    forms: dict[str, list[bytes]] = {"plain": [raw]}
-    json_forms = []
-    if b"/" in raw:
-        json_forms.append(raw.replace(b"/", b"\\/"))
-    json_forms.append("".join(f"\\u{ord(c):04x}" for c in value).encode())
-    json_forms.append("".join(f"\\u{ord(c):04X}" for c in value).encode())
-    forms["json"] = json_forms
-    url_forms = {urllib.parse.quote(value, safe="").encode(), urllib.parse.quote_plus(value).encode()}
-    url_forms.add("".join(f"%{b:02X}" for b in raw).encode())
-    forms["url"] = sorted(f for f in url_forms if f != raw)
-    b64 = _b64_alignments(raw)
-    forms["base64"] = b64
-    forms["base64url"] = [f.replace(b"+", b"-").replace(b"/", b"_") for f in b64 if b"+" in f or b"/" in f]
-    forms["hex"] = [raw.hex().encode(), raw.hex().upper().encode()]
-    forms["utf16le"] = [value.encode("utf-16-le")]
-    forms["utf16be"] = [value.encode("utf-16-be")]
-    return {enc: fs for enc, fs in forms.items() if fs}
+    return {enc: [f for f, _ in fs] for enc, fs in encodings_with_edges(value).items()}
+
+
+#: A JSON escape of an ASCII character (`\\u002f`, `\\/`): where a canary may be written half escaped.
+_ESCAPE_TRIGGER = re.compile(rb"\\(?:u00[0-7][0-9a-fA-F]|/)")
+_JSON_ESCAPE = re.compile(rb'\\(?:u([0-9a-fA-F]{4})|(["\\/bfnrt]))')
+_SIMPLE_ESCAPES = {b'"': b'"', b"\\": b"\\", b"/": b"/", b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r",
+                   b"t": b"\t"}
+#: How many times a region is unescaped (a JSON string holding JSON holding JSON).
+MAX_UNESCAPE = 3
+
+
+def _escape_triggers(data: bytes | bytearray | memoryview) -> list[int]:
+    """Where `_ESCAPE_TRIGGER` matches; a buffer with no backslash at all costs one memchr."""
+    if isinstance(data, bytes) and data.find(b"\\") < 0:
+        return []
+    return [m.start() for m in _ESCAPE_TRIGGER.finditer(data)]
+
+
+class _Unescaped:
+    """One level of JSON string escapes undone in `data`, with the map from offsets in the result back to
+    offsets in `data` (every escape is one span; the text between them maps one to one)."""
+
+    def __init__(self, data: bytes) -> None:
+        out = bytearray()
+        self.out_starts: list[int] = []
+        self.spans: list[tuple[int, int, int, int]] = []  # (out start, out end, raw start, raw end)
+        pos = 0
+        matches = list(_JSON_ESCAPE.finditer(data))
+        i = 0
+        while i < len(matches):
+            m = matches[i]
+            out += data[pos : m.start()]
+            end = m.end()
+            if m.group(1) is not None:
+                unit = int(m.group(1), 16)
+                nxt = matches[i + 1] if i + 1 < len(matches) else None
+                if 0xD800 <= unit < 0xDC00 and nxt is not None and nxt.start() == end and nxt.group(1) is not None \
+                        and 0xDC00 <= int(nxt.group(1), 16) < 0xE000:  # a surrogate pair: one character
+                    unit = 0x10000 + ((unit - 0xD800) << 10) + (int(nxt.group(1), 16) - 0xDC00)
+                    end = nxt.end()
+                    i += 1
+                char = chr(unit).encode("utf-8", "surrogatepass")
+            else:
+                char = _SIMPLE_ESCAPES[m.group(2)]
+            self.out_starts.append(len(out))
+            self.spans.append((len(out), len(out) + len(char), m.start(), end))
+            out += char
+            pos = end
+            i += 1
+        out += data[pos:]
+        self.text = bytes(out)
+
+    def raw_span(self, start: int, end: int) -> tuple[int, int]:
+        """The span of `data` that the result's [start, end) was decoded from (an escape cut by either end
+        counts whole)."""
+        i = bisect.bisect_right(self.out_starts, start) - 1  # the last escape starting at or before `start`
+        if i >= 0:
+            _, o_end, r_start, r_end = self.spans[i]
+            start = r_start if start < o_end else r_end + (start - o_end)
+        j = bisect.bisect_left(self.out_starts, end) - 1  # the last escape starting before `end`
+        if j >= 0:
+            _, o_end, _, r_end = self.spans[j]
+            end = r_end if end <= o_end else r_end + (end - o_end)
+        return start, end
 
 
 class Matcher:
@@ -96,12 +270,15 @@ class Matcher:
     def __init__(self, canaries: Iterable[Canary], *, prefilter: bool = True) -> None:
         self.canaries = list(canaries)
         patterns: dict[bytes, tuple[Canary, str]] = {}
+        edges: dict[bytes, _Edge | _DoubleEdge | None] = {}
         for canary in self.canaries:
-            for encoding, forms in encodings_of(canary.value).items():
-                for form in forms:
-                    patterns.setdefault(form, (canary, encoding))
+            for encoding, forms in encodings_with_edges(canary.value).items():
+                for form, edge in forms:
+                    if form not in patterns:
+                        patterns[form], edges[form] = (canary, encoding), edge
         self._patterns = list(patterns)
         self._meta = [patterns[p] for p in self._patterns]
+        self._edges = [edges[p] for p in self._patterns]
         #: Length in bytes of the shortest / longest encoded form (shorter buffers cannot hold a canary).
         self.shortest = min(map(len, self._patterns), default=0)
         self.longest = max(map(len, self._patterns), default=0)
@@ -120,7 +297,6 @@ class Matcher:
             self._local = ahocorasick_rs.BytesAhoCorasick(self._patterns, implementation=nfa)
         else:
             self._automaton = self._local = ahocorasick_rs.BytesAhoCorasick(self._patterns)
-        self._tenant_of = [canary.tenant for canary, _ in self._meta]
         self._anchors, self._reach = self._prefilter() if prefilter else (None, (0, 0))
 
     def _prefilter(self) -> tuple[ahocorasick_rs.BytesAhoCorasick | None, tuple[int, int]]:
@@ -186,22 +362,24 @@ class Matcher:
         `exclude` names a tenant whose canaries are not reported (the rules apply to each canary alone)."""
         if self._automaton is None or not data:
             return []
-        found = self._matches(data)
+        found = self._raw_matches(data)
+        escaped = self._escaped(data)
+        if escaped:  # a span the automaton matched is reported as it matched it (a form is more exact)
+            spans: dict[Canary, list[tuple[int, int]]] = {}
+            for canary, _, s, e in found:
+                spans.setdefault(canary, []).append((s, e))
+            found += [m for m in escaped if not any(s < m[3] and m[2] < e for s, e in spans.get(m[0], ()))]
         if found and exclude is not None:
-            tenant_of = self._tenant_of
-            found = [m for m in found if tenant_of[m[0]] != exclude]
+            found = [m for m in found if m[0].tenant != exclude]
         if not found:  # the common case (every header line, most bodies): nothing more to build
             return []
         hits: list[Hit] = []
         claimed: dict[tuple[str, str], int] = {}
-        matches = sorted(found, key=lambda m: (m[1], -m[2]))
+        matches = sorted(found, key=lambda m: (m[2], -m[3]))
         # An ASCII canary in UTF-16 text matches both byte orders, one byte apart (BE at s, LE at s + 1):
         # the form aligned on an even offset is the text's real byte order.
-        utf16 = {
-            (self._meta[i][0], self._meta[i][1], s) for i, s, _ in matches if self._meta[i][1] in _UTF16_PAIR
-        }
-        for idx, start, end in matches:
-            canary, encoding = self._meta[idx]
+        utf16 = {(canary, encoding, s) for canary, encoding, s, _ in matches if encoding in _UTF16_PAIR}
+        for canary, encoding, start, end in matches:
             ident = (canary.tenant, canary.kind)
             if start % 2 and encoding in _UTF16_PAIR:
                 twin, shift = _UTF16_PAIR[encoding]
@@ -212,6 +390,48 @@ class Matcher:
             claimed[ident] = end
             hits.append(Hit(canary.tenant, canary.kind, start, end, encoding))
         return hits
+
+    def _escaped(self, data: bytes | bytearray | memoryview) -> list[tuple[Canary, str, int, int]]:
+        """Canaries written with some characters JSON-escaped (`\\u002f`, `\\/`, in any mix, escaped again
+        inside JSON strings holding JSON): the regions around ASCII escapes, unescaped and searched again.
+        Each hit is mapped back to its span in `data`, with encoding `json` (then what the unescaped text
+        shows, e.g. `json/base64`). Hits the raw scan makes too (the same span) are dropped by `find`."""
+        triggers = _escape_triggers(data)
+        if not triggers:
+            return []
+        # A half-escaped canary is never longer than its longest form (all of it escaped) and holds an
+        # escape, so the region of `reach` bytes around each escape holds all of it (escaped twice: 7/6).
+        reach = 2 * self.longest
+        regions: list[list[int]] = []
+        for pos in triggers:
+            lo, hi = max(0, pos - reach), min(len(data), pos + reach)
+            if regions and lo <= regions[-1][1]:
+                regions[-1][1] = hi
+            else:
+                regions.append([lo, hi])
+        out = []
+        for lo, hi in regions:
+            chain: list[_Unescaped] = []
+            text = bytes(data[lo:hi])
+            while len(chain) < MAX_UNESCAPE:
+                level = _Unescaped(text)
+                if level.text == text:
+                    break
+                chain.append(level)
+                text = level.text
+                for canary, encoding, start, end in self._raw_matches(text):
+                    for step in reversed(chain):
+                        start, end = step.raw_span(start, end)
+                    out.append((canary, "json" if encoding == "plain" else f"json/{encoding}", lo + start, lo + end))
+                if not _ESCAPE_TRIGGER.search(text):
+                    break
+        return out
+
+    def _raw_matches(self, data: bytes | bytearray | memoryview) -> list[tuple[Canary, str, int, int]]:
+        """(canary, encoding, start, end) of every automaton match whose base64 edges agree."""
+        meta, edges = self._meta, self._edges
+        return [(*meta[i], s, e) for i, s, e in self._matches(data)
+                if (edge := edges[i]) is None or edge.agrees(data, s, e)]
 
     def redact(self, data: bytes) -> bytes:
         """Replace every occurrence of every canary (any encoding) with `<tenant:kind>`."""

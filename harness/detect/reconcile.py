@@ -57,6 +57,16 @@ class Reconciliation:
     inspected: Counter[str] = field(default_factory=Counter)
     reasons: list[str] = field(default_factory=list)
     coverage: Coverage = field(default_factory=Coverage)
+    #: Everything not read to its end (files, layers, bodies); those read in part are also in `reasons`.
+    not_inspected: list[scan.NotInspected] = field(default_factory=list)
+
+    def skip(self, entries: Sequence[scan.NotInspected], where: str = "") -> None:
+        """Record entries not read to their end (`where`: the home or folder their paths are relative to)."""
+        for n in entries:
+            n = replace(n, path=f"{where}/{n.path}" if where else n.path)
+            self.not_inspected.append(n)
+            if n.partial:
+                self.reasons.append(f"not fully inspected: {n.summary()}")
 
 
 def read_flows(path: Path, *, empty_ok: bool = False) -> tuple[list[http.HTTPFlow], str | None]:
@@ -91,10 +101,20 @@ def _phase_of(t: float, phases: list[Phase]) -> Phase | None:
     return next((p for p in phases if p.start <= t <= p.end), None)
 
 
+def _flow_phase(flow: http.HTTPFlow, phases: list[Phase]) -> Phase | None:
+    """The phase a flow happened in: the label the live addon stamped on it (`tenancy_phase_file`), so the
+    ledger, the flow file and this reconciliation agree on every fingerprint; else its start time."""
+    meta = flow.metadata.get("tenancy")
+    if isinstance(meta, dict) and "phase" in meta:
+        scenario, name = meta.get("scenario"), meta.get("phase")
+        return Phase(scenario, name, 0.0, 0.0) if isinstance(scenario, str) and isinstance(name, str) else None
+    return _phase_of(flow.request.timestamp_start, phases)
+
+
 def _tag(findings: list[Finding], phase: Phase | None) -> list[Finding]:
     if phase is None:
         return findings
-    return [replace(f, scenario=f.scenario or phase.scenario, phase=f.phase or phase.name) for f in findings]
+    return [f.labelled(phase.scenario, phase.name) for f in findings]
 
 
 def reconcile(
@@ -107,8 +127,10 @@ def reconcile(
     expect_snapshots: dict[str, int] | None = None,
     phases: Sequence[Phase] = (),
     empty_ok: bool = False,
+    limits: scan.Limits = scan.DEFAULT_LIMITS,
 ) -> Reconciliation:
-    """Every invariant over the evidence; findings carry the scenario/phase they happened in."""
+    """Every invariant over the evidence; findings carry the scenario/phase they happened in. Whatever
+    was not read to its end is in `not_inspected`; what was read in part makes a reason (inconclusive)."""
     matcher = matcher_for(registry)
     phases = list(phases)
     rec = Reconciliation()
@@ -119,9 +141,10 @@ def reconcile(
     flow_ids = {f.id for f in flows}
     seen_calls: set[tuple[str, str]] = set()
     for flow in flows:
-        phase = _phase_of(flow.request.timestamp_start, phases)
+        phase = _flow_phase(flow, phases)
         report = inspect_flow(registry, matcher, flow)
         rec.findings += _tag(list(report.findings), phase)
+        rec.skip(report.not_inspected)
         tenant = report.request.tenant
         if tenant is None:
             continue
@@ -146,22 +169,31 @@ def reconcile(
         if not home.exists():
             rec.reasons.append(f"home of tenant {name!r} is missing: {home}")
             continue
-        result = scan.scan_tree(home, registry, name, matcher=matcher)
+        result = scan.scan_tree(home, registry, name, matcher=matcher, limits=limits)
         rec.findings += [replace(f, tool=f.tool or tool_for_file(f.location)) for f in result.findings]
         rec.inspected["file"] += result.files
         rec.reasons += [f"unreadable file {p}" for p in result.unreadable]
+        rec.skip([n for n in result.not_inspected if not n.reason.startswith("unreadable")], str(home))
+        rec.not_inspected += [replace(n, path=f"{home}/{n.path}") for n in result.not_inspected
+                              if n.reason.startswith("unreadable")]
     for source in logs:
-        try:
-            data = source.path.read_bytes()
-        except OSError as exc:
-            rec.reasons.append(f"log {source.path} unreadable: {exc.strerror}")
-            continue
-        rec.inspected[source.channel] += 1
         if source.channel == "rpc":
-            rec.findings += _scan_rpc(data, registry, matcher, source.path.name, phases)
-        else:
-            rec.findings += scan.scan_text(data, registry, source.owner, label=source.path.name, channel="log",
-                                            matcher=matcher)
+            try:
+                data = source.path.read_bytes()
+            except OSError as exc:
+                rec.reasons.append(f"log {source.path} unreadable: {exc.strerror}")
+                continue
+            rec.inspected["rpc"] += 1
+            rec.findings += _scan_rpc(data, registry, matcher, source.path.name, phases, rec)
+            continue
+        log = scan.scan_log(source.path, registry, source.owner, label=source.path.name, matcher=matcher,
+                            limits=limits)
+        if log.unreadable:
+            rec.reasons.append(f"log {source.path} unreadable")
+            continue
+        rec.inspected["log"] += 1
+        rec.findings += log.findings
+        rec.skip(log.not_inspected)
     for name, wanted in (expect_snapshots or {}).items():
         got = len(rec.snapshots.get(name, []))
         if got < wanted:
@@ -174,7 +206,8 @@ def reconcile(
     return rec
 
 
-def _scan_rpc(data: bytes, registry: Registry, matcher: Matcher, label: str, phases: list[Phase]) -> list[Finding]:
+def _scan_rpc(data: bytes, registry: Registry, matcher: Matcher, label: str, phases: list[Phase],
+              rec: Reconciliation) -> list[Finding]:
     """An RPC log (JSONL of frames): each tenant's frames may carry no other tenant's canary; frames that
     belong to no session may carry no secret at all."""
     lines = data.decode("utf-8", "replace").splitlines()
@@ -182,24 +215,26 @@ def _scan_rpc(data: bytes, registry: Registry, matcher: Matcher, label: str, pha
     bound: dict[str, str] = {}
     for line in lines:
         try:
-            rec = json.loads(line)
+            record = json.loads(line)
         except ValueError:
             continue  # a line cut by a killed run
-        records.append(rec)
-        if rec.get("dir") == "bind":
-            bound[rec["frame"]["session_id"]] = rec["tenant"]
+        records.append(record)
+        if record.get("dir") == "bind":
+            bound[record["frame"]["session_id"]] = record["tenant"]
     findings = []
-    for n, rec in enumerate(records, 1):
-        if rec.get("dir") == "bind":
+    for n, record in enumerate(records, 1):
+        if record.get("dir") == "bind":
             continue
-        frame = rec.get("frame")
+        frame = record.get("frame")
         sid = ((frame.get("params") or {}).get("session_id") if isinstance(frame, dict) else None)
-        owner = rec.get("tenant") or bound.get(sid or "")
+        owner = record.get("tenant") or bound.get(sid or "")
         if owner is not None and owner not in registry.tenants:
             owner = None
+        skipped: list[scan.NotInspected] = []
         hits = scan.scan_text(json.dumps(frame).encode(), registry, owner, label=f"{label}#{n}", channel="rpc",
-                             matcher=matcher)
-        findings += _tag(hits, _phase_of(rec.get("t", 0.0), phases))
+                              matcher=matcher, not_inspected=skipped)
+        findings += _tag(hits, _phase_of(record.get("t", 0.0), phases))
+        rec.skip(skipped)
     return findings
 
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import queue
 import re
 import secrets
 import subprocess
@@ -51,17 +50,29 @@ class RpcLog:
 
 
 class RpcBackend:
-    """JSON-RPC 2.0 client: `call` a method, `wait_event` for a session's event; frames go to the RpcLog."""
+    """JSON-RPC 2.0 client: `call` a method, `wait` for a frame; every frame goes to the RpcLog.
+
+    One reader thread per transport hands each incoming frame to `_received`, and `_deliver(None)` when the
+    stream ends. Frames nobody has claimed yet stay in `_frames` (oldest first, at most BACKLOG); every waiter
+    sleeps on `_cond` and takes the first of them its predicate accepts, so a frame one waiter does not want
+    stays visible to the others. The reader answers each `approval.request` itself, as it arrives, and drops
+    the reply, so there is never a second consumer of the stream.
+    """
+
+    BACKLOG = 500
 
     def __init__(self, hermes: Hermes, rpc_log: RpcLog, log_path: Path) -> None:
         self.hermes = hermes
         self.rpc_log = rpc_log
         self.log_path = log_path
         self.proc: subprocess.Popen[Any] | None = None
-        self._queue: queue.Queue[dict[str, Any] | None] = queue.Queue()
-        self._backlog: list[dict[str, Any]] = []
+        self._cond = threading.Condition()  # guards everything below up to `sessions`
+        self._frames: list[dict[str, Any]] = []  # received, not yet claimed by a waiter
+        self._closed = False  # the stream ended
         self._rid = 0
         self._reply_owner: dict[Any, str | None] = {}
+        self._unwanted: set[int] = set()  # ids of our approval.respond requests: their replies are dropped
+        self._send_lock = threading.Lock()  # one frame on the wire (and in the log) at a time
         self.sessions: dict[str, str] = {}  # session_id -> tenant
 
     # transport -------------------------------------------------------------------------------------------
@@ -69,6 +80,7 @@ class RpcBackend:
         raise NotImplementedError
 
     def _received(self, raw: str) -> None:
+        """Called by the reader thread for each frame received."""
         try:
             frame = json.loads(raw)
         except ValueError:
@@ -77,50 +89,68 @@ class RpcBackend:
             return
         sid = (frame.get("params") or {}).get("session_id") if frame.get("method") else None
         self.rpc_log.write("in", self.sessions.get(sid) if sid else self._owner_of_reply(frame), frame)
-        self._queue.put(frame)
+        self._deliver(frame)
+        params = frame.get("params") or {}
+        if frame.get("method") == "event" and params.get("type") == "approval.request":
+            self._approve(params.get("session_id"))
+
+    def _deliver(self, frame: dict[str, Any] | None) -> None:
+        """Make a frame available to the waiters; None: the stream closed."""
+        with self._cond:
+            if frame is None:
+                self._closed = True
+            elif "method" not in frame and frame.get("id") in self._unwanted:
+                self._unwanted.discard(frame["id"])
+            else:
+                self._frames.append(frame)
+                del self._frames[:-self.BACKLOG]
+            self._cond.notify_all()
 
     def _owner_of_reply(self, frame: dict[str, Any]) -> str | None:
         return self._reply_owner.get(frame.get("id")) if "id" in frame else None
 
     # protocol --------------------------------------------------------------------------------------------
+    def _send(self, method: str, params: dict[str, Any], *, tenant: str | None, want_reply: bool = True) -> int:
+        """Send a request; its id."""
+        with self._cond:
+            self._rid += 1
+            rid = self._rid
+            self._reply_owner[rid] = tenant
+            if not want_reply:
+                self._unwanted.add(rid)
+        frame = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
+        with self._send_lock:
+            self.rpc_log.write("out", tenant, frame)
+            self._send_raw(json.dumps(frame))
+        return rid
+
     def call(self, method: str, params: dict[str, Any], *, tenant: str | None, timeout: float = 90.0) -> dict[str, Any]:
         """Send a request and return its reply frame (with `result` or `error`)."""
-        self._rid += 1
-        rid = self._rid
-        self._reply_owner[rid] = tenant
-        frame = {"jsonrpc": "2.0", "id": rid, "method": method, "params": params}
-        self.rpc_log.write("out", tenant, frame)
-        self._send_raw(json.dumps(frame))
+        rid = self._send(method, params, tenant=tenant)
         return self.wait(lambda f: f.get("id") == rid and "method" not in f, timeout, f"reply to {method}")
 
     def wait(self, pred: Callable[[dict[str, Any]], bool], timeout: float, what: str) -> dict[str, Any]:
-        for frame in self._backlog:
-            if pred(frame):
-                self._backlog.remove(frame)
-                return frame
+        """Take the first unclaimed frame `pred` accepts, waiting up to `timeout` seconds for it to arrive."""
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            try:
-                frame = self._queue.get(timeout=min(0.25, max(0.01, deadline - time.monotonic())))
-            except queue.Empty:
-                if self.proc is not None and self.proc.poll() is not None:
-                    raise BackendError(f"backend exited (rc={self.proc.returncode}) while waiting for {what}") from None
-                continue
-            if frame is None:
-                raise BackendError(f"backend stream closed while waiting for {what}")
-            self._auto_approve(frame)
-            if pred(frame):
-                return frame
-            self._backlog.append(frame)
-            del self._backlog[:-500]
-        raise BackendError(f"timed out after {timeout:.0f}s waiting for {what}")
+        with self._cond:
+            while True:
+                for i, frame in enumerate(self._frames):
+                    if pred(frame):
+                        return self._frames.pop(i)
+                if self._closed:
+                    raise BackendError(f"backend stream closed while waiting for {what}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise BackendError(f"timed out after {timeout:.0f}s waiting for {what}")
+                # nothing arrived for a while: is the backend still there?
+                if not self._cond.wait(min(0.25, left)) and self.proc is not None and self.proc.poll() is not None:
+                    raise BackendError(f"backend exited (rc={self.proc.returncode}) while waiting for {what}")
 
-    def _auto_approve(self, frame: dict[str, Any]) -> None:
-        params = frame.get("params") or {}
-        if frame.get("method") == "event" and params.get("type") == "approval.request":
-            sid = params.get("session_id")
-            threading.Thread(target=self.call, args=("approval.respond", {"session_id": sid, "choice": "once"}),
-                             kwargs={"tenant": self.sessions.get(sid), "timeout": 30}, daemon=True).start()
+    def _approve(self, session_id: Any) -> None:
+        """Answer an `approval.request` without waiting: the reader thread must keep reading."""
+        with contextlib.suppress(BackendError):  # the stream is gone: the waiters learn it from the reader
+            self._send("approval.respond", {"session_id": session_id, "choice": "once"},
+                       tenant=self.sessions.get(session_id), want_reply=False)
 
     def create_session(self, tenant: str, launch: str) -> dict[str, Any]:
         params: dict[str, Any] = {"cols": 100}
@@ -192,7 +222,7 @@ class TuiBackend(RpcBackend):
         for line in self.proc.stdout:
             if line.strip():
                 self._received(line)
-        self._queue.put(None)
+        self._deliver(None)
 
     def _send_raw(self, text: str) -> None:
         assert self.proc is not None and self.proc.stdin is not None
@@ -262,7 +292,7 @@ class ServeBackend(RpcBackend):
             try:
                 raw = self.ws.recv()
             except Exception:
-                self._queue.put(None)
+                self._deliver(None)
                 return
             self._received(raw if isinstance(raw, str) else raw.decode("utf-8", "replace"))
 

@@ -55,9 +55,14 @@ class Context:
     findings: list[Finding] = field(default_factory=list)  # what drivers observe directly (route_auth, bleed)
     rpc_logs: dict[str, RpcLog] = field(default_factory=dict)
     _owners: dict[str, str | None] = field(default_factory=dict)
+    _run_scenario: str = field(default="", init=False)
+
+    def __post_init__(self) -> None:
+        self._run_scenario = self.scenario  # `all` changes `scenario` as it goes; between phases: the run's
 
     @contextmanager
     def phase(self, name: str) -> Iterator[None]:
+        self.proxy.label(self.scenario, name)
         start = time.time()
         self.current_phase = name
         self.say(f"phase {self.scenario}/{name}")
@@ -66,6 +71,7 @@ class Context:
         finally:
             self.phases.append(Phase(self.scenario, name, start, time.time()))
             self.current_phase = None
+            self.proxy.label(self._run_scenario, "end")
 
     def matcher(self) -> Matcher:
         return matcher_for(self.registry)

@@ -1,62 +1,102 @@
 """Baselines of known findings (in the style of detect-secrets/gitleaks baselines).
 
-A baseline lists findings by a stable fingerprint (kind, victim's canary kind, channel, scenario,
-phase: never a random value). Known findings are reported as known and do not fail the run; a new
-one fails it; a baseline entry that no longer occurs is reported as fixed. Entries marked
+A baseline lists findings by their stable fingerprint (version 2: kind, victim, carrier, canary kind,
+channel, scenario, phase; never a random value). Known findings are reported as known and do not fail
+the run; a new one fails it; a baseline entry that no longer occurs is reported as fixed. Entries marked
 `intermittent` (seen in some runs of the same scenario, not all) are never reported as fixed, and an
 entry whose scenario/phase did not run this time is neither required nor fixed.
+
+A version-1 baseline (fingerprints without victim and carrier) is still read, with a warning: one of its
+entries also hides a leak of the same kind in a new direction. `upgrade` converts one.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.core.files import write_private
-from harness.core.findings import Finding
+from harness.core.findings import FINGERPRINT_VERSION, Finding
 
-VERSION = 1
+VERSION = FINGERPRINT_VERSION
+READABLE = (1, 2)
 
 
 class BaselineError(ValueError):
     """The baseline file is missing or malformed; one line."""
 
 
-def load(path: Path) -> dict[str, dict[str, Any]]:
-    """fingerprint -> entry."""
+@dataclass
+class Baseline:
+    """A loaded baseline: fingerprint -> entry, and the fingerprint version its entries use."""
+
+    path: Path
+    version: int
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def fingerprint(self, f: Finding) -> str:
+        """`f`'s fingerprint in this baseline's version."""
+        return f.fingerprint() if self.version == VERSION else f.fingerprint_v1()
+
+    @property
+    def warning(self) -> str | None:
+        if self.version == VERSION:
+            return None
+        return (f"baseline {self.path} is version {self.version}: its fingerprints lack victim and carrier, so an "
+                "entry also hides the same kind of leak in a new direction; regenerate it (tenancy-audit baseline) "
+                "or convert it (tenancy-audit baseline --upgrade FILE)")
+
+
+def load(path: Path) -> Baseline:
     try:
         doc = json.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise BaselineError(f"baseline: {path} does not exist") from None
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise BaselineError(f"baseline: {path} is not a readable JSON baseline ({type(exc).__name__})") from None
-    if not isinstance(doc, dict) or doc.get("version") != VERSION or not isinstance(doc.get("entries"), list):
-        raise BaselineError(f"baseline: {path} must be {{version: {VERSION}, entries: [...]}}")
-    entries = {}
+    if not isinstance(doc, dict) or doc.get("version") not in READABLE or not isinstance(doc.get("entries"), list):
+        raise BaselineError(f"baseline: {path} must be {{version: {VERSION}, entries: [...]}} (version 1 is read too)")
+    base = Baseline(Path(path), doc["version"])
     for entry in doc["entries"]:
         if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), str):
             raise BaselineError(f"baseline: {path} has an entry without a fingerprint")
-        entries[entry["fingerprint"]] = entry
-    return entries
+        base.entries[entry["fingerprint"]] = entry
+    return base
 
 
 def split(
-    findings: list[Finding], known: dict[str, dict[str, Any]], ran: set[tuple[str, str]] | None = None
+    findings: list[Finding], base: Baseline, ran: set[tuple[str, str]] | None = None
 ) -> tuple[list[Finding], list[Finding], list[str]]:
     """(new findings, known findings, fingerprints of baseline entries no longer seen).
 
     `ran` is the set of (scenario, phase) that ran; entries of other phases are not expected."""
-    new = [f for f in findings if f.fingerprint() not in known]
-    old = [f for f in findings if f.fingerprint() in known]
-    seen = {f.fingerprint() for f in old}
+    new = [f for f in findings if base.fingerprint(f) not in base.entries]
+    old = [f for f in findings if base.fingerprint(f) in base.entries]
+    seen = {base.fingerprint(f) for f in old}
 
     def expected(entry: dict[str, Any]) -> bool:
         if entry.get("intermittent"):
             return False
         return ran is None or entry.get("phase") is None or (entry.get("scenario"), entry.get("phase")) in ran
 
-    return new, old, sorted(fp for fp, entry in known.items() if fp not in seen and expected(entry))
+    return new, old, sorted(fp for fp, entry in base.entries.items() if fp not in seen and expected(entry))
+
+
+def entry_of(f: Finding) -> dict[str, Any]:
+    return {"fingerprint": f.fingerprint(), "kind": f.kind, "victim": f.victim, "seen_in": f.seen_in,
+            "canary": f.canary, "channel": f.channel, "scenario": f.scenario, "phase": f.phase,
+            "example": f.summary()[:200]}
+
+
+def _save(path: Path, entries: list[dict[str, Any]], note: str) -> None:
+    doc = {"version": VERSION, "tool": "tenancy-audit", "note": note,
+           "entries": sorted(entries, key=lambda e: (e["scenario"] or "", e["phase"] or "", e["kind"],
+                                                     e.get("victim") or "", e.get("seen_in") or "",
+                                                     e["canary"] or "", e["channel"]))}
+    write_private(Path(path), (json.dumps(doc, indent=2) + "\n").encode())
 
 
 def write(path: Path, runs: list[list[Finding]], note: str = "") -> int:
@@ -68,13 +108,39 @@ def write(path: Path, runs: list[list[Finding]], note: str = "") -> int:
         for fp in {f.fingerprint() for f in findings}:
             counts[fp] = counts.get(fp, 0) + 1
         for f in findings:
-            entries.setdefault(f.fingerprint(), {
-                "fingerprint": f.fingerprint(), "kind": f.kind, "canary": f.canary, "channel": f.channel,
-                "scenario": f.scenario, "phase": f.phase, "example": f.summary()[:200],
-            })
+            entries.setdefault(f.fingerprint(), entry_of(f))
     for fp, entry in entries.items():
         entry["intermittent"] = counts[fp] < len(runs)
-    doc = {"version": VERSION, "tool": "tenancy-audit", "note": note,
-           "entries": sorted(entries.values(), key=lambda e: (e["scenario"] or "", e["phase"] or "", e["kind"]))}
-    write_private(Path(path), (json.dumps(doc, indent=2) + "\n").encode())
+    _save(path, list(entries.values()), note)
     return len(entries)
+
+
+# The summary line a version-1 entry keeps as its `example`: "KIND: VICTIM's CANARY in SEEN_IN's CHANNEL ...".
+_EXAMPLE = re.compile(r"^(?P<kind>\w+): (?P<victim>[\w.-]+)(?:'s \S+)?(?: in (?P<seen>[\w.-]+)'s | \()")
+
+
+def upgrade(src: Path, dest: Path) -> tuple[int, int]:
+    """Convert a version-1 baseline to version 2: each entry takes the victim and carrier its `example` names.
+    Inexact by nature (a version-1 entry stood for every direction; only the example's is kept): regenerating
+    is better. Returns (entries written, entries whose example named no direction and were dropped)."""
+    base = load(src)
+    if base.version == VERSION:
+        raise BaselineError(f"baseline: {src} is already version {VERSION}")
+    entries, dropped = [], 0
+    for entry in base.entries.values():
+        m = _EXAMPLE.match(str(entry.get("example", "")))
+        if m is None or m["kind"] != entry.get("kind"):
+            dropped += 1
+            continue
+        try:
+            f = Finding(entry["kind"], m["victim"] if m["victim"] != "-" else None, m["seen"], entry.get("canary"),
+                        entry["channel"], "", scenario=entry.get("scenario"), phase=entry.get("phase"))
+        except (KeyError, ValueError):
+            dropped += 1
+            continue
+        entries.append({**entry_of(f), "example": entry.get("example", ""),
+                        "intermittent": bool(entry.get("intermittent"))})
+    doc = json.loads(Path(src).read_text(encoding="utf-8"))
+    note = f"{doc.get('note', '')}; upgraded from version 1 (one direction per entry: regenerate for an exact one)"
+    _save(dest, entries, note.lstrip("; "))
+    return len(entries), dropped

@@ -1,7 +1,9 @@
 """report.html: one self-contained page (inline CSS, no script, no external resource) for humans.
 
-Verdict banner, the tenant x tenant matrix (whose canary was seen in whose channel, counts per channel),
-every finding with its redacted evidence and pointer, and the scenario timeline.
+Verdict banner (saying when the run is a negative control, and how many known findings the baseline
+covers), the tenant x tenant matrix (whose canary was seen in whose channel: new findings per channel, known
+ones in grey), one row per finding class (fingerprint) with its occurrences folded in `<details>`, and the
+scenario timeline. Each kind links to its remediation in docs/findings.md.
 """
 
 from __future__ import annotations
@@ -9,7 +11,8 @@ from __future__ import annotations
 from html import escape
 
 from harness.core.findings import Finding
-from harness.report.result import AuditResult, coverage_tools, matrix
+from harness.core.severity import docs_url
+from harness.report.result import AuditResult, Group, coverage_tools, groups, matrix
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
@@ -27,6 +30,14 @@ table.matrix{width:auto}
 .matrix td.hit{background:#fde4e1;color:#8c1d18;font-weight:600}
 .matrix td.zero{color:#1f7a3d}
 .matrix small{display:block;font-weight:400}
+.matrix td.known-only{background:#eef0f3;color:#6b7383}
+.matrix small.known,tr.known td{color:#8a93a3}
+.banner .note{margin-top:6px;font-weight:600}
+.sev{font-weight:600;text-transform:uppercase;font-size:11px;letter-spacing:.04em;white-space:nowrap}
+.sev.critical{color:#8c1d18}.sev.high{color:#b3261e}.sev.medium{color:#9a6700}.sev.low{color:#6b7383}
+details summary{cursor:pointer;color:#394150}
+details table{margin-top:6px}
+a{color:#1b4f9c}
 code{font:12px/1.4 ui-monospace,monospace;background:#f0f2f5;padding:1px 4px;border-radius:3px;word-break:break-all}
 .kind,.fp{font-weight:600;white-space:nowrap}
 .muted{color:#6b7383}
@@ -37,47 +48,65 @@ ul.reasons{margin:8px 0 0;padding-left:20px}
 """
 
 
-def _cell(victim: str, seen: str, counts: dict[str, int]) -> str:
+def _cell(victim: str, seen: str, counts: dict[str, int], known: int) -> str:
     total = sum(counts.values())
-    attrs = f'data-victim="{escape(victim)}" data-seen-in="{escape(seen)}" data-count="{total}"'
+    attrs = f'data-victim="{escape(victim)}" data-seen-in="{escape(seen)}" data-count="{total}" data-known="{known}"'
+    grey = f'<small class="known">+{known} known</small>' if known else ""
     if not total:
-        return f'<td class="zero" {attrs}>0</td>'
+        return f'<td class="{"known-only" if known else "zero"}" {attrs}>0{grey}</td>'
     per = ", ".join(f"{escape(ch)} {n}" for ch, n in sorted(counts.items()))
-    return f'<td class="hit" {attrs}>{total}<small>{per}</small></td>'
+    return f'<td class="hit" {attrs}>{total}<small>{per}</small>{grey}</td>'
 
 
 def _matrix(result: AuditResult) -> str:
-    cells = matrix(result.verdict.findings, result.tenants)
+    v = result.verdict
+    cells, known = matrix(v.findings, result.tenants), matrix(v.known, result.tenants)
     head = "".join(f"<th>{escape(t)}</th>" for t in result.tenants)
     rows = []
     for victim in result.tenants:
-        tds = ['<td class="self">-</td>' if victim == seen else _cell(victim, seen, dict(cells[(victim, seen)]))
+        tds = ['<td class="self">-</td>' if victim == seen else
+               _cell(victim, seen, dict(cells[(victim, seen)]), sum(known[(victim, seen)].values()))
                for seen in result.tenants]
         rows.append(f"<tr><th>{escape(victim)}</th>{''.join(tds)}</tr>")
-    outside = sum(1 for f in result.verdict.findings if f.victim not in result.tenants
-                  or f.seen_in not in result.tenants)
+    outside = sum(1 for f in v.findings if f.victim not in result.tenants or f.seen_in not in result.tenants)
     note = (f'<p class="muted">{outside} finding(s) not between two tenants (egress, bypass, shortfall, logs '
             "serving every tenant): see below.</p>") if outside else ""
     return (f'<table class="matrix" id="matrix"><tr><th>canary of \\ seen in</th>{head}</tr>'
             f"{''.join(rows)}</table>{note}")
 
 
+def _occurrences(g: Group) -> str:
+    rows = []
+    for f in g.findings:
+        enc = f" [{escape(f.encoding)}]" if f.encoding and f.encoding != "plain" else ""
+        detail = f"<div>{escape(f.detail)}</div>" if f.detail else ""
+        evidence = f"<code>{escape(f.evidence)}</code>" if f.evidence else ""
+        rows.append(f"<tr><td><code>{escape(f.location)}</code>{enc}</td><td>{evidence}{detail}</td></tr>")
+    return (f"<details><summary>{g.count} occurrence(s)</summary><table class=occurrences><tr>"
+            f"<th>pointer (flow id / file@offset)</th><th>evidence (redacted)</th></tr>{''.join(rows)}</table>"
+            "</details>")
+
+
 def _findings(findings: list[Finding], table_id: str) -> str:
+    """One row per finding class (fingerprint), the most severe first; its occurrences folded below it."""
     if not findings:
         return '<p class="muted">None.</p>'
     rows = []
-    for f in findings:
-        who = f"{escape(f.victim or '-')} &rarr; {escape(f.seen_in or '-')}"
-        what = escape(f.canary or "-") + (f" [{escape(f.encoding)}]" if f.encoding and f.encoding != "plain" else "")
-        detail = f"<div>{escape(f.detail)}</div>" if f.detail else ""
-        detail += f"<div>tool: <code>{escape(f.tool)}</code></div>" if f.tool else ""
-        evidence = f"<code>{escape(f.evidence)}</code>" if f.evidence else ""
-        rows.append(f'<tr><td class="kind">{escape(f.kind)}</td><td>{who}</td><td>{what}</td>'
-                    f"<td>{escape(f.channel)}</td><td><code>{escape(f.location)}</code></td>"
-                    f"<td>{evidence}{detail}</td><td><code class='fp'>{f.fingerprint()}</code></td></tr>")
-    return (f'<table id="{table_id}"><tr><th>kind</th><th>victim &rarr; seen in</th><th>canary</th><th>channel</th>'
-            f"<th>pointer (flow id / file@offset)</th><th>evidence (redacted)</th><th>fingerprint</th></tr>"
-            f"{''.join(rows)}</table>")
+    for g in groups(findings):
+        f = g.first
+        where = f"{f.scenario}/{f.phase}" if f.scenario else "-"
+        kind = f'<a href="{escape(docs_url(f.kind))}">{escape(f.kind)}</a>'
+        tool = f"<div>tool <code>{escape(f.tool)}</code></div>" if f.tool else ""
+        rows.append(f'<tr class="{"known" if table_id == "known" else "new"}" data-fingerprint="{g.fingerprint}" '
+                    f'data-severity="{g.severity}" data-count="{g.count}">'
+                    f'<td class="sev {g.severity}">{g.severity}</td><td class="kind">{kind}{tool}</td>'
+                    f"<td>{escape(f.victim or '-')} &rarr; {escape(f.seen_in or '-')}</td>"
+                    f"<td>{escape(f.canary or '-')}</td><td>{escape(f.channel)}</td><td>{escape(where)}</td>"
+                    f"<td>{g.count}</td><td><code>{escape(f.location)}</code>{_occurrences(g)}</td>"
+                    f"<td><code class='fp'>{g.fingerprint}</code></td></tr>")
+    return (f'<table id="{table_id}"><tr><th>severity</th><th>kind</th><th>victim &rarr; carrier</th><th>canary</th>'
+            "<th>channel</th><th>scenario/phase</th><th>count</th><th>first location, then every occurrence</th>"
+            f"<th>fingerprint</th></tr>{''.join(rows)}</table>")
 
 
 def _timeline(result: AuditResult) -> str:
@@ -110,30 +139,61 @@ def _coverage(result: AuditResult) -> str:
             "every call was answered with an error; not offered: this Hermes does not offer the tool there.</p>")
 
 
+def _notes(result: AuditResult) -> str:
+    v = result.verdict
+    notes = []
+    if result.negative_control:
+        notes.append(f"Negative control: planted {escape(', '.join(result.plants))}; a leak is the expected outcome.")
+    if v.known:
+        notes.append(f"{len(v.known)} known finding(s) in {len(groups(v.known))} class(es) are in the baseline: "
+                     "listed below, not failing the run.")
+    return "".join(f'<div class="note">{n}</div>' for n in notes)
+
+
+def _not_inspected(result: AuditResult) -> str:
+    if not result.not_inspected:
+        return '<p class="muted">Everything was read to its end.</p>'
+    rows = "".join(
+        f"<tr><td><code>{escape(n['path'])}</code></td><td>{escape(n['reason'])}</td><td>{n['bytes_read']}</td>"
+        f"<td>{'yes (inconclusive)' if n['partial'] else 'no'}</td></tr>"
+        for n in result.not_inspected)
+    return ('<table id="not-inspected"><tr><th>path</th><th>reason</th><th>bytes read</th><th>read in part</th>'
+            f"</tr>{rows}</table>")
+
+
 def render(result: AuditResult) -> str:
     """The whole page as one string."""
     v = result.verdict
     versions = ", ".join(f"{escape(k)} {escape(str(val))}" for k, val in result.versions.items())
     reasons = ("<ul class=reasons>" + "".join(f"<li>{escape(r)}</li>" for r in v.reasons) + "</ul>"
                if v.reasons else "")
+    warnings = ("<h2>Warnings</h2><ul>" + "".join(f"<li>{escape(w)}</li>" for w in result.warnings) + "</ul>"
+                if result.warnings else "")
     inspected = ", ".join(f"{escape(k)} {n}" for k, n in sorted(result.inspected.items())) or "nothing"
     fixed = ("<h2>Fixed (in the baseline, no longer seen)</h2><ul>"
              + "".join(f"<li><code>{escape(fp)}</code></li>" for fp in result.fixed) + "</ul>") if result.fixed else ""
+    control = " &middot; negative control" if result.negative_control else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><meta name="viewport" content="width=device-width">
-<title>tenancy-audit: {escape(v.status)}</title><style>{CSS}</style></head>
-<body><div class="banner {escape(v.status)}" id="verdict" data-verdict="{escape(v.status)}">
-<h1>{escape(v.status.upper())}</h1>
+<title>tenancy-audit: {escape(v.status)}{control}</title><style>{CSS}</style></head>
+<body><div class="banner {escape(v.status)}" id="verdict" data-verdict="{escape(v.status)}"
+data-negative-control="{str(result.negative_control).lower()}" data-known="{len(v.known)}">
+<h1>{escape(v.status.upper())}{" (negative control)" if result.negative_control else ""}</h1>
 <div>scenario <b>{escape(result.scenario)}</b> &middot; tenants {escape(", ".join(result.tenants))} &middot;
-{len(v.findings)} new finding(s), {len(v.known)} known &middot; {result.seconds:.1f} s &middot; {versions}</div>
-{reasons}</div>
+{len(v.findings)} new finding(s) in {len(groups(v.findings))} class(es), {len(v.known)} known &middot;
+{result.seconds:.1f} s &middot; {versions}</div>
+{_notes(result)}{reasons}</div>
 <main>
+{warnings}
 <h2>Who leaked into whom</h2>
-<p class="muted">Row: the tenant whose canary or key it is. Column: the tenant whose channel carried it.</p>
+<p class="muted">Row: the tenant whose canary or key it is. Column: the tenant whose channel carried it. New
+findings per channel; known ones (in the baseline) in grey.</p>
 {_matrix(result)}
 <h2>Tool coverage</h2>
 {_coverage(result)}
-<h2>Findings ({len(v.findings)})</h2>
+<h2>Findings ({len(v.findings)} new in {len(groups(v.findings))} class(es))</h2>
+<p class="muted">One row per class (fingerprint), the most severe first. What each kind means and how to fix it:
+<a href="{escape(docs_url())}">docs/findings.md</a>.</p>
 {_findings(v.findings, "findings")}
 <h2>Known (in the baseline, {len(v.known)})</h2>
 {_findings(v.known, "known")}
@@ -141,5 +201,7 @@ def render(result: AuditResult) -> str:
 <h2>Timeline</h2>
 {_timeline(result)}
 <h2>Inspected</h2><p>{inspected}</p>
+<h2>Not inspected ({len(result.not_inspected)})</h2>
+{_not_inspected(result)}
 </main></body></html>
 """

@@ -1,4 +1,7 @@
-"""junit.xml: one test case per tenant x invariant; a finding fails the invariant it violates."""
+"""junit.xml: one test case per tenant x invariant; a finding fails the invariant it violates.
+
+Each test case's `time` is its tenant's share of the run: the seconds its turns took, split evenly over its
+invariants (the run-level case gets what no tenant's turn accounts for), so the cases add up to the suite."""
 
 from __future__ import annotations
 
@@ -24,7 +27,10 @@ INVARIANTS = {
 def junit(result: AuditResult) -> str:
     cases = []
     failures = 0
+    driven = {t: sum(float(e.get("seconds") or 0) for e in result.timeline if e.get("tenant") == t)
+              for t in result.tenants}
     for tenant in result.tenants:
+        share = driven[tenant] / len(INVARIANTS)
         for name, kinds in INVARIANTS.items():
             hits = [f for f in result.verdict.findings if f.kind in kinds and tenant in (f.victim, f.seen_in)]
             body = ""
@@ -32,13 +38,14 @@ def junit(result: AuditResult) -> str:
                 failures += 1
                 text = "\n".join(f.summary() for f in hits)
                 body = f"<failure message={quoteattr(f'{len(hits)} finding(s)')}>{escape(text)}</failure>"
-            cases.append(f'  <testcase classname={quoteattr(f"tenancy.{tenant}")} name={quoteattr(name)}>'
-                         f"{body}</testcase>")
+            cases.append(f'  <testcase classname={quoteattr(f"tenancy.{tenant}")} name={quoteattr(name)} '
+                         f'time="{share:.3f}">{body}</testcase>')
     if result.verdict.status == "inconclusive":
         failures += 1
         why = escape("\n".join(result.verdict.reasons) or "inconclusive")
-        cases.append(f'  <testcase classname="tenancy.run" name="run is conclusive"><failure message="inconclusive">'
-                     f"{why}</failure></testcase>")
+        rest = max(0.0, result.seconds - sum(driven.values()))
+        cases.append(f'  <testcase classname="tenancy.run" name="run is conclusive" time="{rest:.3f}">'
+                     f'<failure message="inconclusive">{why}</failure></testcase>')
     header = (f'<testsuite name={quoteattr(f"tenancy-audit {result.scenario}")} tests="{len(cases)}" '
               f'failures="{failures}" time="{result.seconds:.2f}">')
     return '<?xml version="1.0" encoding="UTF-8"?>\n' + header + "\n" + "\n".join(cases) + "\n</testsuite>\n"

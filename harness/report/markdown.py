@@ -1,30 +1,92 @@
-"""report.md: the audit as Markdown (verdict, matrix, findings, timeline)."""
+"""report.md: the audit as Markdown (verdict, matrix, finding classes with their occurrences folded, timeline).
+
+GitHub renders it (pull requests, `$GITHUB_STEP_SUMMARY`), including the `<details>` that fold each class's
+occurrences."""
 
 from __future__ import annotations
 
-from harness.report.result import AuditResult, coverage_tools, matrix
+from harness.core.findings import Finding
+from harness.core.severity import docs_url
+from harness.report.result import AuditResult, Group, coverage_tools, groups, matrix
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _code(text: str) -> str:
+    return "`" + text.replace("`", "'") + "`"
+
+
+def _banner(result: AuditResult) -> list[str]:
+    v = result.verdict
+    lines = [f"# tenancy-audit: **{v.status.upper()}**", ""]
+    if result.negative_control:
+        lines += [f"> **Negative control**: planted {', '.join(result.plants)}; a leak is the expected outcome.", ""]
+    if v.known:
+        lines += [f"> {len(v.known)} known finding(s) in {len(groups(v.known))} class(es) are listed in the "
+                  "baseline: reported below, not failing the run.", ""]
+    return lines
+
+
+def _matrix(result: AuditResult) -> list[str]:
+    v = result.verdict
+    new, known = matrix(v.findings, result.tenants), matrix(v.known, result.tenants)
+    lines = ["## Who leaked into whom", "",
+             "Row: whose canary or key. Column: whose channel carried it. New findings per channel; known ones "
+             "(in the baseline) in parentheses.", "",
+             "| canary of \\ seen in | " + " | ".join(result.tenants) + " |", "|---" * (len(result.tenants) + 1) + "|"]
+    for victim in result.tenants:
+        row = []
+        for seen in result.tenants:
+            if victim == seen:
+                row.append("-")
+                continue
+            c, k = new[(victim, seen)], sum(known[(victim, seen)].values())
+            text = ", ".join(f"{ch} {n}" for ch, n in sorted(c.items())) or "0"
+            row.append(text + (f" ({k} known)" if k else ""))
+        lines.append(f"| {victim} | " + " | ".join(row) + " |")
+    return lines
+
+
+def _occurrence(f: Finding) -> str:
+    enc = f" [{f.encoding}]" if f.encoding and f.encoding != "plain" else ""
+    detail = f" {f.detail}" if f.detail else ""
+    evidence = f" evidence {_code(f.evidence)}" if f.evidence else ""
+    tool = f" (tool `{f.tool}`)" if f.tool else ""
+    return f"- {_code(f.location)}{enc}{tool}{evidence}{_cell(detail)}"
+
+
+def _classes(found: list[Group]) -> list[str]:
+    lines = ["| severity | kind | victim → carrier | canary | channel | scenario/phase | count | first location "
+             "| fingerprint |", "|---" * 9 + "|"]
+    for g in found:
+        f = g.first
+        where = f"{f.scenario}/{f.phase}" if f.scenario else "-"
+        lines.append(f"| {g.severity} | [{f.kind}]({docs_url(f.kind)}) | {_cell(g.direction())} | {f.canary or '-'} "
+                     f"| {f.channel} | {_cell(where)} | {g.count} | {_code(f.location)} | `{g.fingerprint}` |")
+    lines.append("")
+    for g in found:
+        lines += [f"<details><summary><code>{g.fingerprint}</code> {g.first.kind}: {g.direction()} "
+                  f"{g.first.canary or '-'}, {g.count} occurrence(s)</summary>", ""]
+        lines += [_occurrence(f) for f in g.findings]
+        lines += ["", "</details>", ""]
+    return lines
 
 
 def markdown(result: AuditResult) -> str:
     v = result.verdict
     lines = [
-        f"# tenancy-audit: **{v.status.upper()}**",
-        "",
+        *_banner(result),
         f"Scenario `{result.scenario}`, tenants {', '.join(f'`{t}`' for t in result.tenants)}; "
         + ", ".join(f"{k} {val}" for k, val in result.versions.items()) + f"; {result.seconds:.1f} s.",
         "",
     ]
     if v.reasons:
         lines += ["## Why the run is not conclusive", "", *[f"- {r}" for r in v.reasons], ""]
-    lines += ["## Who leaked into whom", "", "| canary of \\ seen in | " + " | ".join(result.tenants) + " |",
-              "|---" * (len(result.tenants) + 1) + "|"]
-    cells = matrix(v.findings, result.tenants)
-    for victim in result.tenants:
-        row = []
-        for seen in result.tenants:
-            c = cells[(victim, seen)]
-            row.append("-" if victim == seen else (", ".join(f"{ch} {n}" for ch, n in sorted(c.items())) or "0"))
-        lines.append(f"| {victim} | " + " | ".join(row) + " |")
+    if result.warnings:
+        lines += ["## Warnings", "", *[f"- {w}" for w in result.warnings], ""]
+    lines += _matrix(result)
     if result.coverage:
         tools = coverage_tools(result.coverage)
         lines += ["", "## Tool coverage", "", "What each scenario drove: `driven` (a call's result came back), `leak` "
@@ -33,19 +95,22 @@ def markdown(result: AuditResult) -> str:
                   "| scenario | " + " | ".join(f"`{t}`" for t in tools) + " |", "|---" * (len(tools) + 1) + "|"]
         lines += [f"| {sc} | " + " | ".join(row.get(t, "-") for t in tools) + " |"
                   for sc, row in result.coverage.items()]
-    lines += ["", f"## Findings ({len(v.findings)} new, {len(v.known)} known)", ""]
-    if not v.findings:
-        lines.append("None.")
-    for f in v.findings:
-        via = f" (tool `{f.tool}`)" if f.tool else ""
-        lines += [f"- **{f.kind}** {f.summary()}{via}", f"  - evidence: `{f.evidence.replace('`', "'")}`"]
-    if v.known:
-        lines += ["", "### Known (in the baseline)", "", *[f"- {f.summary()}" for f in v.known]]
+    new, known = groups(v.findings), groups(v.known)
+    lines += ["", f"## Findings ({len(v.findings)} new in {len(new)} class(es), {len(v.known)} known)", "",
+              f"What each kind means and how to fix it: [docs/findings.md]({docs_url()}).", ""]
+    lines += _classes(new) if new else ["None.", ""]
+    if known:
+        lines += ["### Known (in the baseline, not failing)", "", *_classes(known)]
     if result.fixed:
-        lines += ["", "### Fixed (in the baseline, no longer seen)", "", *[f"- `{fp}`" for fp in result.fixed]]
-    lines += ["", "## Inspected", "", *[f"- {k}: {n}" for k, n in sorted(result.inspected.items())]]
+        lines += ["### Fixed (in the baseline, no longer seen)", "", *[f"- `{fp}`" for fp in result.fixed], ""]
+    lines += ["## Inspected", "", *[f"- {k}: {n}" for k, n in sorted(result.inspected.items())]]
+    if result.not_inspected:
+        lines += ["", f"## Not inspected ({len(result.not_inspected)})", "",
+                  "| path | reason | bytes read | read in part |", "|---" * 4 + "|"]
+        lines += [f"| `{n['path']}` | {n['reason'].replace('|', '/')} | {n['bytes_read']} | "
+                  f"{'yes (inconclusive)' if n['partial'] else 'no'} |" for n in result.not_inspected]
     if result.timeline:
         lines += ["", "## Timeline", "", "| phase | tenant | driver | ok | seconds | detail |", "|---" * 6 + "|"]
         lines += [f"| {e.get('phase', '')} | {e.get('tenant', '')} | {e.get('driver', '')} | {e.get('ok', '')} "
-                  f"| {e.get('seconds', '')} | {str(e.get('detail', '')).replace('|', '/')} |" for e in result.timeline]
+                  f"| {e.get('seconds', '')} | {_cell(e.get('detail', ''))} |" for e in result.timeline]
     return "\n".join(lines) + "\n"

@@ -1,5 +1,5 @@
-"""The result of one audit (what every report is made from), the who-leaked-into-whom matrix and the
-terminal summary."""
+"""The result of one audit (what every report is made from), findings grouped by fingerprint, the
+who-leaked-into-whom matrix and the terminal summary."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.core.findings import CHANNELS, Finding, Verdict
+from harness.core.findings import CHANNELS, FINGERPRINT_VERSION, Finding, Verdict
+from harness.core.severity import rank, severity
 
 
 @dataclass
@@ -24,8 +25,16 @@ class AuditResult:
     fixed: list[str] = field(default_factory=list)
     seconds: float = 0.0
     snapshots: dict[str, int] = field(default_factory=dict)  # env snapshots per tenant
+    #: What was not read to its end: {path, reason, bytes_read, partial} (`scan.NotInspected.to_dict`).
+    not_inspected: list[dict[str, Any]] = field(default_factory=list)
     out: Path | None = None  # the evidence folder the reports were written to (not part of findings.json)
     coverage: dict[str, dict[str, str]] = field(default_factory=dict)  # scenario -> tool -> status
+    plants: list[str] = field(default_factory=list)  # negative controls planted (a leak is the expected outcome)
+    warnings: list[str] = field(default_factory=list)  # e.g. a version-1 baseline
+
+    @property
+    def negative_control(self) -> bool:
+        return bool(self.plants)
 
     def to_dict(self) -> dict[str, Any]:
         v = self.verdict
@@ -42,12 +51,59 @@ class AuditResult:
             "versions": self.versions,
             "seconds": round(self.seconds, 2),
             "snapshots": dict(self.snapshots),
+            "not_inspected": list(self.not_inspected),
             "findings": [f.to_dict() for f in v.findings],
             "known": [f.to_dict() for f in v.known],
             "fixed": self.fixed,
             "timeline": self.timeline,
             "coverage": self.coverage,
+            "fingerprint_version": FINGERPRINT_VERSION,
+            "plants": list(self.plants),
+            "warnings": list(self.warnings),
         }
+
+
+@dataclass
+class Group:
+    """Every occurrence of one finding class (one fingerprint), in the order they were found."""
+
+    findings: list[Finding]
+
+    @property
+    def first(self) -> Finding:
+        return self.findings[0]
+
+    @property
+    def fingerprint(self) -> str:
+        return self.first.fingerprint()
+
+    @property
+    def count(self) -> int:
+        return len(self.findings)
+
+    @property
+    def severity(self) -> str:
+        return severity(self.first)
+
+    def direction(self) -> str:
+        f = self.first
+        return f"{f.victim or '-'} -> {f.seen_in or '-'}"
+
+    def line(self) -> str:
+        """The class on one line: severity, kind, victim -> carrier, canary, channel, where, count, first location."""
+        f = self.first
+        where = f"{f.scenario}/{f.phase}" if f.scenario else "-"
+        times = f"{self.count}x" if self.count > 1 else "1x"
+        return (f"{self.severity:<8} {f.kind}: {self.direction()} {f.canary or '-'} ({f.channel}) {where} {times}, "
+                f"first at {f.location} [{self.fingerprint}]")
+
+
+def groups(findings: list[Finding]) -> list[Group]:
+    """Findings grouped by fingerprint, the most severe class first (then the order they were found in)."""
+    by_fp: dict[str, Group] = {}
+    for f in findings:
+        by_fp.setdefault(f.fingerprint(), Group([])).findings.append(f)
+    return sorted(by_fp.values(), key=lambda g: rank(g.severity))
 
 
 def matrix(findings: list[Finding], tenants: list[str]) -> dict[tuple[str, str], Counter[str]]:

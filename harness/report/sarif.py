@@ -1,17 +1,22 @@
-"""findings.sarif: SARIF 2.1.0 for code-scanning uploaders (one rule per finding kind).
+"""findings.sarif: SARIF 2.1.0 for code-scanning uploaders (one rule per finding kind and severity).
 
-Locations point into the evidence folder (`uriBaseId` EVIDENCE): a file finding at its path (relative to
-the folder, with its byte offset when the hit is in the file's own bytes), a flow finding at `flows.mitm`
-plus a logical location naming the flow id and part. Known (baselined) findings are suppressed results.
+Each rule (`KIND/SEVERITY`) carries the remediation of docs/findings.md as `help`, a `helpUri` to it, and
+`properties.security-severity` and `precision`, so code scanning shows and sorts by severity. Locations
+point into the evidence folder (`uriBaseId` EVIDENCE): a file finding at its path (relative to the folder,
+with its byte offset when the hit is in the file's own bytes), a flow finding at `flows.mitm` plus a
+logical location naming the flow id and part. Known (baselined) findings are suppressed results.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from pathlib import Path
 from typing import Any
 
-from harness.core.findings import INCONCLUSIVE_KINDS, KINDS, Finding
+from harness.core.files import REPO
+from harness.core.findings import FINGERPRINT_VERSION, INCONCLUSIVE_KINDS, Finding
+from harness.core.severity import POSSIBLE, SECURITY_SEVERITY, docs_url, precision, rank, severity
 from harness.report.result import AuditResult
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
@@ -30,16 +35,55 @@ RULES = {
     "bypass": "A provider stub saw a request that did not pass the proxy.",
     "shortfall": "Too little happened to conclude (a turn failed, a snapshot is missing).",
 }
+SEVERITY_TEXT = {"critical": "a secret crossed tenants", "high": "a tenant's private data crossed tenants",
+                 "medium": "a value that identifies a tenant crossed tenants or landed in the wrong place",
+                 "low": "the run could not prove isolation"}
+FINGERPRINT_KEY = f"tenancyFingerprint/v{FINGERPRINT_VERSION}"
 _FILE = re.compile(r"^(?P<path>[^@:#]+)(?:@(?P<offset>\d+))?$")
 _LABEL = re.compile(r"^(?P<path>[^@:#]+)")
 
 
-def _rule_name(kind: str) -> str:
-    return "".join(part.capitalize() for part in kind.split("_"))
+@functools.cache
+def remediation() -> dict[str, str]:
+    """Kind -> its section of docs/findings.md (Markdown); empty when the docs are not next to the code."""
+    try:
+        text = (REPO / "docs" / "findings.md").read_text(encoding="utf-8")
+    except OSError:
+        return {}
+    sections = {}
+    for block in text.split("\n## ")[1:]:
+        title, _, body = block.partition("\n")
+        sections[title.strip()] = " ".join(body.split())
+    return sections
 
 
-def _level(f: Finding) -> str:
-    return "warning" if f.kind in INCONCLUSIVE_KINDS else "error"
+def rule_id(kind: str, sev: str) -> str:
+    return f"{kind}/{sev}"
+
+
+def _rule_name(kind: str, sev: str) -> str:
+    return sev.capitalize() + "".join(part.capitalize() for part in kind.split("_"))
+
+
+def _level(sev: str, kind: str) -> str:
+    return "warning" if kind in INCONCLUSIVE_KINDS or sev in ("medium", "low") else "error"
+
+
+def rule(kind: str, sev: str) -> dict[str, Any]:
+    """The reporting descriptor of one finding kind at one severity."""
+    fix = remediation().get(kind) or RULES[kind]
+    plain = fix.replace("**", "").replace("`", "")
+    return {
+        "id": rule_id(kind, sev),
+        "name": _rule_name(kind, sev),
+        "shortDescription": {"text": RULES[kind]},
+        "fullDescription": {"text": f"{RULES[kind]} Severity {sev}: {SEVERITY_TEXT[sev]}."},
+        "help": {"text": f"{plain} See {docs_url(kind)}", "markdown": f"{fix}\n\n[docs/findings.md]({docs_url(kind)})"},
+        "helpUri": docs_url(kind),
+        "defaultConfiguration": {"level": _level(sev, kind)},
+        "properties": {"tags": ["security", "multi-tenancy", "external/cwe/cwe-668"],
+                       "security-severity": SECURITY_SEVERITY[sev], "precision": precision(kind)},
+    }
 
 
 def _artifact(uri: str) -> dict[str, Any]:
@@ -72,17 +116,20 @@ def location(f: Finding, homes: dict[str, str]) -> dict[str, Any]:
 
 
 def _result(f: Finding, rule_index: dict[str, int], homes: dict[str, str], known: bool) -> dict[str, Any]:
+    sev = severity(f)
+    rid = rule_id(f.kind, sev)
     res: dict[str, Any] = {
-        "ruleId": f.kind,
-        "ruleIndex": rule_index[f.kind],
-        "level": _level(f),
-        "message": {"text": f.summary()},
+        "ruleId": rid,
+        "ruleIndex": rule_index[rid],
+        "level": _level(sev, f.kind),
+        "message": {"text": f"{f.summary()} (severity {sev})"},
         "locations": [location(f, homes)],
-        "partialFingerprints": {"tenancyFingerprint/v1": f.fingerprint()},
-        "properties": {k: v for k, v in (("victim", f.victim), ("seenIn", f.seen_in), ("canary", f.canary),
-                                         ("channel", f.channel), ("encoding", f.encoding),
-                                         ("evidence", f.evidence), ("scenario", f.scenario),
-                                         ("phase", f.phase)) if v},
+        "partialFingerprints": {FINGERPRINT_KEY: f.fingerprint()},
+        "properties": {k: v for k, v in (("kind", f.kind), ("severity", sev),
+                                         ("security-severity", SECURITY_SEVERITY[sev]), ("victim", f.victim),
+                                         ("seenIn", f.seen_in), ("canary", f.canary), ("channel", f.channel),
+                                         ("encoding", f.encoding), ("evidence", f.evidence),
+                                         ("scenario", f.scenario), ("phase", f.phase)) if v},
     }
     if known:
         res["suppressions"] = [{"kind": "external", "justification": "in the baseline"}]
@@ -91,17 +138,17 @@ def _result(f: Finding, rule_index: dict[str, int], homes: dict[str, str], known
 
 def sarif(result: AuditResult, out: Path, homes: dict[str, str]) -> dict[str, Any]:
     """The SARIF log of one audit whose evidence folder is `out`."""
-    kinds = sorted(KINDS)
-    rule_index = {k: i for i, k in enumerate(kinds)}
-    rules = [{"id": k, "name": _rule_name(k), "shortDescription": {"text": RULES[k]},
-              "defaultConfiguration": {"level": "warning" if k in INCONCLUSIVE_KINDS else "error"},
-              "properties": {"tags": ["security", "multi-tenancy"]}} for k in kinds]
     v = result.verdict
+    pairs = {(k, sev) for k, sevs in POSSIBLE.items() for sev in sevs}
+    pairs |= {(f.kind, severity(f)) for f in v.findings + v.known}
+    ordered = sorted(pairs, key=lambda p: (p[0], rank(p[1])))
+    rule_index = {rule_id(k, sev): i for i, (k, sev) in enumerate(ordered)}
+    rules = [rule(k, sev) for k, sev in ordered]
     results = [_result(f, rule_index, homes, False) for f in v.findings]
     results += [_result(f, rule_index, homes, True) for f in v.known]
     run = {
         "tool": {"driver": {"name": "tenancy-audit", "version": result.versions.get("tenancy-audit", "0"),
-                            "rules": rules}},
+                            "informationUri": docs_url(), "rules": rules}},
         "originalUriBaseIds": {"EVIDENCE": {"uri": out.resolve().as_uri() + "/"}},
         "results": results,
         "invocations": [{"executionSuccessful": v.status != "inconclusive",

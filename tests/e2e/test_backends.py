@@ -2,11 +2,15 @@
 
 Hermes 0.19.0 is known to leak between profiles inside one process; the committed baselines list those
 findings by fingerprint. Each scenario must reproduce its baseline exactly (nothing new, nothing gone
-but intermittent entries), and a planted leak the baseline does not know must fail the run.
+but intermittent entries), and a planted leak the baseline does not know must fail the run; `reconcile` of
+each evidence folder must reach the run's verdict, findings and counts again.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,7 +19,8 @@ from harness.core.protocol import BATTERY_TOOLS
 
 pytestmark = pytest.mark.e2e
 
-BASELINES = Path(__file__).resolve().parents[2] / "baselines"
+ROOT = Path(__file__).resolve().parents[2]
+BASELINES = ROOT / "baselines"
 SCENARIOS = ("tui", "serve", "gateway")
 
 
@@ -36,6 +41,17 @@ def test_scenario_reproduces_its_baseline(tenancy_audit, scenario):
     assert all(t["ok"] for t in audit.doc["timeline"] if t["phase"] != "cron"), audit.doc["timeline"]
     coverage = audit.doc["coverage"][scenario]
     assert set(coverage) == set(BATTERY_TOOLS) and set(coverage.values()) <= {"driven", "leak"}, coverage
+    assert_reconcile_reproduces(audit)
+
+
+def assert_reconcile_reproduces(audit) -> None:
+    """`reconcile EVIDENCE` (with the run's baseline copy) reaches the run's verdict, findings and counts."""
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "reconcile", str(audit.out), "--json"],
+                          capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert done.returncode == audit.code, done.stderr
+    again = json.loads(done.stdout)
+    for key in ("verdict", "counts", "counts_by_kind", "reasons", "fixed", "findings", "known"):
+        assert again[key] == audit.doc[key], key
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS)
@@ -47,6 +63,7 @@ def test_unknown_planted_leak_fails_the_run(tenancy_audit, scenario):
     # default's memory in alpha's system prompt (the file_leak of that canary is known: with the battery,
     # session_search copies default's transcripts, memory included, into alpha's state.db)
     assert ("request_leak", "memory", "default") in new, _summaries(audit.doc["findings"])
+    assert_reconcile_reproduces(audit)
 
 
 @pytest.mark.parametrize("scenario", ("serve", "gateway"))

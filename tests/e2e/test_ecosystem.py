@@ -91,11 +91,38 @@ def test_sarif_matches_the_findings(planted):
     out, doc = planted
     sarif = json.loads((out / "findings.sarif").read_text())
     results = sarif["runs"][0]["results"]
-    assert [(r["ruleId"], r["partialFingerprints"]["tenancyFingerprint/v1"]) for r in results] == [
+    assert [(r["ruleId"].split("/")[0], r["partialFingerprints"]["tenancyFingerprint/v2"]) for r in results] == [
         (f["kind"], f["fingerprint"]) for f in doc["findings"]]
     for r in results:
         uri = r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
         assert (out / uri).is_file(), uri  # every location resolves inside the evidence folder
+
+
+def test_a_plant_run_is_labelled_a_negative_control(planted):
+    out, doc = planted
+    assert doc["plants"] == ["memory"]
+    assert "LEAK (negative control)" in (out / "report.html").read_text()
+    assert "**Negative control**" in (out / "report.md").read_text()
+
+
+def test_reconcile_of_the_folder_reproduces_the_run_and_every_file_agrees_on_fingerprints(planted, tmp_path,
+                                                                                          capsys):
+    out, doc = planted
+    capsys.readouterr()
+    assert cli.main(["reconcile", str(out), "--json"]) == doc["exit_code"] == 1
+    again = json.loads(capsys.readouterr().out)
+    for key in ("verdict", "exit_code", "counts", "counts_by_kind", "reasons", "fixed", "plants", "findings", "known"):
+        assert again[key] == doc[key], key
+    run_fps = {f["fingerprint"] for f in doc["findings"]}
+    ledger = [json.loads(line) for line in (out / "ledger.jsonl").read_text().splitlines()]
+    ledger_fps = {f["fingerprint"] for line in ledger for f in line["findings"]}
+    assert ledger_fps and ledger_fps <= run_fps  # the ledger holds the flow findings (not homes, env, logs)
+    assert all(line["scenario"] == "oneshot" for line in ledger)
+    har = tmp_path / "run.har"
+    assert cli.main(["export", str(out), "--har", str(har)]) == 0
+    har_fps = {f["fingerprint"] for e in json.loads(har.read_text())["log"]["entries"]
+               for f in e["_tenancy"]["findings"]}
+    assert har_fps == ledger_fps
 
 
 def test_mitmweb_filters_on_the_real_flow_file(planted):

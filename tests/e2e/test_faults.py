@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import time
@@ -93,6 +94,13 @@ def test_harness_killed_mid_run_leaves_no_process(tmp_path, hermes_python, sig):
     else:
         assert code == 3, err
         assert "Traceback" not in err and f"interrupted ({sig.name})" in err, err
+        doc = json.loads((out / "findings.json").read_text())  # the reports are written before exit 3
+        assert (doc["verdict"], doc["exit_code"]) == ("inconclusive", 3), doc
+        assert doc["reasons"][0].startswith(f"interrupted ({sig.name})"), doc["reasons"]
+        for name in ("report.html", "report.md", "junit.xml", "findings.sarif"):
+            assert stat.S_IMODE((out / name).stat().st_mode) == 0o600, name
+        again = subprocess.run([*CLI, "reconcile", str(out)], capture_output=True, text=True, timeout=300)
+        assert again.returncode in (1, 3) and "interrupted" in again.stdout, again  # the record was written too
     survivors = [(p.pid, p.cmdline()) for p in run_processes(run_id, groups)]
     assert survivors == [], survivors
     assert not (runs_dir() / f"{run_id}.json").exists()
@@ -179,13 +187,15 @@ def test_listeners_are_bound_before_the_registry_is_written(tmp_path, hermes_pyt
 
 def test_mitmdump_that_never_comes_up_ends_the_run_inconclusive_in_one_line(tmp_path, hermes_python, monkeypatch,
                                                                             capsys):
-    """The turns start while mitmdump starts; if it exits instead (here: its addon cannot be imported), the
+    """The turns start while mitmdump starts; if it exits instead (here: its addon cannot open its ledger), the
     waiting connections are reset, the turns fail at once and the run says why, with no verdict."""
-    import harness.capture.proxy
+    from harness.capture.proxy import Proxy
 
-    broken = tmp_path / "broken_addon.py"
-    broken.write_text("raise ImportError('planted: this addon cannot be imported')\n")
-    monkeypatch.setattr(harness.capture.proxy, "ADDON", broken)
+    planted = tmp_path / "planted-ledger-is-a-directory"
+    planted.mkdir()
+    argv = Proxy.argv
+    monkeypatch.setattr(Proxy, "argv", lambda self: [f"tenancy_ledger={planted}" if a.startswith("tenancy_ledger=")
+                                                     else a for a in argv(self)])
     started = time.monotonic()
     code = cli.main(["run", "--out", str(tmp_path / "ev"), "--hermes-python", str(hermes_python), "--quiet",
                      "--timeout", "60"])
@@ -193,6 +203,6 @@ def test_mitmdump_that_never_comes_up_ends_the_run_inconclusive_in_one_line(tmp_
     err = capsys.readouterr().err
     assert code == 3, err
     assert err.startswith("tenancy-audit: inconclusive: mitmdump did not come up (it exited; ")
-    assert "planted: this addon cannot be imported" in err and err.count("\n") == 1  # one line, no harness traceback
+    assert f"tenancy_ledger: cannot open {planted}" in err and err.count("\n") == 1  # one line, no harness traceback
     assert not (tmp_path / "ev" / "findings.json").exists()
     assert seconds < 55, seconds  # the turns were not left waiting until their timeout

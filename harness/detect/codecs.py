@@ -1,0 +1,272 @@
+"""Streaming decoders for the containers a canary can hide in: compression (gzip, zlib, raw deflate, xz,
+lzma, bz2, zstd, brotli), base64 blocks (wrapped at any column, with real or JSON-escaped line breaks) and
+HTTP chunked transfer-encoding.
+
+`decode(codec, chunks, progress)` is a generator: it pulls input chunks only as it needs them and yields
+output pieces of at most `PIECE` bytes, so no stream, however large, and no bomb is ever held whole. The
+caller decides how much output it reads. What happened is left in `progress`: the input consumed (where
+the stream ended in its parent), whether the stream ended properly (`eof`), and why decoding stopped
+early (`error`). Output decoded before an error is still yielded: a corrupt or truncated stream keeps its
+decodable prefix. The stdlib does the decoding (zlib, lzma, bz2, binascii); zstd is `backports.zstd`
+(the stdlib's `compression.zstd` from Python 3.14) and brotli the `brotli` package, both already
+mitmproxy dependencies.
+"""
+
+from __future__ import annotations
+
+import binascii
+import bz2
+import lzma
+import re
+import sys
+import zlib
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+import brotli
+
+if sys.version_info >= (3, 14):  # pragma: no cover
+    from compression import zstd
+else:
+    from backports import zstd
+
+#: Output bytes per yielded piece.
+PIECE = 1 << 20
+#: Input bytes per decoder call (a corrupt zlib stream keeps the output of the calls before the damage).
+STEP = 1 << 16
+#: Memory a decoder may use for its window (xz and zstd let a stream ask for up to 4 GiB).
+DECODER_MEMORY = 128 << 20
+COMPRESSION = ("gzip", "zlib", "deflate", "xz", "lzma", "bz2", "zstd", "br")
+CODECS = (*COMPRESSION, "base64", "chunked")
+Chunk = bytes | bytearray | memoryview
+
+
+@dataclass
+class Progress:
+    """What a decoder did: input consumed, whether the stream ended properly, and why it stopped early."""
+
+    consumed: int = 0
+    eof: bool = False
+    error: str = ""
+
+
+def decode(codec: str, chunks: Iterable[Chunk], progress: Progress) -> Iterator[bytes]:
+    """The decoded output of the stream of `codec` at the start of `chunks`, piece by piece."""
+    steps = _steps(chunks)
+    try:
+        if codec in ("gzip", "zlib", "deflate"):
+            # Only a gzip member (a checked header) gets the failing step's prefix back: a zlib or deflate
+            # start found by its two magic bytes is mostly chance, and the search would cost more than it saves.
+            yield from _zlib(zlib.decompressobj({"gzip": 31, "zlib": 15, "deflate": -15}[codec]), steps, progress,
+                             recover=codec == "gzip")
+        elif codec == "br":
+            yield from _brotli(steps, progress)
+        elif codec == "base64":
+            yield from _base64(steps, progress)
+        elif codec == "chunked":
+            yield from _chunked(steps, progress)
+        else:
+            yield from _stdlib(_decompressor(codec), steps, progress)
+    except (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError, zstd.ZstdError, brotli.error) as exc:
+        progress.error = f"{type(exc).__name__}: {exc}"
+
+
+def _decompressor(codec: str):  # type: ignore[no-untyped-def]
+    if codec == "xz":
+        return lzma.LZMADecompressor(lzma.FORMAT_XZ, memlimit=DECODER_MEMORY)
+    if codec == "lzma":
+        return lzma.LZMADecompressor(lzma.FORMAT_ALONE, memlimit=DECODER_MEMORY)
+    if codec == "bz2":
+        return bz2.BZ2Decompressor()
+    if codec == "zstd":
+        return zstd.ZstdDecompressor(options={zstd.DecompressionParameter.window_log_max: 27})
+    raise ValueError(f"unknown codec {codec!r}")
+
+
+def _steps(chunks: Iterable[Chunk]) -> Iterator[memoryview]:
+    for chunk in chunks:
+        view = memoryview(chunk)
+        for i in range(0, len(view), STEP):
+            yield view[i : i + STEP]
+
+
+def _stdlib(d, steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:  # type: ignore[no-untyped-def]
+    """lzma, bz2 and zstd decompressors (`decompress(data, max_length)`, `needs_input`, `eof`)."""
+    for step in steps:
+        out = d.decompress(step, PIECE)
+        while True:
+            if out:
+                yield out
+            if d.eof:
+                progress.consumed += len(step) - len(d.unused_data)
+                progress.eof = True
+                return
+            if d.needs_input:
+                break
+            out = d.decompress(b"", PIECE)
+        progress.consumed += len(step)
+
+
+def _zlib(d: zlib._Decompress, steps: Iterator[memoryview], progress: Progress, *,
+          recover: bool) -> Iterator[bytes]:
+    """gzip, zlib and raw deflate. On an error, the longest prefix of the failing step that decodes
+    cleanly is decoded (errors are monotonic in the input's length), so nothing before the damage is lost."""
+    for step in steps:
+        saved, emitted = d.copy() if recover else d, 0
+        try:
+            for out in _zlib_step(d, step):
+                emitted += len(out)
+                yield out
+        except zlib.error:
+            if not recover:
+                raise
+            good = _longest_good_prefix(saved, step)
+            skip = emitted
+            for out in _zlib_step(saved, step[:good]):
+                if len(out) > skip:
+                    yield out[skip:]
+                skip = max(0, skip - len(out))
+            raise
+        if d.eof:
+            progress.consumed += len(step) - len(d.unused_data)
+            progress.eof = True
+            return
+        progress.consumed += len(step)
+
+
+def _zlib_step(d: zlib._Decompress, data: memoryview) -> Iterator[bytes]:
+    out = d.decompress(data, PIECE)
+    while True:
+        if out:
+            yield out
+        if not d.unconsumed_tail or d.eof:
+            return
+        out = d.decompress(d.unconsumed_tail, PIECE)
+
+
+def _longest_good_prefix(d: zlib._Decompress, data: memoryview) -> int:
+    lo, hi = 0, len(data) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        try:
+            c = d.copy()
+            out = c.decompress(data[:mid], PIECE)
+            while c.unconsumed_tail and not c.eof and out:
+                out = c.decompress(c.unconsumed_tail, PIECE)
+            lo = mid
+        except zlib.error:
+            hi = mid - 1
+    return lo
+
+
+def _brotli(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
+    d = brotli.Decompressor()
+    for step in steps:
+        out = d.process(step, output_buffer_limit=PIECE)
+        while True:
+            if out:
+                yield out
+            if d.is_finished():
+                progress.consumed += len(step)  # brotli does not say how much of the last step it used
+                progress.eof = True
+                return
+            if d.can_accept_more_data():
+                break
+            out = d.process(b"", output_buffer_limit=PIECE)
+        progress.consumed += len(step)
+
+
+# -- base64 blocks ------------------------------------------------------------------------------------------
+
+#: A base64 block: alphabet characters (standard and URL-safe) and line breaks, real (`\r`, `\n`) or
+#: written as JSON escapes (`\n`, `\r\n`, and `\\n` ... inside a JSON string holding JSON).
+B64_BLOCK = re.compile(rb"[A-Za-z0-9+/_\-\r\n]*(?:\\+[rn][A-Za-z0-9+/_\-\r\n]*)*")
+_ESCAPED_BREAK = re.compile(rb"\\+[rn]")
+_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
+
+
+def _base64(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
+    """Decode one base64 block from its first character to the first byte that is neither an alphabet
+    character nor a line break (padding `=` ends it too)."""
+    carry = b""  # characters of an incomplete group, or backslashes of an escape cut by the step's end
+    for step in steps:
+        data = carry + bytes(step)
+        m = B64_BLOCK.match(data)
+        end = m.end() if m else 0
+        rest = data[end:]
+        cut_escape = rest and not rest.strip(b"\\")  # only backslashes left: an escape continues next step
+        body = data[:end]
+        if b"\\" in body:
+            body = _ESCAPED_BREAK.sub(b"", body)
+        body = body.translate(_TO_STANDARD, b"\r\n")
+        if end == len(data) or cut_escape:
+            whole = len(body) // 4 * 4
+            if whole:
+                yield binascii.a2b_base64(body[:whole])
+            carry = body[whole:] + (rest if cut_escape else b"")
+            progress.consumed += len(step)
+            continue
+        progress.consumed += len(step) - len(rest)
+        progress.eof = True
+        yield from _last_group(body)
+        return
+    yield from _last_group(carry.rstrip(b"\\"))  # the input ended inside the block
+
+
+def _last_group(body: bytes) -> Iterator[bytes]:
+    """The bytes of a block's last characters (2 or 3 characters hold 1 or 2 bytes; 1 holds none)."""
+    body = body[: len(body) - (len(body) % 4 == 1)]
+    if body:
+        yield binascii.a2b_base64(body + b"=" * (-len(body) % 4))
+
+
+# -- chunked transfer-encoding ------------------------------------------------------------------------------
+
+_CHUNK_SIZE = re.compile(rb"([0-9a-fA-F]{1,16})[ \t]*(?:;[^\r\n]*)?\r\n")
+CHUNK_HEADER_LIMIT = 4096
+
+
+def _chunked(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
+    """The payload of an HTTP/1.1 chunked body: size line, data, CRLF, ... up to the zero-size chunk."""
+    buf = b""
+    used = 0  # input consumed, up to the start of `buf`
+
+    def need(n: int) -> bool:
+        nonlocal buf
+        while len(buf) < n:
+            step = next(steps, None)
+            if step is None:
+                return False
+            buf += bytes(step)
+        return True
+
+    while True:
+        while b"\r\n" not in buf[:CHUNK_HEADER_LIMIT]:
+            if len(buf) >= CHUNK_HEADER_LIMIT or not need(len(buf) + 1):
+                progress.consumed = used
+                return
+        m = _CHUNK_SIZE.match(buf)
+        if m is None:
+            progress.consumed = used
+            progress.error = "not a chunk-size line"
+            return
+        size = int(m.group(1), 16)
+        buf = buf[m.end() :]
+        used += m.end()
+        if size == 0:
+            progress.consumed, progress.eof = used, True
+            return
+        while size:
+            if not buf and not need(1):
+                progress.consumed = used
+                return
+            piece, buf = buf[:size], buf[size:]
+            size -= len(piece)
+            used += len(piece)
+            yield piece
+        if not need(2) or buf[:2] != b"\r\n":
+            progress.consumed = used
+            progress.error = "chunk not followed by CRLF"
+            return
+        buf = buf[2:]
+        used += 2
