@@ -8,18 +8,23 @@ marker's few encoded forms, which ahocorasick-rs does with SIMD at several GB/s;
 runs only on the windows around them. Every encoded canary contains an encoded marker, so the windows
 hold every match the full scan would find, and nothing else.
 
-Two checks run after the automaton, both exact:
+Three checks run after the automaton, all exact:
 - a base64 form holds only the characters the canary alone determines; the partial characters at its
   edges (bits of the canary mixed with bits of its neighbours) are checked bit by bit, so a value that
   differs from a canary only in its first or last bits is not reported (`_Edge`);
 - around every JSON escape of an ASCII character (`\\u002f`, `\\/`, also escaped again inside a JSON
   string holding JSON) the text is unescaped and searched again, so a canary with any mix of escaped and
-  plain characters is found at its span in the original bytes (encoding `json`).
+  plain characters is found at its span in the original bytes (encoding `json`);
+- a canary encoded twice in base64 (encoding `base64/base64`) is found by decoding the base64 text around
+  a trigger (`_Doubles`): the marker's double-base64 forms, which every minted canary's double forms hold,
+  or a hand-written canary's own double forms. They are not patterns of the automaton: they would double
+  its size, and past `DFA_MAX_PATTERNS` its full passes lose the DFA.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import bisect
 import hashlib
 import html
@@ -29,7 +34,7 @@ import re
 import threading
 import urllib.parse
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import ahocorasick_rs
@@ -101,28 +106,6 @@ class _Edge:
         return True
 
 
-@dataclass(frozen=True)
-class _DoubleEdge:
-    """The edges of a base64/base64 form: the outer characters around it are decoded back to the inner
-    base64 text, whose partial characters must carry the canary's bits (`inner`)."""
-
-    pad: int  # the inner form's byte alignment in the outer encoding
-    length: int  # the inner form's length
-    inner: _Edge
-
-    def agrees(self, data: bytes | bytearray | memoryview, start: int, end: int) -> bool:
-        lo = start - math.ceil(self.pad * 8 / 6)  # where the outer group holding the inner form begins
-        if lo < 0:
-            return True  # the buffer starts there: nothing to check (as for a plain base64 form)
-        chars = bytes(data[lo : end + 8]).translate(_TO_STANDARD)
-        stop = next((i for i, c in enumerate(chars) if _B64_VALUE[c] < 0), len(chars))
-        chars = chars[: stop // 4 * 4]
-        inner = base64.b64decode(chars) if chars else b""
-        if len(inner) < self.pad:
-            return True  # the outer text ends (or is cut) before the inner form's first character
-        return self.inner.agrees(inner, self.pad, min(len(inner), self.pad + self.length))
-
-
 _TO_STANDARD = bytes.maketrans(b"-_", b"+/")
 
 
@@ -159,11 +142,11 @@ def _lower_percent(form: str) -> str:
     return re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), form)
 
 
-def encodings_with_edges(value: str) -> dict[str, list[tuple[bytes, _Edge | _DoubleEdge | None]]]:
+def encodings_with_edges(value: str) -> dict[str, list[tuple[bytes, _Edge | None]]]:
     """Every encoded form of `value` the scanner looks for, by encoding name, each with the bits its base64
     neighbours must carry (None: nothing to check)."""
     raw = value.encode()
-    forms: dict[str, list[tuple[bytes, _Edge | _DoubleEdge | None]]] = {"plain": [(raw, None)]}
+    forms: dict[str, list[tuple[bytes, _Edge | None]]] = {"plain": [(raw, None)]}
     written = json.dumps(value)[1:-1]  # as JSON encoders write it: non-ASCII escaped (surrogate pairs), `"`, `\\`
     json_forms = {
         written,
@@ -182,13 +165,6 @@ def encodings_with_edges(value: str) -> dict[str, list[tuple[bytes, _Edge | _Dou
     b64 = _b64_alignments(raw)
     forms["base64"] = [(f, e) for f, e in b64]
     forms["base64url"] = [(f.replace(b"+", b"-").replace(b"/", b"_"), e) for f, e in b64 if b"+" in f or b"/" in f]
-    # base64 of a base64 text holding the canary (a token encoded twice): the outer forms of the inner
-    # characters the canary determines; the inner partial characters are checked by decoding (`_DoubleEdge`).
-    double: dict[bytes, _Edge | _DoubleEdge] = {}
-    for inner, inner_edge in b64:
-        for pad, (outer, _) in enumerate(_b64_alignments(inner)):
-            double.setdefault(outer, _DoubleEdge(pad, len(inner), inner_edge))
-    forms["base64/base64"] = sorted(double.items())
     forms["hex"] = [(raw.hex().encode(), None), (raw.hex().upper().encode(), None)]
     forms["utf16le"] = [(value.encode("utf-16-le"), None)]
     forms["utf16be"] = [(value.encode("utf-16-be"), None)]
@@ -196,8 +172,62 @@ def encodings_with_edges(value: str) -> dict[str, list[tuple[bytes, _Edge | _Dou
 
 
 def encodings_of(value: str) -> dict[str, list[bytes]]:
-    """Every encoded form of `value` that the scanner looks for, by encoding name."""
+    """Every encoded form of `value` that the automaton looks for, by encoding name."""
     return {enc: [f for f, _ in fs] for enc, fs in encodings_with_edges(value).items()}
+
+
+def double_base64_forms(value: str) -> list[bytes]:
+    """The base64 characters that `value` encoded twice in base64 determines, at every alignment of both
+    encodings (a token encoded twice). Found by `_Doubles`, not by the automaton."""
+    return sorted({outer for inner, _ in _b64_alignments(value.encode()) for outer, _ in _b64_alignments(inner)})
+
+
+_B64_RUN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_")
+
+
+class _Doubles:
+    """Where a canary may be encoded twice in base64, and the base64 text there decoded once.
+
+    A trigger is a form every double-base64 canary holds: the marker's double forms where a canary's
+    double forms hold one (every minted canary's do), else that canary's own double forms. Around each
+    trigger, the run of base64 characters within `reach` is decoded at all four character phases (a
+    hidden or cut trigger says nothing sure about where the groups start); the caller searches the
+    decoded text for the canaries' base64 forms, whose edges are checked there (`_Edge`), bit by bit."""
+
+    def __init__(self, values: Iterable[str]) -> None:
+        markers = double_base64_forms(TAG_MARKER)
+        triggers: set[bytes] = set()
+        longest = 0
+        for value in values:
+            for form in double_base64_forms(value):
+                triggers.add(next((m for m in markers if m in form), form))
+                longest = max(longest, len(form))
+        # Leftmost-first: a trigger skipped for overlapping a found one starts inside it, so the region
+        # around the found one (a double form, a trigger and the partial characters on either side) holds it.
+        self.automaton = ahocorasick_rs.BytesAhoCorasick(sorted(triggers),
+                                                         matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
+        self.longest = longest
+        self.reach = longest + max(map(len, triggers), default=0) + 8
+
+    def decoded(self, data: bytes | bytearray | memoryview) -> Iterator[tuple[int, bytes]]:
+        """(offset in `data`, bytes) of each region around a trigger, decoded at each phase."""
+        regions: list[list[int]] = []
+        for _, pos, _ in self.automaton.find_matches_as_indexes(data):
+            lo, hi = pos, pos
+            while lo > max(0, pos - self.reach) and data[lo - 1] in _B64_RUN:
+                lo -= 1
+            while hi < min(len(data), pos + self.reach) and data[hi] in _B64_RUN:
+                hi += 1
+            if regions and lo <= regions[-1][1]:
+                regions[-1][1] = max(regions[-1][1], hi)
+            else:
+                regions.append([lo, hi])
+        for lo, hi in regions:
+            chars = bytes(data[lo:hi]).translate(_TO_STANDARD)
+            for phase in range(4):
+                run = chars[phase:]
+                run = run[: len(run) - (len(run) % 4 == 1)]  # a last character alone holds no whole byte
+                yield lo + phase, binascii.a2b_base64(run + b"=" * (-len(run) % 4))
 
 
 #: A JSON escape of an ASCII character (`\\u002f`, `\\/`): where a canary may be written half escaped.
@@ -209,11 +239,15 @@ _SIMPLE_ESCAPES = {b'"': b'"', b"\\": b"\\", b"/": b"/", b"b": b"\b", b"f": b"\f
 MAX_UNESCAPE = 3
 
 
+#: Where an escape of an ASCII character may start. An automaton, not `_ESCAPE_TRIGGER.finditer`: in binary
+#: data (a backslash every 256 bytes) the regex took 2.5 ms per MiB, the SIMD searcher takes 0.1 ms (leftmost-
+#: first, which it needs, loses no start: neither string can start inside the other).
+_ESCAPE_STARTS = ahocorasick_rs.BytesAhoCorasick([b"\\u00", b"\\/"], matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
+
+
 def _escape_triggers(data: bytes | bytearray | memoryview) -> list[int]:
-    """Where `_ESCAPE_TRIGGER` matches; a buffer with no backslash at all costs one memchr."""
-    if isinstance(data, bytes) and data.find(b"\\") < 0:
-        return []
-    return [m.start() for m in _ESCAPE_TRIGGER.finditer(data)]
+    """Where `_ESCAPE_TRIGGER` matches."""
+    return [pos for _, pos, _ in _ESCAPE_STARTS.find_matches_as_indexes(data) if _ESCAPE_TRIGGER.match(data, pos)]
 
 
 class _Unescaped:
@@ -270,7 +304,7 @@ class Matcher:
     def __init__(self, canaries: Iterable[Canary], *, prefilter: bool = True) -> None:
         self.canaries = list(canaries)
         patterns: dict[bytes, tuple[Canary, str]] = {}
-        edges: dict[bytes, _Edge | _DoubleEdge | None] = {}
+        edges: dict[bytes, _Edge | None] = {}
         for canary in self.canaries:
             for encoding, forms in encodings_with_edges(canary.value).items():
                 for form, edge in forms:
@@ -279,9 +313,10 @@ class Matcher:
         self._patterns = list(patterns)
         self._meta = [patterns[p] for p in self._patterns]
         self._edges = [edges[p] for p in self._patterns]
+        self._doubles = _Doubles(c.value for c in self.canaries)
         #: Length in bytes of the shortest / longest encoded form (shorter buffers cannot hold a canary).
         self.shortest = min(map(len, self._patterns), default=0)
-        self.longest = max(map(len, self._patterns), default=0)
+        self.longest = max(max(map(len, self._patterns), default=0), self._doubles.longest)
         #: No pattern holds SEPARATOR, so no match can cross one: buffers joined by it may share a scan.
         self.separable = not any(SEPARATOR in p for p in self._patterns)
         # A DFA scans about twice as fast as the default NFA but costs ~16 KB per pattern to build. That
@@ -362,7 +397,7 @@ class Matcher:
         `exclude` names a tenant whose canaries are not reported (the rules apply to each canary alone)."""
         if self._automaton is None or not data:
             return []
-        found = self._raw_matches(data)
+        found = self._direct(data)
         escaped = self._escaped(data)
         if escaped:  # a span the automaton matched is reported as it matched it (a form is more exact)
             spans: dict[Canary, list[tuple[int, int]]] = {}
@@ -419,12 +454,26 @@ class Matcher:
                     break
                 chain.append(level)
                 text = level.text
-                for canary, encoding, start, end in self._raw_matches(text):
+                for canary, encoding, start, end in self._direct(text):
                     for step in reversed(chain):
                         start, end = step.raw_span(start, end)
                     out.append((canary, "json" if encoding == "plain" else f"json/{encoding}", lo + start, lo + end))
                 if not _ESCAPE_TRIGGER.search(text):
                     break
+        return out
+
+    def _direct(self, data: bytes | bytearray | memoryview) -> list[tuple[Canary, str, int, int]]:
+        """The automaton's matches and the canaries encoded twice in base64."""
+        return self._raw_matches(data) + self._double_base64(data)
+
+    def _double_base64(self, data: bytes | bytearray | memoryview) -> list[tuple[Canary, str, int, int]]:
+        """Canaries encoded twice in base64: a base64 form in the text around a trigger decoded once
+        (`_Doubles`), at the span of the characters it was decoded from; encoding `base64/base64`."""
+        out = []
+        for at, inner in self._doubles.decoded(data):
+            for canary, encoding, start, end in self._raw_matches(inner):
+                if encoding in ("base64", "base64url"):  # a plain form: base64 once, which the automaton sees
+                    out.append((canary, f"base64/{encoding}", at + start * 4 // 3, at + (end * 4 + 2) // 3))
         return out
 
     def _raw_matches(self, data: bytes | bytearray | memoryview) -> list[tuple[Canary, str, int, int]]:
