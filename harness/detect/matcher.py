@@ -186,33 +186,32 @@ _B64_RUN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz01234
 
 
 class _Doubles:
-    """Where a canary may be encoded twice in base64, and the base64 text there decoded once.
+    """Canaries encoded twice in base64 (a token encoded twice): where they may be, and the base64 text
+    there decoded once.
 
-    A trigger is a form every double-base64 canary holds: the marker's double forms where a canary's
-    double forms hold one (every minted canary's do), else that canary's own double forms. Around each
-    trigger, the run of base64 characters within `reach` is decoded at all four character phases (a
-    hidden or cut trigger says nothing sure about where the groups start); the caller searches the
-    decoded text for the canaries' base64 forms, whose edges are checked there (`_Edge`), bit by bit."""
+    Every double form of a canary holds a trigger: one of the marker's double forms where it holds one
+    (every minted canary's do), else the form itself (a hand-written canary). Around each trigger found
+    (`decoded`), the run of base64 characters within `reach` is decoded at each of the four character
+    phases (a trigger says nothing sure about where the groups start); the caller searches the decoded
+    text for the canaries' base64 forms, whose edges are checked there (`_Edge`), bit by bit."""
 
     def __init__(self, values: Iterable[str]) -> None:
         markers = double_base64_forms(TAG_MARKER)
-        triggers: set[bytes] = set()
-        longest = 0
+        self.triggers: set[bytes] = set()
+        #: The longest double form.
+        self.longest = 0
         for value in values:
             for form in double_base64_forms(value):
-                triggers.add(next((m for m in markers if m in form), form))
-                longest = max(longest, len(form))
-        # Leftmost-first: a trigger skipped for overlapping a found one starts inside it, so the region
-        # around the found one (a double form, a trigger and the partial characters on either side) holds it.
-        self.automaton = ahocorasick_rs.BytesAhoCorasick(sorted(triggers),
-                                                         matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
-        self.longest = longest
-        self.reach = longest + max(map(len, triggers), default=0) + 8
+                self.triggers.add(next((m for m in markers if m in form), form))
+                self.longest = max(self.longest, len(form))
+        #: How far from a trigger its canary's characters, and those carrying its edge bits, can be (a
+        #: trigger skipped for overlapping a found one starts inside it: one trigger further).
+        self.reach = self.longest + max(map(len, self.triggers), default=0) + 8
 
-    def decoded(self, data: bytes | bytearray | memoryview) -> Iterator[tuple[int, bytes]]:
-        """(offset in `data`, bytes) of each region around a trigger, decoded at each phase."""
+    def decoded(self, data: bytes | bytearray | memoryview, positions: list[int]) -> Iterator[tuple[int, bytes]]:
+        """(offset in `data`, bytes) of the base64 text around each trigger position, decoded at each phase."""
         regions: list[list[int]] = []
-        for _, pos, _ in self.automaton.find_matches_as_indexes(data):
+        for pos in positions:
             lo, hi = pos, pos
             while lo > max(0, pos - self.reach) and data[lo - 1] in _B64_RUN:
                 lo -= 1
@@ -230,6 +229,51 @@ class _Doubles:
                 yield lo + phase, binascii.a2b_base64(run + b"=" * (-len(run) % 4))
 
 
+#: What a trigger string found in the data asks `Matcher.find` for (`_Triggers`).
+WINDOW, DOUBLE, ESCAPE = "window", "double", "escape"
+_ROLES = (WINDOW, DOUBLE, ESCAPE)
+
+
+def _can_hide(found: bytes, other: bytes, *, first: bool) -> bool:
+    """Whether a leftmost-first search that finds `found` may skip `other` for overlapping it: `other` can
+    start inside `found`, or where it starts if `found` comes `first` in the automaton's order."""
+    return any(other.startswith(found[k:]) or found.startswith(other, k) for k in range(0 if first else 1, len(found)))
+
+
+class _Triggers:
+    """The fixed strings `Matcher.find` looks for besides the canaries' patterns, in one pass, by role:
+    WINDOW, a marker form (the automaton runs around it); DOUBLE, a `_Doubles` trigger; ESCAPE, the
+    start of a `\\u00XX` escape.
+
+    One leftmost-first pass, because that is what ahocorasick-rs's SIMD searcher runs (with at most 64
+    strings): three passes instead of one took the prefilter's speed-up from 18x to 6x. A string skipped
+    for overlapping a found one starts inside it, so the found one does the skipped one's job too
+    (`roles`), and what is looked at around a found string reaches one string further."""
+
+    def __init__(self, groups: dict[str, Iterable[bytes]]) -> None:
+        own: dict[bytes, set[str]] = {}
+        for role, forms in groups.items():
+            for form in forms:
+                own.setdefault(form, set()).add(role)
+        # At one start the first string in this order wins: a marker form before an escape start.
+        self.strings = sorted(own, key=lambda s: (min(map(_ROLES.index, own[s])), s))
+        self.roles = [frozenset(own[s].union(*(own[o] for j, o in enumerate(self.strings)
+                                                if own[o] - own[s] and _can_hide(s, o, first=i < j))))
+                      for i, s in enumerate(self.strings)]
+        self.longest = max(map(len, self.strings), default=0)
+        self._automaton = ahocorasick_rs.BytesAhoCorasick(
+            self.strings, matchkind=ahocorasick_rs.MatchKind.LeftmostFirst) if self.strings else None
+
+    def find(self, data: bytes | bytearray | memoryview) -> dict[str, list[int]]:
+        """The positions of the strings found, in order, by role."""
+        found: dict[str, list[int]] = {WINDOW: [], DOUBLE: [], ESCAPE: []}
+        if self._automaton is not None:
+            for i, pos, _ in self._automaton.find_matches_as_indexes(data):
+                for role in self.roles[i]:
+                    found[role].append(pos)
+        return found
+
+
 #: A JSON escape of an ASCII character (`\\u002f`, `\\/`): where a canary may be written half escaped.
 _ESCAPE_TRIGGER = re.compile(rb"\\(?:u00[0-7][0-9a-fA-F]|/)")
 _JSON_ESCAPE = re.compile(rb'\\(?:u([0-9a-fA-F]{4})|(["\\/bfnrt]))')
@@ -240,8 +284,8 @@ MAX_UNESCAPE = 3
 
 
 #: Where an escape of an ASCII character may start. An automaton, not `_ESCAPE_TRIGGER.finditer`: in binary
-#: data (a backslash every 256 bytes) the regex took 2.5 ms per MiB, the SIMD searcher takes 0.1 ms (leftmost-
-#: first, which it needs, loses no start: neither string can start inside the other).
+#: data (a backslash every 256 bytes) the regex took 2.5 ms per MiB, the SIMD searcher 0.1 ms (leftmost-first,
+#: which it needs, loses no start: neither string can start inside the other).
 _ESCAPE_STARTS = ahocorasick_rs.BytesAhoCorasick([b"\\u00", b"\\/"], matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
 
 
@@ -332,11 +376,18 @@ class Matcher:
             self._local = ahocorasick_rs.BytesAhoCorasick(self._patterns, implementation=nfa)
         else:
             self._automaton = self._local = ahocorasick_rs.BytesAhoCorasick(self._patterns)
-        self._anchors, self._reach = self._prefilter() if prefilter else (None, (0, 0))
+        markers, self._reach = self._prefilter() if prefilter else (None, (0, 0))
+        self._prefiltered = markers is not None
+        groups = {DOUBLE: self._doubles.triggers}
+        if markers is not None:
+            groups |= {WINDOW: markers, ESCAPE: [b"\\u00"]}
+        self._triggers = _Triggers(groups)
+        #: The characters of the marker's forms and the double-base64 triggers (`_escape_starts`).
+        self._marker_chars = frozenset(b"".join(self._triggers.strings)) if markers is not None else frozenset()
 
-    def _prefilter(self) -> tuple[ahocorasick_rs.BytesAhoCorasick | None, tuple[int, int]]:
-        """The marker forms' automaton, if every pattern holds one (else a match could hide from it), and
-        how far a match can reach before and after the start of a marker form found in the data."""
+    def _prefilter(self) -> tuple[list[bytes] | None, tuple[int, int]]:
+        """The marker's forms, if every pattern holds one (else a match could hide from them), and how far
+        a match can reach before and after the start of a marker form found in the data."""
         if not self._patterns:
             return None, (0, 0)
         forms = sorted({f for fs in encodings_of(TAG_MARKER).values() for f in fs})
@@ -347,27 +398,30 @@ class Matcher:
                 return None, (0, 0)
             last = max(o for f in forms if (o := pattern.rfind(f)) >= 0)
             before, after = max(before, last), max(after, len(pattern) - min(offsets))
-        # Leftmost-first (not overlapping) is what lets ahocorasick-rs use its SIMD searcher. A form it
-        # skips for overlapping a found one starts less than the longest form's length after it.
-        automaton = ahocorasick_rs.BytesAhoCorasick(forms, matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
-        return automaton, (before, after + max(map(len, forms)))
+        # A form skipped for overlapping a found string starts less than the longest string's length after it.
+        return forms, (before, after + max(map(len, forms)))
 
     @property
     def prefiltered(self) -> bool:
         """Whether big buffers are searched for the marker first."""
-        return self._anchors is not None
+        return self._prefiltered
 
-    def _matches(self, data: bytes | bytearray | memoryview) -> list[tuple[int, int, int]]:
-        """Every (pattern, start, end), overlapping: the same list a full scan gives, maybe reordered."""
+    def _matches(self, data: bytes | bytearray | memoryview,
+                 anchors: list[int] | None = None) -> list[tuple[int, int, int]]:
+        """Every (pattern, start, end), overlapping: the same list a full scan gives, maybe reordered.
+        `anchors`: where the marker's forms are in `data` (`_Triggers.find`), if already known."""
         assert self._automaton is not None and self._local is not None
         if len(data) < PREFILTER_MIN_BYTES:
             return self._local.find_matches_as_indexes(data, overlapping=True)
-        if self._anchors is None:
+        if not self._prefiltered:
             return self._automaton.find_matches_as_indexes(data, overlapping=True)
+        if anchors is None:
+            anchors = self._triggers.find(data)[WINDOW]
         before, after = self._reach  # overlapping windows are merged: no match is found twice
+        after += self._triggers.longest
         size = len(data)
         windows: list[list[int]] = []
-        for _, start, _ in self._anchors.find_matches_as_indexes(data):
+        for start in anchors:
             lo, hi = max(0, start - before), min(size, start + after)
             if windows and lo <= windows[-1][1] + WINDOW_GAP:
                 windows[-1][1] = hi
@@ -397,8 +451,9 @@ class Matcher:
         `exclude` names a tenant whose canaries are not reported (the rules apply to each canary alone)."""
         if self._automaton is None or not data:
             return []
-        found = self._direct(data)
-        escaped = self._escaped(data)
+        marks = self._triggers.find(data)
+        found = self._direct(data, marks)
+        escaped = self._escaped(data, self._escape_starts(data, marks))
         if escaped:  # a span the automaton matched is reported as it matched it (a form is more exact)
             spans: dict[Canary, list[tuple[int, int]]] = {}
             for canary, _, s, e in found:
@@ -426,12 +481,37 @@ class Matcher:
             hits.append(Hit(canary.tenant, canary.kind, start, end, encoding))
         return hits
 
-    def _escaped(self, data: bytes | bytearray | memoryview) -> list[tuple[Canary, str, int, int]]:
+    def _escape_starts(self, data: bytes | bytearray | memoryview, marks: dict[str, list[int]]) -> list[int]:
+        """Where the escape pass looks: every escape of an ASCII character; with the prefilter, only those
+        within reach of a marker form or a double-base64 trigger, and those of one of their characters.
+
+        That is enough: a half-escaped minted canary either keeps one of its marker forms (or triggers)
+        whole, and all its escapes lie within 2 * longest of it, or has a character of it escaped."""
+        if not self._prefiltered:
+            return _escape_triggers(data)
+        # An escape start skipped inside a found marker form is within that form's reach, below.
+        starts = [pos for pos in marks[ESCAPE] if _ESCAPE_TRIGGER.match(data, pos)
+                  and int(bytes(data[pos + 4 : pos + 6]), 16) in self._marker_chars]
+        reach = 2 * self.longest + self._triggers.longest
+        view = memoryview(data)
+        near: list[list[int]] = []
+        for pos in sorted(marks[WINDOW] + marks[DOUBLE]):
+            lo, hi = max(0, pos - reach), min(len(data), pos + reach)
+            if near and lo <= near[-1][1]:
+                near[-1][1] = hi
+            else:
+                near.append([lo, hi])
+        for lo, hi in near:
+            starts += [lo + pos for _, pos, _ in _ESCAPE_STARTS.find_matches_as_indexes(view[lo:hi])
+                       if _ESCAPE_TRIGGER.match(data, lo + pos)]
+        return sorted(set(starts))
+
+    def _escaped(self, data: bytes | bytearray | memoryview, triggers: list[int]) -> list[tuple[Canary, str, int, int]]:
         """Canaries written with some characters JSON-escaped (`\\u002f`, `\\/`, in any mix, escaped again
-        inside JSON strings holding JSON): the regions around ASCII escapes, unescaped and searched again.
-        Each hit is mapped back to its span in `data`, with encoding `json` (then what the unescaped text
-        shows, e.g. `json/base64`). Hits the raw scan makes too (the same span) are dropped by `find`."""
-        triggers = _escape_triggers(data)
+        inside JSON strings holding JSON): the regions around the escapes at `triggers` (in order),
+        unescaped and searched again. Each hit is mapped back to its span in `data`, with encoding `json`
+        (then what the unescaped text shows, e.g. `json/base64`). Hits the raw scan makes too (the same
+        span) are dropped by `find`."""
         if not triggers:
             return []
         # A half-escaped canary is never longer than its longest form (all of it escaped) and holds an
@@ -462,24 +542,28 @@ class Matcher:
                     break
         return out
 
-    def _direct(self, data: bytes | bytearray | memoryview) -> list[tuple[Canary, str, int, int]]:
-        """The automaton's matches and the canaries encoded twice in base64."""
-        return self._raw_matches(data) + self._double_base64(data)
+    def _direct(self, data: bytes | bytearray | memoryview,
+                marks: dict[str, list[int]] | None = None) -> list[tuple[Canary, str, int, int]]:
+        """The automaton's matches and the canaries encoded twice in base64. `marks`: `_Triggers.find`'s."""
+        marks = self._triggers.find(data) if marks is None else marks
+        return self._raw_matches(data, marks[WINDOW]) + self._double_base64(data, marks[DOUBLE])
 
-    def _double_base64(self, data: bytes | bytearray | memoryview) -> list[tuple[Canary, str, int, int]]:
+    def _double_base64(self, data: bytes | bytearray | memoryview,
+                       triggers: list[int]) -> list[tuple[Canary, str, int, int]]:
         """Canaries encoded twice in base64: a base64 form in the text around a trigger decoded once
         (`_Doubles`), at the span of the characters it was decoded from; encoding `base64/base64`."""
         out = []
-        for at, inner in self._doubles.decoded(data):
+        for at, inner in self._doubles.decoded(data, triggers):
             for canary, encoding, start, end in self._raw_matches(inner):
                 if encoding in ("base64", "base64url"):  # a plain form: base64 once, which the automaton sees
                     out.append((canary, f"base64/{encoding}", at + start * 4 // 3, at + (end * 4 + 2) // 3))
         return out
 
-    def _raw_matches(self, data: bytes | bytearray | memoryview) -> list[tuple[Canary, str, int, int]]:
+    def _raw_matches(self, data: bytes | bytearray | memoryview,
+                     anchors: list[int] | None = None) -> list[tuple[Canary, str, int, int]]:
         """(canary, encoding, start, end) of every automaton match whose base64 edges agree."""
         meta, edges = self._meta, self._edges
-        return [(*meta[i], s, e) for i, s, e in self._matches(data)
+        return [(*meta[i], s, e) for i, s, e in self._matches(data, anchors)
                 if (edge := edges[i]) is None or edge.agrees(data, s, e)]
 
     def redact(self, data: bytes) -> bytes:
