@@ -26,8 +26,10 @@ from __future__ import annotations
 import base64
 import binascii
 import bisect
+import functools
 import hashlib
 import html
+import itertools
 import json
 import math
 import re
@@ -276,7 +278,10 @@ class _Triggers:
 
 #: A JSON escape of an ASCII character (`\\u002f`, `\\/`): where a canary may be written half escaped.
 _ESCAPE_TRIGGER = re.compile(rb"\\(?:u00[0-7][0-9a-fA-F]|/)")
-_JSON_ESCAPE = re.compile(rb'\\(?:u([0-9a-fA-F]{4})|(["\\/bfnrt]))')
+#: One JSON string escape: a UTF-16 surrogate pair (one character), a `\\uXXXX` or a simple escape
+#: (captured, so that `split` returns the escapes too).
+_JSON_ESCAPE = re.compile(rb'(\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}'
+                          rb'|u[0-9a-fA-F]{4}|["\\/bfnrt]))')
 _SIMPLE_ESCAPES = {b'"': b'"', b"\\": b"\\", b"/": b"/", b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r",
                    b"t": b"\t"}
 #: How many times a region is unescaped (a JSON string holding JSON holding JSON).
@@ -294,50 +299,43 @@ def _escape_triggers(data: bytes | bytearray | memoryview) -> list[int]:
     return [pos for _, pos, _ in _ESCAPE_STARTS.find_matches_as_indexes(data) if _ESCAPE_TRIGGER.match(data, pos)]
 
 
+@functools.lru_cache(maxsize=4096)
+def _unescape(escape: bytes) -> bytes:
+    """The UTF-8 bytes of one `_JSON_ESCAPE` match (a lone surrogate is kept, as `surrogatepass` writes it)."""
+    if len(escape) == 2:
+        return _SIMPLE_ESCAPES[escape[1:]]
+    unit = int(escape[2:6], 16)
+    if len(escape) == 12:  # a surrogate pair
+        unit = 0x10000 + ((unit - 0xD800) << 10) + (int(escape[8:12], 16) - 0xDC00)
+    return chr(unit).encode("utf-8", "surrogatepass")
+
+
 class _Unescaped:
     """One level of JSON string escapes undone in `data`, with the map from offsets in the result back to
-    offsets in `data` (every escape is one span; the text between them maps one to one)."""
+    offsets in `data` (every escape is one span; the text between them maps one to one). Built with list
+    operations, not a loop over the escapes: a canary written all escaped has one escape per character."""
 
     def __init__(self, data: bytes) -> None:
-        out = bytearray()
-        self.out_starts: list[int] = []
-        self.spans: list[tuple[int, int, int, int]] = []  # (out start, out end, raw start, raw end)
-        pos = 0
-        matches = list(_JSON_ESCAPE.finditer(data))
-        i = 0
-        while i < len(matches):
-            m = matches[i]
-            out += data[pos : m.start()]
-            end = m.end()
-            if m.group(1) is not None:
-                unit = int(m.group(1), 16)
-                nxt = matches[i + 1] if i + 1 < len(matches) else None
-                if 0xD800 <= unit < 0xDC00 and nxt is not None and nxt.start() == end and nxt.group(1) is not None \
-                        and 0xDC00 <= int(nxt.group(1), 16) < 0xE000:  # a surrogate pair: one character
-                    unit = 0x10000 + ((unit - 0xD800) << 10) + (int(nxt.group(1), 16) - 0xDC00)
-                    end = nxt.end()
-                    i += 1
-                char = chr(unit).encode("utf-8", "surrogatepass")
-            else:
-                char = _SIMPLE_ESCAPES[m.group(2)]
-            self.out_starts.append(len(out))
-            self.spans.append((len(out), len(out) + len(char), m.start(), end))
-            out += char
-            pos = end
-            i += 1
-        out += data[pos:]
-        self.text = bytes(out)
+        raw = _JSON_ESCAPE.split(data)  # text, escape, text, ..., escape, text
+        out = raw.copy()
+        out[1::2] = map(_unescape, raw[1::2])
+        self.text = b"".join(out)
+        out_at = list(itertools.accumulate(map(len, out), initial=0))  # where each piece starts in the result
+        raw_at = list(itertools.accumulate(map(len, raw), initial=0))  # ... and in `data`
+        #: Where each escape starts and ends in the result and in `data`.
+        self.out_starts, self.out_ends = out_at[1:-1:2], out_at[2::2]
+        self.raw_starts, self.raw_ends = raw_at[1:-1:2], raw_at[2::2]
 
     def raw_span(self, start: int, end: int) -> tuple[int, int]:
         """The span of `data` that the result's [start, end) was decoded from (an escape cut by either end
         counts whole)."""
         i = bisect.bisect_right(self.out_starts, start) - 1  # the last escape starting at or before `start`
         if i >= 0:
-            _, o_end, r_start, r_end = self.spans[i]
-            start = r_start if start < o_end else r_end + (start - o_end)
+            o_end, r_end = self.out_ends[i], self.raw_ends[i]
+            start = self.raw_starts[i] if start < o_end else r_end + (start - o_end)
         j = bisect.bisect_left(self.out_starts, end) - 1  # the last escape starting before `end`
         if j >= 0:
-            _, o_end, _, r_end = self.spans[j]
+            o_end, r_end = self.out_ends[j], self.raw_ends[j]
             end = r_end if end <= o_end else r_end + (end - o_end)
         return start, end
 
