@@ -450,6 +450,8 @@ class Matcher:
         if self._automaton is None or not data:
             return []
         marks = self._triggers.find(data)
+        if self._prefiltered and not any(marks.values()):
+            return []  # no marker form, no double-base64 trigger, no escape: nothing can match
         found = self._direct(data, marks)
         escaped = self._escaped(data, self._escape_starts(data, marks))
         if escaped:  # a span the automaton matched is reported as it matched it (a form is more exact)
