@@ -247,10 +247,11 @@ class _Triggers:
     WINDOW, a marker form (the automaton runs around it); DOUBLE, a `_Doubles` trigger; ESCAPE, the
     start of a `\\u00XX` escape.
 
-    One leftmost-first pass, because that is what ahocorasick-rs's SIMD searcher runs (with at most 64
-    strings): three passes instead of one took the prefilter's speed-up from 18x to 6x. A string skipped
-    for overlapping a found one starts inside it, so the found one does the skipped one's job too
-    (`roles`), and what is looked at around a found string reaches one string further."""
+    One pass, not one per role: a pass costs about as much as the prefilter's windows (3 ms per 32 MiB),
+    so three would halve its speed-up (docs/performance.md). Leftmost-first, with at most 64 strings, is
+    what ahocorasick-rs's SIMD searcher runs. A string skipped for overlapping a found one starts inside
+    it, so the found one does the skipped one's job too (`roles`), and what is looked at around a found
+    string reaches one string further."""
 
     def __init__(self, groups: dict[str, Iterable[bytes]]) -> None:
         own: dict[bytes, set[str]] = {}
