@@ -395,8 +395,7 @@ class Matcher:
                 return None, (0, 0)
             last = max(o for f in forms if (o := pattern.rfind(f)) >= 0)
             before, after = max(before, last), max(after, len(pattern) - min(offsets))
-        # A form skipped for overlapping a found string starts less than the longest string's length after it.
-        return forms, (before, after + max(map(len, forms)))
+        return forms, (before, after)
 
     @property
     def prefiltered(self) -> bool:
@@ -415,7 +414,7 @@ class Matcher:
         if anchors is None:
             anchors = self._triggers.find(data)[WINDOW]
         before, after = self._reach  # overlapping windows are merged: no match is found twice
-        after += self._triggers.longest
+        after += self._triggers.longest  # a marker form skipped for overlapping a found string starts inside it
         size = len(data)
         windows: list[list[int]] = []
         for start in anchors:
