@@ -186,7 +186,7 @@ def test_base64_twice_at_every_alignment(registry: Registry, m: Matcher, kind: s
             for data in (b"x=" + twice + b";", filler + b" " + twice + b" " + filler):
                 hits = [h for h in m.find(data) if h.tenant == VICTIM]
                 assert [h.kind for h in hits] == [kind], (inner_pad, outer_pad)
-                assert hits[0].encoding.startswith("base64/base64"), hits[0].encoding
+                assert hits[0].encoding == "base64/base64"  # either alphabet, as the contract names it
                 assert unfiltered.find(data) == m.find(data)
             for near in near_misses(v):
                 twin = b"x=" + _twice(inner_pad, outer_pad, near.encode(), urlsafe) + b";"

@@ -552,7 +552,7 @@ class Matcher:
         for at, inner in self._doubles.decoded(data, triggers):
             for canary, encoding, start, end in self._raw_matches(inner):
                 if encoding in ("base64", "base64url"):  # a plain form: base64 once, which the automaton sees
-                    out.append((canary, f"base64/{encoding}", at + start * 4 // 3, at + (end * 4 + 2) // 3))
+                    out.append((canary, "base64/base64", at + start * 4 // 3, at + (end * 4 + 2) // 3))
         return out
 
     def _raw_matches(self, data: bytes | bytearray | memoryview,
