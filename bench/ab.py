@@ -73,6 +73,12 @@ class Worker:
             raise RuntimeError(f"worker {self.name}, {job}: {reply['error']}")
         return reply
 
+    def close(self) -> None:
+        """End the worker (its stdin closed) and wait for it."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.close()
+        self.proc.wait(timeout=60)
+
 
 # -- the worker's side -----------------------------------------------------------------------------------------
 
@@ -123,6 +129,29 @@ def scan_tree() -> dict[str, Any]:
     return {"seconds": time.perf_counter() - t, "findings": len(tree.findings)}
 
 
+def scan_fresh(target: str, registry: str) -> dict[str, Any]:
+    """The first job of a fresh worker: build the registry's matcher, then scan `target` (a folder with
+    `scan_tree`, owner None; a file with `scan_file`). Seconds of the scan, what it found, and the process's
+    peak RSS in MiB (the interpreter, the matcher's automata and whatever the scan held)."""
+    reg = module("core.registry", "registry").load(registry)
+    scan = module("detect.scan", "scan")
+    matcher = module("detect.matcher", "matcher").Matcher.for_registry(reg)
+    t = time.perf_counter()
+    if Path(target).is_dir():
+        found = len(scan.scan_tree(target, reg, None, matcher=matcher).findings)
+    else:
+        found = len(scan.scan_file(Path(target), matcher))
+    seconds = time.perf_counter() - t
+    return {"seconds": seconds, "found": found, "rss_mib": peak_rss_mib()}
+
+
+def peak_rss_mib() -> float:
+    """This process's peak RSS: `VmHWM`, not `ru_maxrss`, which on Linux also counts what the parent held
+    when it forked this worker (the bench holds the whole corpus)."""
+    with open("/proc/self/status") as fh:
+        return next(int(line.split()[1]) / 1024 for line in fh if line.startswith("VmHWM:"))
+
+
 def audit(tenants: int, out: str, hermes: str) -> dict[str, Any]:
     """One `run_audit` (scenario oneshot, reverse topology) as bench/audit.py's `audit` runs it, with the
     Hermes at `hermes` (a ref's tree has no .hermes-venv of its own)."""
@@ -135,7 +164,8 @@ def audit(tenants: int, out: str, hermes: str) -> dict[str, Any]:
 
 
 JOBS: dict[str, Callable[..., dict[str, Any]]] = {
-    "scan_load": scan_load, "scan_build": scan_build, "scan_find": scan_find, "scan_tree": scan_tree, "audit": audit}
+    "scan_load": scan_load, "scan_build": scan_build, "scan_find": scan_find, "scan_tree": scan_tree,
+    "scan_fresh": scan_fresh, "audit": audit}
 
 
 def serve() -> None:

@@ -1,6 +1,7 @@
 """Benchmark the scanner against the naive loop and ripgrep on one generated corpus, in one run.
 
     python bench/scan.py [--quick] [--mib 256] [--tenants 64] [--naive-mib 8] [--keep DIR] [--ref REF [--rounds N]]
+        [--sparse-gib 4]
 
 64 tenants x 12 canaries x every encoding form (the matcher's patterns) over a corpus of realistic files:
 SQLite databases (messages + FTS5, as Hermes's state.db), JSONL logs, gzip-rotated logs and binary blobs,
@@ -10,15 +11,20 @@ with a few hundred canaries planted in assorted encodings. Prints MB/s of
 - the naive loop (`for pattern in patterns: data.find(pattern)` repeatedly) over the first `--naive-mib`
   MiB of the same corpus (it is too slow for all of it; the rate is what is compared),
 - `rg -F -a -f patterns` over the corpus directory (files from the page cache; default threads and -j1),
-- `scan_tree` (the whole scanner: streams decompressed, SQLite cells read logically),
+- `scan_tree` (the whole scanner: streams decompressed, SQLite cells read logically), in a fresh process per
+  run (bench/ab.py's `scan_fresh`, the fastest of 3) with its peak RSS (the matcher's automata included),
 
-and the ratios side by side; then build and scan time versus tenants (8, 64, 512) and versus corpus size.
+and the ratios side by side; then build and scan time versus tenants (8, 64, 512) and versus corpus size; then
+`scan_file` over a sparse file of `--sparse-gib` GiB (default 4, 0 skips it; nothing is written but a key
+1 MiB before its end, so it costs no disk), in a fresh process: MB/s and peak RSS; the key must be found.
 `--quick`: a 32 MiB corpus, the naive loop on 1 MiB, 8 and 64 tenants.
 
 `--ref REF` (a regression check) prints instead this tree's scanner against REF's on the same corpus and
 registry, side by side: REF in a temp `git worktree`, one worker per tree (bench/ab.py), each round every job
 in both right after each other (order flipped every round): Matcher build, `Matcher.find` with and without
-the prefilter, `scan_tree`; the median new/old time ratio and the lowest and highest round. Every child (rg,
+the prefilter, `scan_tree`; the median new/old time ratio and the lowest and highest round. Then `scan_tree`
+in a fresh process per run, 3 runs per tree alternating: each tree's best MB/s and peak RSS; and the sparse
+file with this tree only (a tree from before streaming reads a file whole: 4 GiB of memory). Every child (rg,
 the workers) is stopped on SIGTERM/SIGINT (bench/children.py).
 """
 
@@ -45,7 +51,6 @@ import children
 from harness.core.procs import ProcessSet
 from harness.core.registry import Registry, mint
 from harness.detect.matcher import Matcher, encodings_of
-from harness.detect.scan import scan_tree
 
 MiB = 1 << 20
 EXTRA_KINDS = ("session_id", "gateway_token", "upload_note")  # 9 minted + 3 = 12 canaries per tenant
@@ -219,6 +224,52 @@ def bench_rg(procs: ProcessSet, patterns: list[bytes], corpus: Path,
     return elapsed, startup, hits
 
 
+#: Runs of `scan_fresh` (a fresh process each) per tree: the fastest is reported, and the highest peak RSS.
+FRESH_RUNS = 3
+
+
+def fresh(procs: ProcessSet, trees: list[tuple[str, Path]], registry: Path, target: Path,
+          runs: int = FRESH_RUNS) -> dict[str, dict[str, float]]:
+    """`scan_fresh` on `target`, each run in a new worker, the trees in turn (order flipped every run): per
+    tree, the fastest run's seconds, the highest peak RSS and what was found."""
+    best: dict[str, dict[str, float]] = {}
+    for r in range(runs):
+        for name, tree in trees if r % 2 == 0 else trees[::-1]:
+            worker = ab.Worker(procs, tree, name)
+            try:
+                reply = worker.call("scan_fresh", target=str(target), registry=str(registry))
+            finally:
+                worker.close()
+            b = best.setdefault(name, {"seconds": float("inf"), "rss_mib": 0.0, "found": reply["found"]})
+            b["seconds"] = min(b["seconds"], reply["seconds"])
+            b["rss_mib"] = max(b["rss_mib"], reply["rss_mib"])
+    return best
+
+
+def make_sparse(path: Path, gib: int, key: str) -> None:
+    """`gib` GiB that are a hole on disk, with `key` written 1 MiB before the end."""
+    with path.open("wb") as fh:
+        fh.truncate(gib << 30)
+        fh.seek((gib << 30) - MiB)
+        fh.write(f"export OPENAI_API_KEY={key}\n".encode())
+
+
+def sparse_case(procs: ProcessSet, reg: Registry, registry: Path, work: Path, gib: int) -> bool:
+    """`scan_file` over a `gib` GiB sparse file with a key near its end, in a fresh process of this tree:
+    MB/s and peak RSS. Whether the key was found."""
+    path = work / "sparse.bin"
+    make_sparse(path, gib, next(iter(reg)).key)
+    try:
+        r = fresh(procs, [("new", ab.REPO)], registry, path, runs=1)["new"]
+    finally:
+        path.unlink()
+    ok = r["found"] == 1
+    print(f"\nscan_file over a {gib} GiB sparse file (the key 1 MiB before its end), a fresh process:")
+    print(f"  {_mbps(gib << 30, r['seconds']):.1f} MB/s, peak RSS {r['rss_mib']:.0f} MiB, "
+          + ("the key found" if ok else f"KEY NOT FOUND ({r['found']} hits)"))
+    return ok
+
+
 #: `--ref`: every job both trees run in a round (label: job, its arguments); see bench/ab.py.
 REF_JOBS: dict[str, tuple[str, dict[str, Any]]] = {
     "Matcher build": ("scan_build", {}),
@@ -228,11 +279,10 @@ REF_JOBS: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
-def compare(procs: ProcessSet, ref: str, reg: Registry, corpus: Path, work: Path, rounds: int) -> None:
+def compare(procs: ProcessSet, ref: str, regfile: Path, corpus: Path, total: int, rounds: int) -> None:
     """This tree's scanner against `ref`'s on the same corpus and registry, side by side: a worker per tree;
-    each round runs every job in both, one right after the other, in an order flipped every round."""
-    regfile = work / "registry.yaml"
-    reg.save(regfile)
+    each round runs every job in both, one right after the other, in an order flipped every round. Then
+    `scan_tree` in fresh processes, alternating: MB/s and peak RSS."""
     with ab.ref_tree(ref) as tree:
         sides = (ab.Worker(procs, ab.REPO, "new"), ab.Worker(procs, tree, ref))
         for side in sides:
@@ -245,7 +295,9 @@ def compare(procs: ProcessSet, ref: str, reg: Registry, corpus: Path, work: Path
                     reply = sides[i].call(job, **kwargs)
                     seconds[label][i].append(reply["seconds"])
                     found.setdefault(label, [0, 0])[i] = reply.get("hits", reply.get("findings", 0))
-        procs.close()
+        for side in sides:
+            side.close()
+        runs = fresh(procs, [("new", ab.REPO), (ref, tree)], regfile, corpus)
     print(f"\nside by side with {ref} ({rounds} rounds; a find pass repeated for {ab.MIN_SECONDS} s, timed per pass)")
     print(f"{'job':36} {'new ms':>9} {'old ms':>9}  {'new/old':>7}  [lowest, highest]  found new/old")
     for label, (new, old) in seconds.items():
@@ -253,6 +305,12 @@ def compare(procs: ProcessSet, ref: str, reg: Registry, corpus: Path, work: Path
         print(f"{label:36} {statistics.median(new) * 1e3:9.2f} {statistics.median(old) * 1e3:9.2f}  "
               f"{statistics.median(ratios):6.2f}x  [{min(ratios):.2f}, {max(ratios):.2f}]  "
               f"{found[label][0]}/{found[label][1]}" + ("" if found[label][0] == found[label][1] else "  DIFFERENT"))
+    print(f"\nscan_tree in a fresh process per run (the fastest of {FRESH_RUNS} each, alternating; the matcher is "
+          "built first, its automata count in the peak RSS)")
+    print(f"{'tree':12} {'MB/s':>8} {'peak RSS MiB':>13} {'findings':>9}")
+    for name, r in runs.items():
+        print(f"{name:12} {_mbps(total, r['seconds']):8.1f} {r['rss_mib']:13.0f} {r['found']:9.0f}")
+    print(f"new/{ref} MB/s: {runs[ref]['seconds'] / runs['new']['seconds']:.2f}x")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -264,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--keep", type=Path, help="generate the corpus here and keep it")
     ap.add_argument("--ref", help="instead of the tables: this tree's scanner against that git ref's, side by side")
     ap.add_argument("--rounds", type=int, help="--ref: rounds (default 9, --quick 7)")
+    ap.add_argument("--sparse-gib", type=int, default=4, help="size of the sparse-file case in GiB (0: skip it)")
     a = ap.parse_args(argv)
     return children.run(lambda procs: bench(a, procs))
 
@@ -290,9 +349,11 @@ def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
             f"registry: {a.tenants} tenants x {canaries // a.tenants} canaries = {canaries}, "
             f"{len(patterns)} encoded patterns"
         )
+        regfile = work / "registry.yaml"
+        reg.save(regfile)
         if a.ref:
-            compare(procs, a.ref, reg, corpus, work, a.rounds or (7 if a.quick else 9))
-            return 0
+            compare(procs, a.ref, regfile, corpus, total, a.rounds or (7 if a.quick else 9))
+            return 0 if not a.sparse_gib or sparse_case(procs, reg, regfile, work, a.sparse_gib) else 1
 
         t = time.perf_counter()
         matcher = Matcher.for_registry(reg)
@@ -305,9 +366,7 @@ def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
         _, slice_hits = bench_matcher(matcher, [naive_data])
         rg_multi = bench_rg(procs, patterns, corpus, None)
         rg_one = bench_rg(procs, patterns, corpus, 1)
-        t = time.perf_counter()
-        tree = scan_tree(corpus, reg, None)
-        full = time.perf_counter() - t
+        tree = fresh(procs, [("new", ab.REPO)], regfile, corpus)["new"]
 
         ours_rate = _mbps(total, ours)
         rows = [
@@ -332,8 +391,9 @@ def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
         rows.append(
             (
                 "scan_tree (streams + SQLite cells)",
-                _mbps(total, full),
-                f"{len(tree.findings)} secret findings (owner None), {len(tree.unreadable)} unreadable",
+                _mbps(total, tree["seconds"]),
+                f"{tree['found']:.0f} secret findings (owner None); peak RSS {tree['rss_mib']:.0f} MiB "
+                f"(a fresh process, the fastest of {FRESH_RUNS})",
             )
         )
         print(f"\n{'scanner':44} {'MB/s':>9} {'ours is':>9}  notes")
@@ -359,6 +419,8 @@ def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
             part = joined[: len(joined) // frac]
             s, _ = bench_matcher(matcher, [part])
             print(f"{len(part) / MiB:10.1f} {s:7.2f} {_mbps(len(part), s):6.1f}")
+        if a.sparse_gib and not sparse_case(procs, reg, regfile, work, a.sparse_gib):
+            return 1
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0

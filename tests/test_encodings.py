@@ -164,6 +164,55 @@ def test_mime_attachment(registry: Registry, m: Matcher) -> None:
     assert containers == {None, "base64"}
 
 
+# -- base64 encoded twice: decoded around a trigger, not patterns ---------------------------------------------
+
+
+def _twice(inner_pad: int, outer_pad: int, raw: bytes, urlsafe: bool = False) -> bytes:
+    encode = base64.urlsafe_b64encode if urlsafe else base64.b64encode
+    return encode(b"xyz"[:outer_pad] + encode(b"abc"[:inner_pad] + raw + b"!"))
+
+
+@pytest.mark.parametrize("kind", ["key", "memory", "share_link"])
+@pytest.mark.parametrize("urlsafe", [False, True])
+def test_base64_twice_at_every_alignment(registry: Registry, m: Matcher, kind: str, urlsafe: bool) -> None:
+    """Both encodings at each of their three byte alignments, in a header-sized buffer and in a big one
+    (the prefilter's path), with the prefilter or without; a value one bit away is never reported."""
+    v = value(registry, kind)
+    unfiltered = Matcher(m.canaries, prefilter=False)
+    filler = os.urandom(20_000).replace(b"\x00", b"_")
+    for inner_pad in range(3):
+        for outer_pad in range(3):
+            twice = _twice(inner_pad, outer_pad, v.encode(), urlsafe)
+            for data in (b"x=" + twice + b";", filler + b" " + twice + b" " + filler):
+                hits = [h for h in m.find(data) if h.tenant == VICTIM]
+                assert [h.kind for h in hits] == [kind], (inner_pad, outer_pad)
+                assert hits[0].encoding == "base64/base64"  # either alphabet, as the contract names it
+                assert unfiltered.find(data) == m.find(data)
+            for near in near_misses(v):
+                twin = b"x=" + _twice(inner_pad, outer_pad, near.encode(), urlsafe) + b";"
+                assert [h for h in m.find(twin) if h.tenant == VICTIM] == [], (near, inner_pad, outer_pad)
+
+
+def test_base64_twice_redacted_and_handwritten(registry: Registry, m: Matcher, hand: tuple[Registry, Matcher]) -> None:
+    """Redaction covers the text it was decoded from; a canary without the marker is its own trigger."""
+    redacted = m.redact(b"a " + _twice(1, 2, value(registry, "soul").encode()) + b" b")
+    assert b"<bob:soul>" in redacted
+    assert not [h for h in m.find(redacted) if h.tenant == VICTIM]
+    _, mat = hand
+    for inner_pad in range(3):
+        for outer_pad in range(3):
+            data = b"x=" + _twice(inner_pad, outer_pad, HANDWRITTEN.encode()) + b";"
+            assert [(h.kind, h.encoding) for h in mat.find(data)] == [("handwritten_key", "base64/base64")]
+
+
+def test_base64_twice_negative_control(registry: Registry, m: Matcher, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No pattern holds a double form: without the decoding around the triggers nothing is found."""
+    plants = [b"x=" + _twice(i, o, value(registry, "key").encode()) + b";" for i in range(3) for o in range(3)]
+    assert all(m.find(p) for p in plants)
+    monkeypatch.setattr(matcher.Matcher, "_double_base64", lambda self, data, triggers: [])
+    assert not any(m.find(p) for p in plants)
+
+
 # -- nested containers ---------------------------------------------------------------------------------------
 
 
@@ -329,7 +378,7 @@ def test_json_escapes_negative_control(registry: Registry, m: Matcher, monkeypat
     v = value(registry, "workdir")
     data = v.replace("-", "\\u002d").encode()
     assert m.find(data)
-    monkeypatch.setattr(matcher, "_ESCAPE_TRIGGER", matcher.re.compile(rb"(?!)"))
+    monkeypatch.setattr(matcher.Matcher, "_escaped", lambda self, data, starts: [])
     assert not m.find(data)
 
 

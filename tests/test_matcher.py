@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+import json
 import os
 import random
 from pathlib import Path
@@ -114,7 +115,59 @@ def test_every_encoded_canary_holds_an_encoded_marker(matcher: Matcher) -> None:
     """What makes the windows complete; `Matcher` checks it too, and turns the prefilter off if not."""
     forms = {f for fs in encodings_of(TAG_MARKER).values() for f in fs}
     assert all(any(f in p for f in forms) for p in matcher._patterns)
-    assert len(forms) <= 64  # more than 64 and ahocorasick-rs gives up its SIMD searcher
+    # The one trigger pass (marker forms, double-base64 triggers, escape starts): more than 64 strings and
+    # ahocorasick-rs gives up its SIMD searcher.
+    assert forms <= set(matcher._triggers.strings) and len(matcher._triggers.strings) <= 64
+
+
+def _escaped(rng: random.Random, value: str, how: str) -> bytes:
+    """`value` with some characters written as JSON escapes (`\\u00XX` either case, `\\/`): chosen at
+    random (`how` "random"), only in its marker ("marker": no marker form is left whole) or only `/&<>-`
+    (what encoders escape; the marker is left whole); then escaped as a JSON string again, 0 to 2 times."""
+    out = []
+    for i, c in enumerate(value):
+        in_marker = value.find(TAG_MARKER) <= i < value.find(TAG_MARKER) + len(TAG_MARKER)
+        chosen = {"random": rng.random() < 0.3, "marker": in_marker, "special": c in "/&<>-"}[how]
+        if chosen and ord(c) < 128:
+            out.append("\\/" if c == "/" and rng.random() < 0.5 else f"\\u{ord(c):04{rng.choice('xX')}}")
+        else:
+            out.append(c)
+    text = "".join(out)
+    for _ in range(rng.randrange(3)):
+        text = json.dumps(text)[1:-1]
+    return text.encode()
+
+
+def _twice(rng: random.Random, value: str) -> bytes:
+    inner = base64.b64encode(rng.randbytes(rng.randrange(3)) + value.encode() + b"!")
+    return base64.b64encode(rng.randbytes(rng.randrange(3)) + inner)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_escapes_and_base64_twice_are_found_as_without_the_prefilter(matcher: Matcher, seed: int) -> None:
+    """With the prefilter, only escapes near a marker form (or double-base64 trigger), or of one of their
+    characters, are unescaped: that must find what unescaping around every escape finds. Plants: canaries
+    half escaped (also in their marker, also escaped again), base64 twice, and escapes far from any."""
+    rng = random.Random(3000 + seed)
+    unfiltered = Matcher(matcher.canaries, prefilter=False)
+    planted, parts = set(), []
+    size = rng.choice([2000, PREFILTER_MIN_BYTES, 50_000])
+    while sum(map(len, parts)) < size:
+        if rng.random() < 0.3:
+            c = rng.choice(matcher.canaries)
+            how = rng.choice(["random", "marker", "special", "twice"])
+            if how == "special" and not any(ch in c.value for ch in "/&<>-"):
+                continue
+            parts.append(_twice(rng, c.value) if how == "twice" else _escaped(rng, c.value, how))
+            planted.add((c.tenant, c.kind))
+        else:
+            noise = rng.choice([b"\\/", b"\\u001b[0m", b"\\u0026", b"\\\\u002f", b" "])
+            parts.append(_filler(rng, rng.randrange(1, 3000)) + noise * rng.randrange(1, 20))
+        parts.append(b" ")
+    data = b"".join(parts)
+    hits = matcher.find(data)
+    assert hits == unfiltered.find(data)
+    assert planted <= {(h.tenant, h.kind) for h in hits}
 
 
 def test_exclude_drops_one_tenants_canaries_and_nothing_else(matcher: Matcher) -> None:

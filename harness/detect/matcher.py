@@ -8,28 +8,35 @@ marker's few encoded forms, which ahocorasick-rs does with SIMD at several GB/s;
 runs only on the windows around them. Every encoded canary contains an encoded marker, so the windows
 hold every match the full scan would find, and nothing else.
 
-Two checks run after the automaton, both exact:
+Three checks run after the automaton, all exact:
 - a base64 form holds only the characters the canary alone determines; the partial characters at its
   edges (bits of the canary mixed with bits of its neighbours) are checked bit by bit, so a value that
   differs from a canary only in its first or last bits is not reported (`_Edge`);
 - around every JSON escape of an ASCII character (`\\u002f`, `\\/`, also escaped again inside a JSON
   string holding JSON) the text is unescaped and searched again, so a canary with any mix of escaped and
-  plain characters is found at its span in the original bytes (encoding `json`).
+  plain characters is found at its span in the original bytes (encoding `json`);
+- a canary encoded twice in base64 (encoding `base64/base64`) is found by decoding the base64 text around
+  a trigger (`_Doubles`): the marker's double-base64 forms, which every minted canary's double forms hold,
+  or a hand-written canary's own double forms. They are not patterns of the automaton: they would double
+  its size, and past `DFA_MAX_PATTERNS` its full passes lose the DFA.
 """
 
 from __future__ import annotations
 
 import base64
+import binascii
 import bisect
+import functools
 import hashlib
 import html
+import itertools
 import json
 import math
 import re
 import threading
 import urllib.parse
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
 import ahocorasick_rs
@@ -101,28 +108,6 @@ class _Edge:
         return True
 
 
-@dataclass(frozen=True)
-class _DoubleEdge:
-    """The edges of a base64/base64 form: the outer characters around it are decoded back to the inner
-    base64 text, whose partial characters must carry the canary's bits (`inner`)."""
-
-    pad: int  # the inner form's byte alignment in the outer encoding
-    length: int  # the inner form's length
-    inner: _Edge
-
-    def agrees(self, data: bytes | bytearray | memoryview, start: int, end: int) -> bool:
-        lo = start - math.ceil(self.pad * 8 / 6)  # where the outer group holding the inner form begins
-        if lo < 0:
-            return True  # the buffer starts there: nothing to check (as for a plain base64 form)
-        chars = bytes(data[lo : end + 8]).translate(_TO_STANDARD)
-        stop = next((i for i, c in enumerate(chars) if _B64_VALUE[c] < 0), len(chars))
-        chars = chars[: stop // 4 * 4]
-        inner = base64.b64decode(chars) if chars else b""
-        if len(inner) < self.pad:
-            return True  # the outer text ends (or is cut) before the inner form's first character
-        return self.inner.agrees(inner, self.pad, min(len(inner), self.pad + self.length))
-
-
 _TO_STANDARD = bytes.maketrans(b"-_", b"+/")
 
 
@@ -159,11 +144,11 @@ def _lower_percent(form: str) -> str:
     return re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), form)
 
 
-def encodings_with_edges(value: str) -> dict[str, list[tuple[bytes, _Edge | _DoubleEdge | None]]]:
+def encodings_with_edges(value: str) -> dict[str, list[tuple[bytes, _Edge | None]]]:
     """Every encoded form of `value` the scanner looks for, by encoding name, each with the bits its base64
     neighbours must carry (None: nothing to check)."""
     raw = value.encode()
-    forms: dict[str, list[tuple[bytes, _Edge | _DoubleEdge | None]]] = {"plain": [(raw, None)]}
+    forms: dict[str, list[tuple[bytes, _Edge | None]]] = {"plain": [(raw, None)]}
     written = json.dumps(value)[1:-1]  # as JSON encoders write it: non-ASCII escaped (surrogate pairs), `"`, `\\`
     json_forms = {
         written,
@@ -182,13 +167,6 @@ def encodings_with_edges(value: str) -> dict[str, list[tuple[bytes, _Edge | _Dou
     b64 = _b64_alignments(raw)
     forms["base64"] = [(f, e) for f, e in b64]
     forms["base64url"] = [(f.replace(b"+", b"-").replace(b"/", b"_"), e) for f, e in b64 if b"+" in f or b"/" in f]
-    # base64 of a base64 text holding the canary (a token encoded twice): the outer forms of the inner
-    # characters the canary determines; the inner partial characters are checked by decoding (`_DoubleEdge`).
-    double: dict[bytes, _Edge | _DoubleEdge] = {}
-    for inner, inner_edge in b64:
-        for pad, (outer, _) in enumerate(_b64_alignments(inner)):
-            double.setdefault(outer, _DoubleEdge(pad, len(inner), inner_edge))
-    forms["base64/base64"] = sorted(double.items())
     forms["hex"] = [(raw.hex().encode(), None), (raw.hex().upper().encode(), None)]
     forms["utf16le"] = [(value.encode("utf-16-le"), None)]
     forms["utf16be"] = [(value.encode("utf-16-be"), None)]
@@ -196,13 +174,118 @@ def encodings_with_edges(value: str) -> dict[str, list[tuple[bytes, _Edge | _Dou
 
 
 def encodings_of(value: str) -> dict[str, list[bytes]]:
-    """Every encoded form of `value` that the scanner looks for, by encoding name."""
+    """Every encoded form of `value` that the automaton looks for, by encoding name."""
     return {enc: [f for f, _ in fs] for enc, fs in encodings_with_edges(value).items()}
 
 
-#: A JSON escape of an ASCII character (`\\u002f`, `\\/`): where a canary may be written half escaped.
-_ESCAPE_TRIGGER = re.compile(rb"\\(?:u00[0-7][0-9a-fA-F]|/)")
-_JSON_ESCAPE = re.compile(rb'\\(?:u([0-9a-fA-F]{4})|(["\\/bfnrt]))')
+def double_base64_forms(value: str) -> list[bytes]:
+    """The base64 characters that `value` encoded twice in base64 determines, at every alignment of both
+    encodings (a token encoded twice). Found by `_Doubles`, not by the automaton."""
+    return sorted({outer for inner, _ in _b64_alignments(value.encode()) for outer, _ in _b64_alignments(inner)})
+
+
+_B64_RUN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_")
+
+
+class _Doubles:
+    """Canaries encoded twice in base64 (a token encoded twice): where they may be, and the base64 text
+    there decoded once.
+
+    Every double form of a canary holds a trigger: one of the marker's double forms where it holds one
+    (every minted canary's do), else the form itself (a hand-written canary). Around each trigger found
+    (`decoded`), the run of base64 characters within `reach` is decoded at each of the four character
+    phases (a trigger says nothing sure about where the groups start); the caller searches the decoded
+    text for the canaries' base64 forms, whose edges are checked there (`_Edge`), bit by bit."""
+
+    def __init__(self, values: Iterable[str]) -> None:
+        markers = double_base64_forms(TAG_MARKER)
+        self.triggers: set[bytes] = set()
+        #: The longest double form.
+        self.longest = 0
+        for value in values:
+            for form in double_base64_forms(value):
+                self.triggers.add(next((m for m in markers if m in form), form))
+                self.longest = max(self.longest, len(form))
+        #: How far from a trigger its canary's characters, and those carrying its edge bits, can be (a
+        #: trigger skipped for overlapping a found one starts inside it: one trigger further).
+        self.reach = self.longest + max(map(len, self.triggers), default=0) + 8
+
+    def decoded(self, data: bytes | bytearray | memoryview, positions: list[int]) -> Iterator[tuple[int, bytes]]:
+        """(offset in `data`, bytes) of the base64 text around each trigger position, decoded at each phase."""
+        regions: list[list[int]] = []
+        for pos in positions:
+            lo, hi = pos, pos
+            while lo > max(0, pos - self.reach) and data[lo - 1] in _B64_RUN:
+                lo -= 1
+            while hi < min(len(data), pos + self.reach) and data[hi] in _B64_RUN:
+                hi += 1
+            if regions and lo <= regions[-1][1]:
+                regions[-1][1] = max(regions[-1][1], hi)
+            else:
+                regions.append([lo, hi])
+        for lo, hi in regions:
+            chars = bytes(data[lo:hi]).translate(_TO_STANDARD)
+            for phase in range(4):
+                run = chars[phase:]
+                run = run[: len(run) - (len(run) % 4 == 1)]  # a last character alone holds no whole byte
+                yield lo + phase, binascii.a2b_base64(run + b"=" * (-len(run) % 4))
+
+
+#: What a trigger string found in the data asks `Matcher.find` for (`_Triggers`).
+WINDOW, DOUBLE, ESCAPE = "window", "double", "escape"
+_ROLES = (WINDOW, DOUBLE, ESCAPE)
+
+
+def _can_hide(found: bytes, other: bytes, *, first: bool) -> bool:
+    """Whether a leftmost-first search that finds `found` may skip `other` for overlapping it: `other` can
+    start inside `found`, or where it starts if `found` comes `first` in the automaton's order."""
+    return any(other.startswith(found[k:]) or found.startswith(other, k) for k in range(0 if first else 1, len(found)))
+
+
+class _Triggers:
+    """The fixed strings `Matcher.find` looks for besides the canaries' patterns, in one pass, by role:
+    WINDOW, a marker form (the automaton runs around it); DOUBLE, a `_Doubles` trigger; ESCAPE, the
+    start of a `\\u00XX` escape.
+
+    One pass, not one per role: a pass costs about as much as the prefilter's windows (3 ms per 32 MiB),
+    so three would halve its speed-up (docs/performance.md). Leftmost-first, with at most 64 strings, is
+    what ahocorasick-rs's SIMD searcher runs. A string skipped for overlapping a found one starts inside
+    it, so the found one does the skipped one's job too (`roles`), and what is looked at around a found
+    string reaches one string further."""
+
+    def __init__(self, groups: dict[str, Iterable[bytes]]) -> None:
+        own: dict[bytes, set[str]] = {}
+        for role, forms in groups.items():
+            for form in forms:
+                own.setdefault(form, set()).add(role)
+        # At one start the first string in this order wins: a marker form before an escape start.
+        self.strings = sorted(own, key=lambda s: (min(map(_ROLES.index, own[s])), s))
+        self.roles = [frozenset(own[s].union(*(own[o] for j, o in enumerate(self.strings)
+                                                if own[o] - own[s] and _can_hide(s, o, first=i < j))))
+                      for i, s in enumerate(self.strings)]
+        self.longest = max(map(len, self.strings), default=0)
+        self._automaton = ahocorasick_rs.BytesAhoCorasick(
+            self.strings, matchkind=ahocorasick_rs.MatchKind.LeftmostFirst) if self.strings else None
+
+    def find(self, data: bytes | bytearray | memoryview) -> dict[str, list[int]]:
+        """The positions of the strings found, in order, by role."""
+        found: dict[str, list[int]] = {WINDOW: [], DOUBLE: [], ESCAPE: []}
+        if self._automaton is not None:
+            for i, pos, _ in self._automaton.find_matches_as_indexes(data):
+                for role in self.roles[i]:
+                    found[role].append(pos)
+        return found
+
+
+#: The start of a JSON escape of an ASCII character (`\\u002f`, `\\/`): where a canary may be written half
+#: escaped. An automaton (the SIMD searcher, leftmost-first: no string can start inside another), not a regex:
+#: in binary data (a backslash every 256 bytes) a regex took 2.5 ms per MiB, the automaton 0.1 ms.
+_ESCAPE_STARTS = ahocorasick_rs.BytesAhoCorasick([b"\\u00%d" % d for d in range(8)] + [b"\\/"],
+                                                 matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
+#: One JSON string escape: a UTF-16 surrogate pair (one character), a `\\uXXXX` or a simple escape
+#: (captured, so that `split` returns the escapes too).
+_JSON_ESCAPE = re.compile(rb'(\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}'
+                          rb'|u[0-9a-fA-F]{4}|["\\/bfnrt]))')
 _SIMPLE_ESCAPES = {b'"': b'"', b"\\": b"\\", b"/": b"/", b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r",
                    b"t": b"\t"}
 #: How many times a region is unescaped (a JSON string holding JSON holding JSON).
@@ -210,56 +293,47 @@ MAX_UNESCAPE = 3
 
 
 def _escape_triggers(data: bytes | bytearray | memoryview) -> list[int]:
-    """Where `_ESCAPE_TRIGGER` matches; a buffer with no backslash at all costs one memchr."""
-    if isinstance(data, bytes) and data.find(b"\\") < 0:
-        return []
-    return [m.start() for m in _ESCAPE_TRIGGER.finditer(data)]
+    """Where an escape of an ASCII character starts (`_ESCAPE_STARTS`), in order."""
+    return [pos for _, pos, _ in _ESCAPE_STARTS.find_matches_as_indexes(data)]
+
+
+@functools.lru_cache(maxsize=4096)
+def _unescape(escape: bytes) -> bytes:
+    """The UTF-8 bytes of one `_JSON_ESCAPE` match (a lone surrogate is kept, as `surrogatepass` writes it)."""
+    if len(escape) == 2:
+        return _SIMPLE_ESCAPES[escape[1:]]
+    unit = int(escape[2:6], 16)
+    if len(escape) == 12:  # a surrogate pair
+        unit = 0x10000 + ((unit - 0xD800) << 10) + (int(escape[8:12], 16) - 0xDC00)
+    return chr(unit).encode("utf-8", "surrogatepass")
 
 
 class _Unescaped:
     """One level of JSON string escapes undone in `data`, with the map from offsets in the result back to
-    offsets in `data` (every escape is one span; the text between them maps one to one)."""
+    offsets in `data` (every escape is one span; the text between them maps one to one). Built with list
+    operations, not a loop over the escapes: a canary written all escaped has one escape per character."""
 
     def __init__(self, data: bytes) -> None:
-        out = bytearray()
-        self.out_starts: list[int] = []
-        self.spans: list[tuple[int, int, int, int]] = []  # (out start, out end, raw start, raw end)
-        pos = 0
-        matches = list(_JSON_ESCAPE.finditer(data))
-        i = 0
-        while i < len(matches):
-            m = matches[i]
-            out += data[pos : m.start()]
-            end = m.end()
-            if m.group(1) is not None:
-                unit = int(m.group(1), 16)
-                nxt = matches[i + 1] if i + 1 < len(matches) else None
-                if 0xD800 <= unit < 0xDC00 and nxt is not None and nxt.start() == end and nxt.group(1) is not None \
-                        and 0xDC00 <= int(nxt.group(1), 16) < 0xE000:  # a surrogate pair: one character
-                    unit = 0x10000 + ((unit - 0xD800) << 10) + (int(nxt.group(1), 16) - 0xDC00)
-                    end = nxt.end()
-                    i += 1
-                char = chr(unit).encode("utf-8", "surrogatepass")
-            else:
-                char = _SIMPLE_ESCAPES[m.group(2)]
-            self.out_starts.append(len(out))
-            self.spans.append((len(out), len(out) + len(char), m.start(), end))
-            out += char
-            pos = end
-            i += 1
-        out += data[pos:]
-        self.text = bytes(out)
+        raw = _JSON_ESCAPE.split(data)  # text, escape, text, ..., escape, text
+        out = raw.copy()
+        out[1::2] = map(_unescape, raw[1::2])
+        self.text = b"".join(out)
+        out_at = list(itertools.accumulate(map(len, out), initial=0))  # where each piece starts in the result
+        raw_at = list(itertools.accumulate(map(len, raw), initial=0))  # ... and in `data`
+        #: Where each escape starts and ends in the result and in `data`.
+        self.out_starts, self.out_ends = out_at[1:-1:2], out_at[2::2]
+        self.raw_starts, self.raw_ends = raw_at[1:-1:2], raw_at[2::2]
 
     def raw_span(self, start: int, end: int) -> tuple[int, int]:
         """The span of `data` that the result's [start, end) was decoded from (an escape cut by either end
         counts whole)."""
         i = bisect.bisect_right(self.out_starts, start) - 1  # the last escape starting at or before `start`
         if i >= 0:
-            _, o_end, r_start, r_end = self.spans[i]
-            start = r_start if start < o_end else r_end + (start - o_end)
+            o_end, r_end = self.out_ends[i], self.raw_ends[i]
+            start = self.raw_starts[i] if start < o_end else r_end + (start - o_end)
         j = bisect.bisect_left(self.out_starts, end) - 1  # the last escape starting before `end`
         if j >= 0:
-            _, o_end, _, r_end = self.spans[j]
+            o_end, r_end = self.out_ends[j], self.raw_ends[j]
             end = r_end if end <= o_end else r_end + (end - o_end)
         return start, end
 
@@ -270,7 +344,7 @@ class Matcher:
     def __init__(self, canaries: Iterable[Canary], *, prefilter: bool = True) -> None:
         self.canaries = list(canaries)
         patterns: dict[bytes, tuple[Canary, str]] = {}
-        edges: dict[bytes, _Edge | _DoubleEdge | None] = {}
+        edges: dict[bytes, _Edge | None] = {}
         for canary in self.canaries:
             for encoding, forms in encodings_with_edges(canary.value).items():
                 for form, edge in forms:
@@ -279,9 +353,10 @@ class Matcher:
         self._patterns = list(patterns)
         self._meta = [patterns[p] for p in self._patterns]
         self._edges = [edges[p] for p in self._patterns]
+        self._doubles = _Doubles(c.value for c in self.canaries)
         #: Length in bytes of the shortest / longest encoded form (shorter buffers cannot hold a canary).
         self.shortest = min(map(len, self._patterns), default=0)
-        self.longest = max(map(len, self._patterns), default=0)
+        self.longest = max(max(map(len, self._patterns), default=0), self._doubles.longest)
         #: No pattern holds SEPARATOR, so no match can cross one: buffers joined by it may share a scan.
         self.separable = not any(SEPARATOR in p for p in self._patterns)
         # A DFA scans about twice as fast as the default NFA but costs ~16 KB per pattern to build. That
@@ -297,11 +372,19 @@ class Matcher:
             self._local = ahocorasick_rs.BytesAhoCorasick(self._patterns, implementation=nfa)
         else:
             self._automaton = self._local = ahocorasick_rs.BytesAhoCorasick(self._patterns)
-        self._anchors, self._reach = self._prefilter() if prefilter else (None, (0, 0))
+        markers, self._reach = self._prefilter() if prefilter else (None, (0, 0))
+        self._prefiltered = markers is not None
+        groups = {DOUBLE: self._doubles.triggers}
+        if markers is not None:
+            groups |= {WINDOW: markers, ESCAPE: [b"\\u00"]}
+        self._triggers = _Triggers(groups)
+        #: The escapes of the characters of the marker's forms and the double-base64 triggers (`_escape_starts`).
+        self._marker_escapes = frozenset(f"\\u{c:04{x}}".encode() for c in set(b"".join(self._triggers.strings))
+                                         for x in "xX") if markers is not None else frozenset()
 
-    def _prefilter(self) -> tuple[ahocorasick_rs.BytesAhoCorasick | None, tuple[int, int]]:
-        """The marker forms' automaton, if every pattern holds one (else a match could hide from it), and
-        how far a match can reach before and after the start of a marker form found in the data."""
+    def _prefilter(self) -> tuple[list[bytes] | None, tuple[int, int]]:
+        """The marker's forms, if every pattern holds one (else a match could hide from them), and how far
+        a match can reach before and after the start of a marker form found in the data."""
         if not self._patterns:
             return None, (0, 0)
         forms = sorted({f for fs in encodings_of(TAG_MARKER).values() for f in fs})
@@ -312,27 +395,29 @@ class Matcher:
                 return None, (0, 0)
             last = max(o for f in forms if (o := pattern.rfind(f)) >= 0)
             before, after = max(before, last), max(after, len(pattern) - min(offsets))
-        # Leftmost-first (not overlapping) is what lets ahocorasick-rs use its SIMD searcher. A form it
-        # skips for overlapping a found one starts less than the longest form's length after it.
-        automaton = ahocorasick_rs.BytesAhoCorasick(forms, matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
-        return automaton, (before, after + max(map(len, forms)))
+        return forms, (before, after)
 
     @property
     def prefiltered(self) -> bool:
         """Whether big buffers are searched for the marker first."""
-        return self._anchors is not None
+        return self._prefiltered
 
-    def _matches(self, data: bytes | bytearray | memoryview) -> list[tuple[int, int, int]]:
-        """Every (pattern, start, end), overlapping: the same list a full scan gives, maybe reordered."""
+    def _matches(self, data: bytes | bytearray | memoryview,
+                 anchors: list[int] | None = None) -> list[tuple[int, int, int]]:
+        """Every (pattern, start, end), overlapping: the same list a full scan gives, maybe reordered.
+        `anchors`: where the marker's forms are in `data` (`_Triggers.find`), if already known."""
         assert self._automaton is not None and self._local is not None
         if len(data) < PREFILTER_MIN_BYTES:
             return self._local.find_matches_as_indexes(data, overlapping=True)
-        if self._anchors is None:
+        if not self._prefiltered:
             return self._automaton.find_matches_as_indexes(data, overlapping=True)
+        if anchors is None:
+            anchors = self._triggers.find(data)[WINDOW]
         before, after = self._reach  # overlapping windows are merged: no match is found twice
+        after += self._triggers.longest  # a marker form skipped for overlapping a found string starts inside it
         size = len(data)
         windows: list[list[int]] = []
-        for _, start, _ in self._anchors.find_matches_as_indexes(data):
+        for start in anchors:
             lo, hi = max(0, start - before), min(size, start + after)
             if windows and lo <= windows[-1][1] + WINDOW_GAP:
                 windows[-1][1] = hi
@@ -362,8 +447,11 @@ class Matcher:
         `exclude` names a tenant whose canaries are not reported (the rules apply to each canary alone)."""
         if self._automaton is None or not data:
             return []
-        found = self._raw_matches(data)
-        escaped = self._escaped(data)
+        marks = self._triggers.find(data)
+        if self._prefiltered and not any(marks.values()):
+            return []  # no marker form, no double-base64 trigger, no escape: nothing can match
+        found = self._direct(data, marks)
+        escaped = self._escaped(data, self._escape_starts(data, marks))
         if escaped:  # a span the automaton matched is reported as it matched it (a form is more exact)
             spans: dict[Canary, list[tuple[int, int]]] = {}
             for canary, _, s, e in found:
@@ -391,12 +479,35 @@ class Matcher:
             hits.append(Hit(canary.tenant, canary.kind, start, end, encoding))
         return hits
 
-    def _escaped(self, data: bytes | bytearray | memoryview) -> list[tuple[Canary, str, int, int]]:
+    def _escape_starts(self, data: bytes | bytearray | memoryview, marks: dict[str, list[int]]) -> list[int]:
+        """Where the escape pass looks: every escape of an ASCII character; with the prefilter, only those
+        within reach of a marker form or a double-base64 trigger, and those of one of their characters.
+
+        That is enough: a half-escaped minted canary either keeps one of its marker forms (or triggers)
+        whole, and all its escapes lie within 2 * longest of it, or has a character of it escaped."""
+        if not self._prefiltered:
+            return _escape_triggers(data)
+        # An escape start skipped inside a found marker form is within that form's reach, below.
+        starts = [pos for pos in marks[ESCAPE] if bytes(data[pos : pos + 6]) in self._marker_escapes]
+        reach = 2 * self.longest + self._triggers.longest
+        view = memoryview(data)
+        near: list[list[int]] = []
+        for pos in sorted(marks[WINDOW] + marks[DOUBLE]):
+            lo, hi = max(0, pos - reach), min(len(data), pos + reach)
+            if near and lo <= near[-1][1]:
+                near[-1][1] = hi
+            else:
+                near.append([lo, hi])
+        for lo, hi in near:
+            starts += [lo + pos for _, pos, _ in _ESCAPE_STARTS.find_matches_as_indexes(view[lo:hi])]
+        return sorted(set(starts))
+
+    def _escaped(self, data: bytes | bytearray | memoryview, triggers: list[int]) -> list[tuple[Canary, str, int, int]]:
         """Canaries written with some characters JSON-escaped (`\\u002f`, `\\/`, in any mix, escaped again
-        inside JSON strings holding JSON): the regions around ASCII escapes, unescaped and searched again.
-        Each hit is mapped back to its span in `data`, with encoding `json` (then what the unescaped text
-        shows, e.g. `json/base64`). Hits the raw scan makes too (the same span) are dropped by `find`."""
-        triggers = _escape_triggers(data)
+        inside JSON strings holding JSON): the regions around the escapes at `triggers` (in order),
+        unescaped and searched again. Each hit is mapped back to its span in `data`, with encoding `json`
+        (then what the unescaped text shows, e.g. `json/base64`). Hits the raw scan makes too (the same
+        span) are dropped by `find`."""
         if not triggers:
             return []
         # A half-escaped canary is never longer than its longest form (all of it escaped) and holds an
@@ -419,18 +530,36 @@ class Matcher:
                     break
                 chain.append(level)
                 text = level.text
-                for canary, encoding, start, end in self._raw_matches(text):
+                for canary, encoding, start, end in self._direct(text):
                     for step in reversed(chain):
                         start, end = step.raw_span(start, end)
                     out.append((canary, "json" if encoding == "plain" else f"json/{encoding}", lo + start, lo + end))
-                if not _ESCAPE_TRIGGER.search(text):
+                if not _ESCAPE_STARTS.find_matches_as_indexes(text):
                     break
         return out
 
-    def _raw_matches(self, data: bytes | bytearray | memoryview) -> list[tuple[Canary, str, int, int]]:
+    def _direct(self, data: bytes | bytearray | memoryview,
+                marks: dict[str, list[int]] | None = None) -> list[tuple[Canary, str, int, int]]:
+        """The automaton's matches and the canaries encoded twice in base64. `marks`: `_Triggers.find`'s."""
+        marks = self._triggers.find(data) if marks is None else marks
+        return self._raw_matches(data, marks[WINDOW]) + self._double_base64(data, marks[DOUBLE])
+
+    def _double_base64(self, data: bytes | bytearray | memoryview,
+                       triggers: list[int]) -> list[tuple[Canary, str, int, int]]:
+        """Canaries encoded twice in base64: a base64 form in the text around a trigger decoded once
+        (`_Doubles`), at the span of the characters it was decoded from; encoding `base64/base64`."""
+        out = []
+        for at, inner in self._doubles.decoded(data, triggers):
+            for canary, encoding, start, end in self._raw_matches(inner):
+                if encoding in ("base64", "base64url"):  # a plain form: base64 once, which the automaton sees
+                    out.append((canary, "base64/base64", at + start * 4 // 3, at + (end * 4 + 2) // 3))
+        return out
+
+    def _raw_matches(self, data: bytes | bytearray | memoryview,
+                     anchors: list[int] | None = None) -> list[tuple[Canary, str, int, int]]:
         """(canary, encoding, start, end) of every automaton match whose base64 edges agree."""
         meta, edges = self._meta, self._edges
-        return [(*meta[i], s, e) for i, s, e in self._matches(data)
+        return [(*meta[i], s, e) for i, s, e in self._matches(data, anchors)
                 if (edge := edges[i]) is None or edge.agrees(data, s, e)]
 
     def redact(self, data: bytes) -> bytes:
