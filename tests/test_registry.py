@@ -103,6 +103,21 @@ def test_add_canary_validates(tmp_path: Path) -> None:
     assert "dup" not in r["bob"].canaries  # rolled back
 
 
+def test_a_second_canary_of_a_kind_keeps_the_first(tmp_path: Path) -> None:
+    """`--scenario all` runs the settings phase twice: the second minted `saved_key` must not replace the
+    first (whose leaks would then go unseen), and its numbered kind is still a secret."""
+    r = minted(tmp_path)
+    r.add_canary("alice", "saved_key", "sk-saved-alice-qxcvyb000000000001")
+    with pytest.raises(RegistryError, match="already has a canary 'saved_key'"):
+        r.add_canary("alice", "saved_key", "sk-saved-alice-qxcvyb000000000002")
+    kind = r.free_kind("alice", "saved_key")
+    r.add_canary("alice", kind, "sk-saved-alice-qxcvyb000000000002")
+    assert kind == "saved_key_2" and r.free_kind("alice", "saved_key") == "saved_key_3"
+    assert r["alice"].canaries["saved_key"] == "sk-saved-alice-qxcvyb000000000001"
+    assert {"saved_key", "saved_key_2"} <= set(r["alice"].secrets())
+    assert r.free_kind("alice", "workdir_set") == "workdir_set" and not reg.is_secret_kind("workdir_set_2")
+
+
 # -- save / load ----------------------------------------------------------------------------------------------
 
 

@@ -47,8 +47,10 @@ class RegistryError(ValueError):
 
 
 def is_secret_kind(kind: str) -> bool:
-    """Keys are secrets; so is any canary minted later whose kind ends in `key`."""
-    return kind in SECRET_KINDS or kind.endswith("key")
+    """Keys are secrets; so is any canary minted later whose kind ends in `key` (or `key_N`: a second one of
+    that kind, see `Registry.free_kind`)."""
+    base = re.sub(r"_\d+$", "", kind)
+    return base in SECRET_KINDS or base.endswith("key")
 
 
 @dataclass
@@ -116,8 +118,22 @@ class Registry:
     def owner_of_key(self, key: str) -> Tenant | None:
         return next((t for t in self if key and key in t.secrets().values()), None)
 
+    def free_kind(self, tenant: str, kind: str) -> str:
+        """`kind`, or `kind_2`, `kind_3`... if the tenant has a canary of that kind already (a scenario that
+        runs twice, as in `all`, mints its canaries twice: the first value must stay in the registry)."""
+        taken = self.tenants[tenant].all_canaries()
+        n = 1
+        name = kind
+        while name in taken:
+            n += 1
+            name = f"{kind}_{n}"
+        return name
+
     def add_canary(self, tenant: str, kind: str, value: str) -> None:
-        """Mint a canary mid-scenario (re-validates the whole registry)."""
+        """Mint a canary mid-scenario (re-validates the whole registry); a kind the tenant has is an error
+        (its first value would no longer be looked for)."""
+        if kind in self.tenants[tenant].all_canaries():
+            raise RegistryError(f"registry: tenant {tenant!r} already has a canary {kind!r}")
         self.tenants[tenant].canaries[kind] = value
         try:
             self.validate()

@@ -74,10 +74,13 @@ class Context:
     def matcher(self) -> Matcher:
         return matcher_for(self.registry)
 
-    def mint(self, tenant: str, kind: str, value: str) -> None:
-        """Register a canary minted mid-scenario; the addon reloads the registry file."""
+    def mint(self, tenant: str, kind: str, value: str) -> str:
+        """Register a canary minted mid-scenario (as `kind_2`... when `kind` is taken); the addon reloads the
+        registry file. Returns the kind it was registered as."""
+        kind = self.registry.free_kind(tenant, kind)
         self.registry.add_canary(tenant, kind, value)
         self.registry.save(self.registry_path)
+        return kind
 
     def rpc_log(self, name: str) -> RpcLog:
         if name not in self.rpc_logs:
