@@ -31,8 +31,8 @@ from harness.detect.decode import (
     utf8_bytes,
 )
 from harness.detect.matcher import SEPARATOR, Hit, Matcher
-from harness.detect.tools import attribute_body
 from harness.detect.scan import NotInspected, ScanHit, scan_bytes
+from harness.detect.tools import attribute_body
 
 _SEPARATOR = SEPARATOR.decode()
 
