@@ -37,6 +37,7 @@ from harness.detect.matcher import matcher_for
 from harness.detect.reconcile import EvidenceError, LogSource, read_flows, reconcile
 from harness.drive import plants, scenarios
 from harness.drive.hermes import HermesError
+from harness.drive.phases import ALL_PHASES
 from harness.report import baseline, export
 from harness.report.baseline import BaselineError
 from harness.report.result import AuditResult, groups
@@ -110,8 +111,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--turns", type=int, default=1, help="turns per tenant")
     run.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
     run.add_argument("--phases", help="comma-separated multi-profile phases (default: all but cron; 'cron' waits "
-                     "for the tickers)")
-    run.add_argument("--cron-wait", type=float, default=75.0, help="seconds to wait for cron jobs to fire")
+                     "for the tickers; 'all': every phase, cron included)")
+    run.add_argument("--cron-wait", type=float, default=75.0, help="seconds after the backend starts within which "
+                     "every cron job must fire (its ticker ticks at start and every 60 s)")
     run.add_argument("--tools", help="tool battery groups, comma-separated (default: all of "
                      f"{','.join(TOOL_GROUPS)}); 'none' keeps only the env probe")
     run.add_argument("--stubs", default="observe", choices=MODES,
@@ -170,6 +172,12 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("cleanup", help="reap processes a killed run left behind")
     return p
+
+
+def _phases(text: str | None) -> list[str]:
+    """`--phases a,b` as a list; `all` is every phase, cron included; none given: the default."""
+    names = [p for p in (text or "").split(",") if p]
+    return list(ALL_PHASES) if names == ["all"] else names
 
 
 def _limit_options(p: argparse.ArgumentParser) -> None:
@@ -254,7 +262,7 @@ def cmd_run(a: argparse.Namespace) -> int:
     opts = RunOptions(scenario=a.scenario, tenants=a.tenants or (2 if a.scenario == "oneshot" else 3),
                       topology=a.topology, plants=a.plant, baseline=a.baseline, out=a.out,
                       hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout,
-                      phases=[p for p in (a.phases or "").split(",") if p], cron_wait=a.cron_wait,
+                      phases=_phases(a.phases), cron_wait=a.cron_wait,
                       redact=a.redact, stub_fault=a.stub_fault, tools=parse_tools(a.tools), stubs=a.stubs)
     result = run_audit(opts)
     if a.json:
@@ -366,12 +374,10 @@ def cmd_selftest(a: argparse.Namespace) -> int:
         out = (a.out / name) if a.out else None
         topology = plants.TOPOLOGY.get(name, "reverse")
         scenario = plants.SCENARIO.get(name, "oneshot")
-        # the battery only for the plants of its tools' stores: a bypass must end inconclusive, which a known
-        # leak the battery finds in Hermes (session_search, F8) would turn into a leak
         result = run_audit(RunOptions(plants=[name], out=out, hermes_python=a.hermes_python, quiet=True,
                                       topology=topology, scenario=scenario, tenants=2,
                                       phases=["turns"] if scenario != "oneshot" else [],
-                                      tools=None if name in plants.TOOL_PLANTS else []))
+                                      tools=plants.battery_for(name)))
         code = result.verdict.exit_code
         kinds = {f.kind for f in result.verdict.findings}
         missed = [r for r in result.verdict.reasons if r.startswith(f"plant {name} ")]
@@ -408,7 +414,7 @@ def cmd_baseline(a: argparse.Namespace) -> int:
         for i in range(a.runs):
             opts = RunOptions(scenario=a.scenario, tenants=2 if a.scenario == "oneshot" else 3,
                               hermes_python=a.hermes_python, out=root / f"run-{i}", force=True, quiet=True,
-                              phases=[p for p in (a.phases or "").split(",") if p])
+                              phases=_phases(a.phases))
             result = run_audit(opts)
             version = result.versions.get("hermes-agent", "?")
             runs.append(result.verdict.findings)

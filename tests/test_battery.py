@@ -181,3 +181,11 @@ def test_the_reports_show_the_coverage_table():
     page = html.render(result)
     assert 'data-scenario="oneshot" data-tool="cronjob" data-status="not offered"' in page
     assert "oneshot  driven  not offered" in summary_table(result)
+
+
+def test_a_plant_runs_the_battery_groups_of_its_tools_only():
+    assert plants.battery_for("memory-entry") == ["memory"]
+    assert plants.battery_for("skill") == ["skills"]
+    assert plants.battery_for("cronjob") == ["cronjob"]
+    for name in set(plants.PLANTS) - set(plants.TOOL_PLANTS):  # the detectors' plants: the env probe only
+        assert plants.battery_for(name) == [], name

@@ -42,7 +42,7 @@ def gateway(ctx: Context) -> None:
                 battery.lookup_turns(ctx, lambda name: _gateway_turn(ctx, gw, name, launch_key, "lookups"), started)
         if wanted(ctx, "cron"):
             with ctx.phase("cron"):
-                wait_cron(ctx, ctx.opts.cron_wait, "gateway")
+                wait_cron(ctx, ctx.opts.cron_wait, "gateway", started)
         if wanted(ctx, "profiles"):
             with ctx.phase("profiles"):
                 profiles(ctx, gw.pid, gw.proc, "gateway")

@@ -49,20 +49,21 @@ def _asks(body: bytes, prompt: str) -> bool:
                for m in messages or [])
 
 
-def wait_cron(ctx: Context, seconds: float, driver: str) -> None:
-    """Wait for every tenant's cron prompt to reach its provider; a job that never fires is a shortfall."""
-    started = time.monotonic()
+def wait_cron(ctx: Context, seconds: float, driver: str, since: float) -> None:
+    """Wait until every tenant's cron prompt reached its provider, at most until `seconds` after `since` (the
+    backend's start, wall clock: its ticker ticks then and every 60 s after); a job that never fires is a
+    shortfall."""
     fired: dict[str, float] = {}
-    while time.monotonic() - started < seconds and len(fired) < len(ctx.registry.names()):
+    while time.time() - since < seconds and len(fired) < len(ctx.registry.names()):
         for t in ctx.registry:
             if t.name not in fired and any(_asks(r.body, t.canaries["cron_prompt"])
                                            for r in ctx.stubs[t.name].snapshot()):
-                fired[t.name] = time.monotonic() - started
+                fired[t.name] = time.time() - since
         time.sleep(0.5)
     time.sleep(3)  # let a fired job's follow-up calls finish
     for t in ctx.registry:
         ok = t.name in fired
-        detail = "" if ok else f"cron job never fired within {seconds:.0f}s"
+        detail = "" if ok else f"cron job never fired within {seconds:.0f}s of the backend's start"
         ctx.record(TurnResult(t.name, f"{driver}-cron", ok, fired.get(t.name, seconds), detail), "cron")
 
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import yaml
 
 from harness.capture.proxy import FORWARD_DOMAIN
+from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import Tenant
 from harness.drive.hermes import PROVIDER_ID, PROVIDER_KEY_ENV
 
@@ -140,6 +141,14 @@ TOOL_PLANTS: dict[str, frozenset[str]] = {
     "skill": frozenset({"skills_list", "skill_view"}),
     "cronjob": frozenset({"cronjob"}),
 }
+
+
+def battery_for(name: str) -> list[str]:
+    """The battery groups a plant's run needs: those of the tools it must be caught through; none (the env
+    probe only) for the other plants, which test the detectors (and a bypass must end inconclusive, which a
+    leak the battery finds in Hermes, F8, would turn into a leak)."""
+    tools = TOOL_PLANTS.get(name, frozenset())
+    return [group for group, members in TOOL_GROUPS.items() if tools & set(members)]
 #: Plants whose tool only some scenarios offer (the one-shot CLI has no `cronjob`).
 SCENARIO = {"cronjob": "tui"}
 #: Plants that only show in one topology (an unowned host is visible only through the forward proxy).

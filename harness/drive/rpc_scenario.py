@@ -98,7 +98,7 @@ def _rpc_scenario(ctx: Context, make: Callable[[], RpcBackend], driver: str, cro
                                      started, {name: [sid] for name, sid in stored.items() if sid})
         if cron and wanted(ctx, "cron"):
             with ctx.phase("cron"):
-                wait_cron(ctx, ctx.opts.cron_wait, driver)
+                wait_cron(ctx, ctx.opts.cron_wait, driver, started)
         if wanted(ctx, "settings"):
             with ctx.phase("settings"):
                 _settings(ctx, backend, sessions, driver)

@@ -12,7 +12,7 @@ import pytest
 from harness.core.protocol import BATTERY_TOOLS
 from harness.core.registry import load
 from harness.detect.matcher import Matcher
-from harness.drive.plants import PLANTS, SCENARIO, TOOL_PLANTS, TOPOLOGY
+from harness.drive.plants import PLANTS, SCENARIO, TOOL_PLANTS, TOPOLOGY, battery_for
 from harness.pytest_plugin import assert_isolated
 
 pytestmark = pytest.mark.e2e
@@ -50,11 +50,8 @@ def test_clean_two_tenant_audit(tenancy_audit):
 @pytest.mark.parametrize("plant", sorted(PLANTS))
 def test_planted_leak_is_caught(tenancy_audit, plant):
     scenario = SCENARIO.get(plant, "oneshot")
-    # the battery only for the plants of its tools' stores: the others test the detectors, and a bypass must
-    # end inconclusive, which a known leak of the battery (F8) would turn into a leak
     audit = tenancy_audit(plants=[plant], topology=TOPOLOGY.get(plant, "reverse"), scenario=scenario,
-                          phases=[] if scenario == "oneshot" else ["turns"],
-                          tools=None if plant in TOOL_PLANTS else [])
+                          phases=[] if scenario == "oneshot" else ["turns"], tools=battery_for(plant))
     expected = PLANTS[plant][1]
     assert expected <= audit.kinds, f"{plant}: expected {sorted(expected)}, got {sorted(audit.kinds)}"
     assert not [r for r in audit.doc["reasons"] if r.startswith("plant ")]
@@ -92,6 +89,6 @@ def test_forward_topology_clean(tenancy_audit):
 
 
 def test_forward_topology_catches_a_crossed_route(tenancy_audit):
-    audit = tenancy_audit(topology="forward", plants=["route"])
+    audit = tenancy_audit(topology="forward", plants=["route"], tools=[])  # the env probe only: faster
     assert audit.code == 1
     assert {"wrong_key", "wrong_model", "request_leak"} <= audit.kinds
