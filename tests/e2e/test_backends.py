@@ -57,6 +57,8 @@ def test_scenario_reproduces_its_baseline_and_catches_an_unknown_plant(tenancy_a
         cron = [t for t in audit.doc["timeline"] if t["phase"] == "cron"]
         assert {t["tenant"] for t in cron} == {"default", "alpha", "beta"}
         assert any(t["ok"] for t in cron), "not even the launch profile's cron job fired"
+        order = [t["phase"] for t in audit.doc["timeline"]]  # alone, before any turn (a job shares its stub)
+        assert max(i for i, p in enumerate(order) if p == "cron") < order.index("turns"), order
     assert_reconcile_reproduces(audit)
 
 
