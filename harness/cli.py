@@ -17,7 +17,7 @@ import mitmproxy.version
 
 import harness
 from harness.capture.proxy import ProxyError
-from harness.capture.stubs import FAULTS
+from harness.capture.stubs import FAULTS, MODES
 from harness.core.files import write_private
 from harness.core.findings import (
     EXIT_CLEAN,
@@ -29,6 +29,7 @@ from harness.core.findings import (
     Verdict,
 )
 from harness.core.procs import reap_stale
+from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import RegistryError, load
 from harness.core.severity import docs_url
 from harness.detect import scan
@@ -36,6 +37,7 @@ from harness.detect.matcher import matcher_for
 from harness.detect.reconcile import EvidenceError, LogSource, read_flows, reconcile
 from harness.drive import plants, scenarios
 from harness.drive.hermes import HermesError
+from harness.drive.phases import ALL_PHASES
 from harness.report import baseline, export
 from harness.report.baseline import BaselineError
 from harness.report.result import AuditResult, groups
@@ -109,8 +111,14 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--turns", type=int, default=1, help="turns per tenant")
     run.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
     run.add_argument("--phases", help="comma-separated multi-profile phases (default: all but cron; 'cron' waits "
-                     "for the tickers)")
-    run.add_argument("--cron-wait", type=float, default=75.0, help="seconds to wait for cron jobs to fire")
+                     "for the tickers; 'all': every phase, cron included)")
+    run.add_argument("--cron-wait", type=float, default=75.0, help="seconds after the backend starts within which "
+                     "every cron job must fire (its ticker ticks at start and every 60 s)")
+    run.add_argument("--tools", help="tool battery groups, comma-separated (default: all of "
+                     f"{','.join(TOOL_GROUPS)}); 'none' keeps only the env probe")
+    run.add_argument("--stubs", default="observe", choices=MODES,
+                     help="observe (default): a stub answers a foreign key too, so later leaks show; "
+                     "strict: it answers 401")
     run.add_argument("--quiet", action="store_true", help="no progress on stderr")
     run.add_argument("--redact", action="store_true",
                      help="also write redacted/ (flows, ledger, reports, registry) with every secret as <tenant:kind>")
@@ -164,6 +172,12 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("cleanup", help="reap processes a killed run left behind")
     return p
+
+
+def _phases(text: str | None) -> list[str]:
+    """`--phases a,b` as a list; `all` is every phase, cron included; none given: the default."""
+    names = [p for p in (text or "").split(",") if p]
+    return list(ALL_PHASES) if names == ["all"] else names
 
 
 def _limit_options(p: argparse.ArgumentParser) -> None:
@@ -237,12 +251,19 @@ def _step_summary(out: Path | None) -> None:
         fh.write(text + "\n")
 
 
+def parse_tools(value: str | None) -> list[str] | None:
+    """`--tools`: None (every group), `none` ([]) or a comma-separated list of groups."""
+    if value is None:
+        return None
+    return [] if value.strip() == "none" else [g for g in value.split(",") if g]
+
+
 def cmd_run(a: argparse.Namespace) -> int:
     opts = RunOptions(scenario=a.scenario, tenants=a.tenants or (2 if a.scenario == "oneshot" else 3),
                       topology=a.topology, plants=a.plant, baseline=a.baseline, out=a.out,
                       hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout,
-                      phases=[p for p in (a.phases or "").split(",") if p], cron_wait=a.cron_wait,
-                      redact=a.redact, stub_fault=a.stub_fault)
+                      phases=_phases(a.phases), cron_wait=a.cron_wait,
+                      redact=a.redact, stub_fault=a.stub_fault, tools=parse_tools(a.tools), stubs=a.stubs)
     result = run_audit(opts)
     if a.json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -352,13 +373,17 @@ def cmd_selftest(a: argparse.Namespace) -> int:
     for name, (_, expected) in plants.PLANTS.items():
         out = (a.out / name) if a.out else None
         topology = plants.TOPOLOGY.get(name, "reverse")
+        scenario = plants.SCENARIO.get(name, "oneshot")
         result = run_audit(RunOptions(plants=[name], out=out, hermes_python=a.hermes_python, quiet=True,
-                                      topology=topology))
+                                      topology=topology, scenario=scenario, tenants=2,
+                                      phases=["turns"] if scenario != "oneshot" else [],
+                                      tools=plants.battery_for(name)))
         code = result.verdict.exit_code
         kinds = {f.kind for f in result.verdict.findings}
+        missed = [r for r in result.verdict.reasons if r.startswith(f"plant {name} ")]
         # a plant that only defeats the proof (a bypass) must end inconclusive; every other one in a leak
         want = EXIT_INCONCLUSIVE if expected <= INCONCLUSIVE_KINDS else EXIT_LEAK
-        ok = code == want and expected <= kinds
+        ok = code == want and expected <= kinds and not missed
         failures += not ok
         verdict = "caught" if ok else "MISSED"
         print(f"{verdict}  {name:<8} exit {code}  expected {sorted(expected)}  got {sorted(kinds)}")
@@ -389,7 +414,7 @@ def cmd_baseline(a: argparse.Namespace) -> int:
         for i in range(a.runs):
             opts = RunOptions(scenario=a.scenario, tenants=2 if a.scenario == "oneshot" else 3,
                               hermes_python=a.hermes_python, out=root / f"run-{i}", force=True, quiet=True,
-                              phases=[p for p in (a.phases or "").split(",") if p])
+                              phases=_phases(a.phases))
             result = run_audit(opts)
             version = result.versions.get("hermes-agent", "?")
             runs.append(result.verdict.findings)

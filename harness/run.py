@@ -25,14 +25,15 @@ import mitmproxy.version
 
 import harness
 from harness.capture.proxy import FORWARD_DOMAIN, Proxy, bind_listener, free_port, port_of
-from harness.capture.stubs import StubProvider, stop_all
+from harness.capture.stubs import MODES, StubProvider, stop_all
 from harness.core.files import REPO, seal, write_private
 from harness.core.findings import Finding, Verdict
 from harness.core.procs import ProcessSet, reap_stale
+from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import Registry, load, mint
 from harness.detect.reconcile import EvidenceError, LogSource, Phase, reconcile
 from harness.detect.scan import DEFAULT_LIMITS, Limits
-from harness.drive import plants
+from harness.drive import battery, plants
 from harness.drive.backends import BackendError
 from harness.drive.context import Context, ScenarioOptions
 from harness.drive.hermes import Hermes, HermesError, Sandbox, require_python, write_home
@@ -72,10 +73,15 @@ class RunOptions:
     redact: bool = False  # also write redacted/: flows, ledger, reports with every secret as <tenant:kind>
     phases: list[str] = field(default_factory=list)  # multi-profile phases to run (default: all but cron)
     cron_wait: float = 75.0
+    tools: list[str] | None = None  # tool battery groups (None: every group; []: the env probe only)
+    stubs: str = "observe"  # "strict": a stub answers a foreign key with 401
+
+    def tool_groups(self) -> list[str]:
+        return list(TOOL_GROUPS) if self.tools is None else list(self.tools)
 
     def scenario_options(self) -> ScenarioOptions:
         return ScenarioOptions(turns=self.turns, timeout=self.timeout, phases=list(self.phases),
-                               cron_wait=self.cron_wait)
+                               cron_wait=self.cron_wait, tools=self.tool_groups())
 
 
 def tenant_names(n: int) -> list[str]:
@@ -165,9 +171,17 @@ def check_options(opts: RunOptions) -> None:
             raise UsageError(f"unknown plant {p!r} (choose from {', '.join(plants.PLANTS)})")
         if plants.TOPOLOGY.get(p, opts.topology) != opts.topology:
             raise UsageError(f"plant {p!r} needs --topology {plants.TOPOLOGY[p]}")
+        if p in plants.SCENARIO and opts.scenario not in (plants.SCENARIO[p], "serve", "gateway", "all"):
+            raise UsageError(f"plant {p!r} needs a scenario whose Hermes offers its tool (--scenario "
+                             f"{plants.SCENARIO[p]}, serve, gateway or all)")
     for ph in opts.phases:
         if ph not in ALL_PHASES:
             raise UsageError(f"unknown phase {ph!r} (choose from {', '.join(ALL_PHASES)})")
+    unknown = battery.check_groups(opts.tool_groups())
+    if unknown:
+        raise UsageError(f"unknown tool group {unknown[0]!r} (choose from {', '.join(TOOL_GROUPS)}, or none)")
+    if opts.stubs not in MODES:
+        raise UsageError(f"unknown stub mode {opts.stubs!r} (choose from {', '.join(MODES)})")
     if opts.tenants < 2:
         raise UsageError("--tenants must be at least 2")
 
@@ -203,7 +217,7 @@ def run_audit(opts: RunOptions) -> AuditResult:
             routes = {n: {"host": f"{n}.{FORWARD_DOMAIN}"} for n in names}
         registry = mint(names, sandbox.root / "work", routes)
         for t in registry:
-            stubs[t.name] = StubProvider(t, fault=opts.stub_fault).start()
+            stubs[t.name] = StubProvider(t, fault=opts.stub_fault, mode=opts.stubs).start()
             t.upstream = stubs[t.name].url
             t.home = str(sandbox.home_of(t.name))
         registry_path = out / "registry.yaml"
@@ -276,6 +290,7 @@ def _record(out: Path, scenario: str, ctx: Context, version: str | None, reasons
         "log_owners": {p.name: ctx.log_owner(p) for p in sorted((out / "logs").glob("*.log"))},
         "plants": {name: sorted(kinds) for name, kinds in planted.items()},
         "homes": {t.name: Path(t.home).resolve().relative_to(out).as_posix() for t in ctx.registry if t.home},
+        "tools": [t for g in ctx.opts.tools for t in TOOL_GROUPS[g]],
     }
     write_private(out / RECORD, json.dumps(record, indent=2).encode())
     return record
@@ -337,12 +352,13 @@ def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None,
         warnings += [base.warning] if base.warning else []
     planted = {name: frozenset(kinds) for name, kinds in (record.get("plants") or {}).items()}
     reasons += check_plants(planted, found)
+    coverage = rec.coverage.table(record.get("tools") or [], found)
     return AuditResult(Verdict(findings, known, reasons), registry.names(), scenario,
                        _versions(record.get("hermes-agent")), inspected={**rec.inspected, "flows": rec.flows},
                        timeline=record.get("turns", []), fixed=fixed, seconds=seconds,
                        snapshots={t: len(snaps) for t, snaps in rec.snapshots.items()}, out=out,
                        plants=sorted(planted), warnings=warnings,
-                       not_inspected=[n.to_dict() for n in rec.not_inspected])
+                       not_inspected=[n.to_dict() for n in rec.not_inspected], coverage=coverage)
 
 
 def _drive(
@@ -371,6 +387,7 @@ def _drive(
                       gateway_port=free_port() if opts.scenario in ("gateway", "all") else 0)
         driven.append(ctx)
         write_homes(ctx)
+        battery.mint(ctx)
         planted = plant_all(ctx, opts.plants)
         try:
             SCENARIOS[opts.scenario](ctx)
@@ -411,10 +428,15 @@ def plant_all(ctx: Context, names: list[str]) -> dict[str, frozenset[str]]:
 
 
 def check_plants(planted: dict[str, frozenset[str]], findings: list[Finding]) -> list[str]:
-    """A plant whose finding kinds did not all appear means a detector is blind: not conclusive."""
+    """A plant whose finding kinds did not all appear means a detector is blind: not conclusive. A plant
+    of a tool's store must also come back through one of its tools (`plants.TOOL_PLANTS`)."""
     kinds = {f.kind for f in findings}
-    return [f"plant {name} was not detected: missing {sorted(expected - kinds)}"
-            for name, expected in planted.items() if not expected <= kinds]
+    through = {f.tool for f in findings if f.kind == "request_leak" and f.tool}
+    reasons = [f"plant {name} was not detected: missing {sorted(expected - kinds)}"
+               for name, expected in planted.items() if not expected <= kinds]
+    reasons += [f"plant {name} was not caught through a tool result: none of {sorted(plants.TOOL_PLANTS[name])}"
+                for name in planted if name in plants.TOOL_PLANTS and not plants.TOOL_PLANTS[name] & through]
+    return reasons
 
 
 def write_stub_log(path: Path, stubs: dict[str, StubProvider]) -> None:

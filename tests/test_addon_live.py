@@ -78,7 +78,8 @@ def main_turn(reg: Registry, name: str, **over) -> dict:
 def test_live_mitmdump_two_reverse_listeners(tmp_path: Path):
     ports = {"alpha": free_port(), "beta": free_port()}
     reg = mint(list(ports), tmp_path / "work", {n: {"listen": p} for n, p in ports.items()})
-    stubs = {"alpha": StubProvider(reg["alpha"], chunk_delay=0.2).start(), "beta": StubProvider(reg["beta"]).start()}
+    stubs = {"alpha": StubProvider(reg["alpha"], chunk_delay=0.2, mode="strict").start(),
+             "beta": StubProvider(reg["beta"]).start()}
     for name, stub in stubs.items():
         reg[name].upstream = stub.url
     reg.save(tmp_path / "registry.yaml")

@@ -18,6 +18,7 @@ import harness
 from harness import cli
 from harness.core.findings import Finding, Verdict
 from harness.core.registry import Registry, mint
+from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
 from harness.report import baseline
 from harness.run import RECORD
 
@@ -226,3 +227,10 @@ def test_terminal_prints_one_line_per_class(tmp_path, evidence):
     classes = [line for line in lines if line.startswith("high ")]
     assert len(classes) == 2 and "2x" in classes[0] and "default -> alpha memory (request) tui/turns" in classes[0]
     assert lines[-1].startswith("what each finding means and how to fix it: ") and lines[-1].endswith("findings.md")
+
+
+def test_phases_all_is_every_phase_cron_included():
+    assert cli._phases("all") == list(ALL_PHASES) and "cron" in cli._phases("all")
+    assert cli._phases(None) == [] and cli._phases("turns,cron") == ["turns", "cron"]
+    assert cli._phases("all,cron") == ["all", "cron"]  # `all` only alone; otherwise the run rejects the name
+    assert "cron" not in DEFAULT_PHASES

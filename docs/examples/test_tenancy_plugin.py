@@ -17,7 +17,9 @@ PROMPT = "Run the environment probe for this tenant."
 
 def test_a_whole_audit(tenancy_audit):
     """One call: two tenants, one-shot Hermes turns through the proxy, every invariant reconciled."""
-    audit = tenancy_audit(scenario="oneshot")
+    # tools=[]: the env probe only. With the tool battery (the default), Hermes 0.19.0 leaks through
+    # session_search (docs/hermes-findings.md, F8); judge such a run against a baseline instead.
+    audit = tenancy_audit(scenario="oneshot", tools=[])
     assert_isolated(audit)  # raises IsolationError listing every finding class and inconclusive reason
     assert (audit.code, audit.verdict) == (0, "clean")
     assert (audit.out / "report.html").exists()  # the whole evidence folder, as `tenancy-audit run` writes it

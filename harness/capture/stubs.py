@@ -1,9 +1,16 @@
-"""One OpenAI-compatible upstream stub per tenant, on 127.0.0.1, accepting only that tenant's key.
+"""One OpenAI-compatible upstream stub per tenant, on 127.0.0.1, scripted by a plan of tool calls.
 
-Every main turn (a request carrying `tools`) is answered with a `terminal` tool call that runs the
-environment probe; the tool-result follow-up is answered with text naming the tenant; anything else
-(titles, summaries) gets a short text. Every request is recorded on the stub's side too, so the
-reconciler can prove each one also passed the proxy (the addon stamps `X-Tenancy-Flow`).
+A plan is a list of rounds, each a list of `ToolStep`s. A main turn (a request carrying `tools`) is
+answered round by round: the stub counts the assistant tool-call messages since the conversation's last
+user message and answers with the next round's steps that this request's `tools` offer (their arguments
+fitted to the advertised schema) as parallel tool calls of one message, then with text naming the tenant.
+The default plan is one `terminal` call running the environment probe. Anything else (titles, summaries)
+gets `aux_text`.
+
+A request carrying another tenant's key is answered too in `observe` mode (the default), so the turn goes
+on and later leaks show; `strict` mode answers it with 401. Either way the stub records the wrong key, as
+the addon does. Every request is recorded on the stub's side, so the reconciler can prove each one also
+passed the proxy (the addon stamps `X-Tenancy-Flow`).
 """
 
 from __future__ import annotations
@@ -23,6 +30,36 @@ from harness.core.protocol import FLOW_HEADER, LOCAL_PROBES, probe_command
 from harness.core.registry import Tenant
 
 FAULTS = frozenset({"", "500", "hang", "drop"})
+MODES = ("observe", "strict")
+
+
+@dataclass(frozen=True)
+class ToolStep:
+    """One scripted tool call: the tool's name and the arguments the stub offers it (fitted to the schema)."""
+
+    tool: str
+    args: dict[str, Any]
+
+
+def probe_step(tenant: Tenant) -> ToolStep:
+    """The environment probe: every plan starts with it (env snapshots are expected per completed turn)."""
+    return ToolStep("terminal", {"command": probe_command(tenant.canaries.get("shell_state", "shellstate-none"))})
+
+
+def fit(step: ToolStep, tools: list[Any]) -> dict[str, Any] | None:
+    """The step's arguments as the advertised schema takes them (unknown properties dropped), or None when
+    the request does not offer the tool or a required argument is missing."""
+    for tool in tools:
+        fn = tool.get("function") if isinstance(tool, dict) else None
+        if not isinstance(fn, dict) or fn.get("name") != step.tool:
+            continue
+        params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {}
+        props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+        args = {k: v for k, v in step.args.items() if k in props} if props else dict(step.args)
+        if any(r not in args for r in params.get("required") or []):
+            return None
+        return args
+    return None
 
 
 @dataclass
@@ -36,6 +73,7 @@ class StubRequest:
     body: bytes
     status: int
     time: float
+    wrong_key: bool = False  # the request carried a key that is not this tenant's
 
     @property
     def flow_id(self) -> str | None:
@@ -50,6 +88,7 @@ class StubRequest:
             "status": self.status,
             "bytes": len(self.body),
             "time": self.time,
+            "wrong_key": self.wrong_key,
         }
 
 
@@ -58,18 +97,36 @@ def _bearer(headers: dict[str, str]) -> str:
     return auth[7:].strip() if auth.lower().startswith("bearer ") else auth
 
 
-def answer_for(tenant: Tenant, body: dict[str, Any]) -> dict[str, Any]:
-    """The assistant message the stub answers a chat completion with."""
+Plan = list[list[ToolStep]]
+
+
+def _round_index(messages: list[Any]) -> int:
+    """How many tool-call rounds the conversation holds since its last user message."""
+    n = 0
+    for m in reversed(messages):
+        role = m.get("role") if isinstance(m, dict) else None
+        if role == "user":
+            break
+        n += role == "assistant" and bool(m.get("tool_calls"))
+    return n
+
+
+def answer_for(tenant: Tenant, body: dict[str, Any], plan: Plan | None = None,
+               aux_text: str | None = None) -> dict[str, Any]:
+    """The assistant message the stub answers a chat completion with: the plan's next round of offered
+    steps as parallel tool calls, else text."""
     messages = body.get("messages") or []
-    last = messages[-1] if messages else {}
-    if body.get("tools") and last.get("role") != "tool":
-        args = json.dumps({"command": probe_command(tenant.canaries.get("shell_state", "shellstate-none"))})
-        call = {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                "function": {"name": "terminal", "arguments": args}}
-        return {"role": "assistant", "content": None, "tool_calls": [call]}
-    if last.get("role") == "tool":
+    tools = body.get("tools")
+    if tools:
+        rounds = plan if plan is not None else [[probe_step(tenant)]]
+        offered = [calls for r in rounds if (calls := [(s.tool, a) for s in r if (a := fit(s, tools)) is not None])]
+        i = _round_index(messages)
+        if i < len(offered):
+            calls = [{"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+                      "function": {"name": name, "arguments": json.dumps(args)}} for name, args in offered[i]]
+            return {"role": "assistant", "content": None, "tool_calls": calls}
         return {"role": "assistant", "content": f"probe done for tenant {tenant.name}"}
-    return {"role": "assistant", "content": f"Tenant {tenant.name} notes"}
+    return {"role": "assistant", "content": aux_text or f"Tenant {tenant.name} notes"}
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -92,13 +149,15 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _record(self, body: bytes, status: int) -> None:
+    def _record(self, body: bytes, status: int, *, wrong_key: bool | None = None) -> None:
         stub = self.server.stub
         headers = {k.lower(): v for k, v in self.headers.items()}
+        if wrong_key is None:
+            bearer = _bearer(headers)
+            wrong_key = bool(bearer) and bearer != stub.tenant.key
         with stub.lock:
-            stub.requests.append(
-                StubRequest(len(stub.requests), self.command, self.path, headers, body, status, time.time())
-            )
+            stub.requests.append(StubRequest(len(stub.requests), self.command, self.path, headers, body, status,
+                                             time.time(), wrong_key))
 
     def do_GET(self) -> None:
         self._dispatch(b"")
@@ -112,8 +171,9 @@ class _Handler(BaseHTTPRequestHandler):
         if path in LOCAL_PROBES:
             self._record(raw, 404)
             return self._send(404, {"error": "not found"})
-        if _bearer({k.lower(): v for k, v in self.headers.items()}) != stub.tenant.key:
-            self._record(raw, 401)
+        # observe mode: a foreign key is recorded (`wrong_key`) and answered, so the turn goes on
+        if stub.mode == "strict" and _bearer({k.lower(): v for k, v in self.headers.items()}) != stub.tenant.key:
+            self._record(raw, 401, wrong_key=True)
             return self._send(401, {"error": {"message": "invalid api key", "type": "invalid_request_error"}})
         if self.command == "GET" and path.rstrip("/") in ("/v1/models", "/models"):
             self._record(raw, 200)
@@ -135,7 +195,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._record(raw, 400)
             return self._send(400, {"error": {"message": "body is not JSON"}})
         self._record(raw, 200)
-        message = answer_for(stub.tenant, body)
+        with stub.lock:
+            plan, aux_text = stub.plan, stub.aux_text
+        message = answer_for(stub.tenant, body, plan, aux_text)
         if body.get("stream"):
             return self._stream(body, message)
         finish = "tool_calls" if message.get("tool_calls") else "stop"
@@ -157,12 +219,12 @@ class _Handler(BaseHTTPRequestHandler):
                 "created": int(time.time()), "model": body.get("model") or stub.tenant.model}
         deltas: list[dict[str, Any]] = [{"role": "assistant", "content": ""}]
         if message.get("tool_calls"):
-            call = message["tool_calls"][0]
-            deltas.append({"tool_calls": [{"index": 0, "id": call["id"], "type": "function",
-                                           "function": {"name": "terminal", "arguments": ""}}]})
-            args = call["function"]["arguments"]
-            deltas += [{"tool_calls": [{"index": 0, "function": {"arguments": args[i:i + 64]}}]}
-                       for i in range(0, len(args), 64)]
+            for n, call in enumerate(message["tool_calls"]):
+                deltas.append({"tool_calls": [{"index": n, "id": call["id"], "type": "function",
+                                               "function": {"name": call["function"]["name"], "arguments": ""}}]})
+                args = call["function"]["arguments"]
+                deltas += [{"tool_calls": [{"index": n, "function": {"arguments": args[i:i + 64]}}]}
+                           for i in range(0, len(args), 64)]
             finish = "tool_calls"
         else:
             deltas += [{"content": word} for word in message["content"].split(" ")]
@@ -210,6 +272,9 @@ class StubProvider:
 
     tenant: Tenant
     fault: str = ""
+    mode: str = "observe"  # "strict": a foreign key is answered with 401
+    plan: Plan | None = None  # rounds of tool calls; None: the env probe only
+    aux_text: str | None = None  # the answer to requests without tools (titles, summaries)
     chunk_delay: float = 0.0
     hang_seconds: float = 300.0
     requests: list[StubRequest] = field(default_factory=list)
@@ -220,6 +285,8 @@ class StubProvider:
     def start(self) -> StubProvider:
         if self.fault not in FAULTS:
             raise ValueError(f"unknown stub fault {self.fault!r}")
+        if self.mode not in MODES:
+            raise ValueError(f"unknown stub mode {self.mode!r}")
         self._server = _Server(self)
         # A short poll interval: `stop()` (shutdown) waits up to one interval, 0.5 s by default, per stub.
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
@@ -234,6 +301,11 @@ class StubProvider:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def script(self, plan: Plan | None) -> None:
+        """Answer the next main turns with `plan` (None: the env probe only)."""
+        with self.lock:
+            self.plan = plan
 
     def snapshot(self) -> list[StubRequest]:
         with self.lock:

@@ -47,6 +47,7 @@ class Finding:
     scenario: str | None = None
     phase: str | None = None
     detail: str = ""
+    tool: str | None = None  # the tool whose result, arguments or writes carried it, when known
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

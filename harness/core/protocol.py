@@ -11,6 +11,17 @@ FLOW_HEADER = "x-tenancy-flow"
 LOCAL_PROBES = frozenset({"/api/tags", "/v1/props", "/props", "/version", "/api/v1/models"})
 #: The lines that frame the environment probe's output in a tool result.
 PROBE_BEGIN, PROBE_END = "SNAPSHOT-BEGIN", "SNAPSHOT-END"
+#: The tool battery, by group (`--tools`): the Hermes tools each group drives. `terminal` always runs the env
+#: probe; the coverage table reports every tool of the groups that ran.
+TOOL_GROUPS: dict[str, tuple[str, ...]] = {
+    "terminal": ("terminal", "process"),
+    "memory": ("memory",),
+    "skills": ("skill_manage", "skills_list", "skill_view"),
+    "todo": ("todo",),
+    "cronjob": ("cronjob",),
+    "session_search": ("session_search",),
+}
+BATTERY_TOOLS: tuple[str, ...] = tuple(t for tools in TOOL_GROUPS.values() for t in tools)
 #: What redaction leaves in place of a canary (`placeholder`); a redacted registry holds these instead of
 #: the secrets.
 PLACEHOLDER_PATTERN = r"<[a-z][a-z0-9_-]{0,31}:[a-z][a-z0-9_]{0,63}>"

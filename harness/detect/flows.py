@@ -32,6 +32,7 @@ from harness.detect.decode import (
 )
 from harness.detect.matcher import SEPARATOR, Hit, Matcher
 from harness.detect.scan import NotInspected, ScanHit, scan_bytes
+from harness.detect.tools import attribute_body
 
 _SEPARATOR = SEPARATOR.decode()
 
@@ -274,7 +275,7 @@ def inspect_request(
     scan.scan(path.encode("utf-8", "surrogateescape"), "request.path", offsets=False)
     scan.headers(headers, "request", frozenset(skip_headers))
     scan.body(decoded, "request.body", frozenset(skip_body))
-    report.findings += scan.findings
+    report.findings += attribute_body(scan.findings, decoded.data, doc, f"flow:{flow_id}:request.body")
     report.not_inspected = scan.not_inspected
     return report
 

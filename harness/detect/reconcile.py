@@ -22,6 +22,7 @@ from harness.detect import scan, snapshots
 from harness.detect.decode import loads
 from harness.detect.flows import inspect_flow
 from harness.detect.matcher import Matcher, matcher_for
+from harness.detect.tools import Coverage, tool_for_file
 
 
 class EvidenceError(ValueError):
@@ -55,6 +56,7 @@ class Reconciliation:
     flows_per_tenant: Counter[str] = field(default_factory=Counter)
     inspected: Counter[str] = field(default_factory=Counter)
     reasons: list[str] = field(default_factory=list)
+    coverage: Coverage = field(default_factory=Coverage)
     #: Everything not read to its end (files, layers, bodies); those read in part are also in `reasons`.
     not_inspected: list[scan.NotInspected] = field(default_factory=list)
 
@@ -152,6 +154,8 @@ def reconcile(
         body = _json_body(flow)
         if body is None:
             continue
+        if body.get("tools"):
+            rec.coverage.add(phase.scenario if phase else "run", body)
         for snap in snapshots.extract(registry[tenant], flow.id, body):
             if (snap.tenant, snap.tool_call_id) in seen_calls:
                 continue
@@ -166,7 +170,7 @@ def reconcile(
             rec.reasons.append(f"home of tenant {name!r} is missing: {home}")
             continue
         result = scan.scan_tree(home, registry, name, matcher=matcher, limits=limits)
-        rec.findings += result.findings
+        rec.findings += [replace(f, tool=f.tool or tool_for_file(f.location)) for f in result.findings]
         rec.inspected["file"] += result.files
         rec.reasons += [f"unreadable file {p}" for p in result.unreadable]
         rec.skip([n for n in result.not_inspected if not n.reason.startswith("unreadable")], str(home))

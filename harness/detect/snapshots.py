@@ -19,6 +19,7 @@ from harness.core.findings import Finding
 from harness.core.protocol import PROBE_BEGIN, PROBE_END
 from harness.core.registry import Registry, Tenant
 from harness.detect.matcher import Matcher
+from harness.detect.tools import call_names
 
 _B64_LINE = re.compile(r"^ENVB64=([A-Za-z0-9+/=]*)\s*$", re.M)
 _CWD_LINE = re.compile(r"^CWD=(.*)$", re.M)
@@ -63,9 +64,10 @@ def extract(tenant: Tenant, flow_id: str, body: dict[str, Any]) -> list[EnvSnaps
     origin = "cron" if any(cron_mark in json.dumps(m.get("content")) for m in messages if m.get("role") == "user") \
         else "turn"
     found = []
+    names = call_names(messages)
     for m in messages:
-        if m.get("role") != "tool":
-            continue
+        if m.get("role") != "tool" or names.get(str(m.get("tool_call_id")), "terminal") != "terminal":
+            continue  # another tool's result may quote a probe's output (a session transcript): not a snapshot
         text = _tool_text(m)
         if PROBE_BEGIN not in text:
             continue
@@ -90,7 +92,8 @@ def check(snapshot: EnvSnapshot, registry: Registry, matcher: Matcher, **where: 
     if snapshot.cwd not in own_dirs:
         findings.append(Finding(
             "wrong_cwd", tenant.name, tenant.name, "workdir", "env", snapshot.location, "plain",
-            matcher.redact_text(f"CWD={snapshot.cwd}"), detail=f"{snapshot.origin}: not its own workdir", **where,
+            matcher.redact_text(f"CWD={snapshot.cwd}"), detail=f"{snapshot.origin}: not its own workdir",
+            tool="terminal", **where,
         ))
     seen: set[tuple[str, str]] = set()
     for data, encoding in ((snapshot.decoded, "base64"), (snapshot.plain.encode(), None)):
@@ -101,6 +104,6 @@ def check(snapshot: EnvSnapshot, registry: Registry, matcher: Matcher, **where: 
             findings.append(Finding(
                 "env_leak", hit.tenant, tenant.name, hit.kind, "env", snapshot.location,
                 encoding or hit.encoding, matcher.snippet(data, hit), detail=f"{snapshot.origin} tool subprocess",
-                **where,
+                tool="terminal", **where,
             ))
     return findings

@@ -160,7 +160,19 @@ class RpcBackend:
         if "result" not in reply:
             raise BackendError(f"session.create for {tenant} failed: {reply.get('error')}")
         self._bind(reply["result"]["session_id"], tenant)
+        self._built(reply["result"]["session_id"], tenant)
         return reply["result"]
+
+    def _built(self, session_id: str, tenant: str, timeout: float = 30.0) -> None:
+        """Wait for the session's agent (its `session.info` event): Hermes builds agents in the background, and
+        builds racing each other make which profile's process-wide state a turn sees vary from run to run
+        (F2: the cwd); one at a time, the audit is repeatable. A Hermes that never says so only costs the wait."""
+        def info(f: dict[str, Any]) -> bool:
+            p = f.get("params") or {}
+            return f.get("method") == "event" and p.get("type") == "session.info" and p.get("session_id") == session_id
+
+        with contextlib.suppress(BackendError):
+            self.wait(info, timeout, f"the agent of {tenant}'s session")
 
     def resume_session(self, tenant: str, launch: str, stored_id: str) -> dict[str, Any]:
         params: dict[str, Any] = {"cols": 100, "session_id": stored_id}

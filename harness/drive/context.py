@@ -13,6 +13,7 @@ from typing import Any
 from harness.capture.proxy import Proxy
 from harness.capture.stubs import StubProvider
 from harness.core.findings import Finding
+from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import Registry
 from harness.detect.matcher import Matcher, matcher_for
 from harness.detect.reconcile import Phase
@@ -30,6 +31,7 @@ class ScenarioOptions:
     timeout: float = 180.0
     phases: list[str] = field(default_factory=list)  # multi-profile phases to run (default: all but cron)
     cron_wait: float = 75.0
+    tools: list[str] = field(default_factory=lambda: list(TOOL_GROUPS))  # battery groups; [] = env probe only
 
 
 @dataclass

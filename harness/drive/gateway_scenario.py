@@ -1,7 +1,8 @@
 """The `gateway` scenario: `hermes gateway run` with multiplexed profiles and the OpenAI-compatible API server.
 
-Phases: `route-auth` (every tenant's API-server key tried on every tenant's route: `route_auth`), `turns`,
-`cron` (when asked for) and `profiles`.
+Phases: `cron` (when asked for; first and alone, as in `rpc_scenario`), `route-auth` (every tenant's
+API-server key tried on every tenant's route: `route_auth`), `turns` (the first running the tool battery's
+write plan), `lookups` (every tenant asks the tools for another tenant's identifiers) and `profiles`.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import time
 
 from harness.core.findings import Finding
 from harness.core.protocol import placeholder
+from harness.drive import battery
 from harness.drive.backends import GatewayBackend
 from harness.drive.context import PROMPT, Context
 from harness.drive.hermes import TurnResult
@@ -23,19 +25,24 @@ def gateway(ctx: Context) -> None:
     log = ctx.rpc_log("gateway")
     if wanted(ctx, "cron"):
         seed_cron(ctx)
+    started = time.time()
     gw = GatewayBackend(ctx.hermes, ctx.gateway_port, log, ctx.out / "logs" / "backend-gateway.log").start()
     try:
+        if wanted(ctx, "cron"):
+            with ctx.phase("cron"):
+                wait_cron(ctx, ctx.opts.cron_wait, "gateway", started)
         launch_key = ctx.registry[launch].canaries["api_server_key"]
         if wanted(ctx, "route-auth"):
             with ctx.phase("route-auth"):
                 _route_auth(ctx, gw)
         with ctx.phase("turns"):
-            for _ in range(ctx.opts.turns):
+            battery.write_turns(ctx, lambda name: _gateway_turn(ctx, gw, name, launch_key, "turns"))
+            for _ in range(ctx.opts.turns - 1):
                 for name in names:
                     _gateway_turn(ctx, gw, name, launch_key, "turns")
-        if wanted(ctx, "cron"):
-            with ctx.phase("cron"):
-                wait_cron(ctx, ctx.opts.cron_wait, "gateway")
+        if battery.enabled(ctx) and wanted(ctx, "lookups"):
+            with ctx.phase("lookups"):
+                battery.lookup_turns(ctx, lambda name: _gateway_turn(ctx, gw, name, launch_key, "lookups"), started)
         if wanted(ctx, "profiles"):
             with ctx.phase("profiles"):
                 profiles(ctx, gw.pid, gw.proc, "gateway")

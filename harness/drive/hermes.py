@@ -121,7 +121,9 @@ def tenant_config(tenant: Tenant, base_url: str, extra: dict[str, Any] | None = 
         },
         "agent": {"api_max_retries": 1},
         "terminal": {"backend": "local", "cwd": tenant.canaries["workdir"]},
-        "memory": {"memory_enabled": True},
+        # No background review: it would run the stubs' scripted plan in a side conversation of its own.
+        "memory": {"memory_enabled": True, "nudge_interval": 0},
+        "skills": {"creation_nudge_interval": 0},
         "compression": {"enabled": False},
     }
     for key, value in (extra or {}).items():

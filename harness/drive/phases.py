@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any
 
 from harness.core.registry import new_tag
+from harness.detect.decode import loads
 from harness.drive.backends import BackendError
 from harness.drive.context import PROMPT, Context
 from harness.drive.hermes import TurnResult
@@ -16,7 +18,7 @@ CRON_SEED = (
     "j = jobs[0] if jobs else create_job(sys.argv[1], '30m', name='tenancy-canary', repeat=1, deliver='local'); "
     "trigger_job(j['id']); print(json.dumps({'id': j['id']}))"
 )
-DEFAULT_PHASES = ("turns", "settings", "after-settings", "profiles", "resume", "route-auth")
+DEFAULT_PHASES = ("turns", "lookups", "settings", "after-settings", "profiles", "resume", "route-auth")
 ALL_PHASES = (*DEFAULT_PHASES, "cron")
 
 
@@ -36,20 +38,32 @@ def seed_cron(ctx: Context) -> None:
             raise BackendError(f"seeding the cron job of {t.name} failed: {err.strip()[-200:]}")
 
 
-def wait_cron(ctx: Context, seconds: float, driver: str) -> None:
-    """Wait for every tenant's cron prompt to reach its provider; a job that never fires is a shortfall."""
-    started = time.monotonic()
+def _asks(body: bytes, prompt: str) -> bool:
+    """The request is a conversation whose user message holds `prompt` (a cron job running), not a tool
+    result that merely lists the job (the battery's `cronjob list`)."""
+    if prompt.encode() not in body:
+        return False
+    doc = loads(body)
+    messages = doc.get("messages") if isinstance(doc, dict) else None
+    return any(isinstance(m, dict) and m.get("role") == "user" and prompt in json.dumps(m.get("content"))
+               for m in messages or [])
+
+
+def wait_cron(ctx: Context, seconds: float, driver: str, since: float) -> None:
+    """Wait until every tenant's cron prompt reached its provider, at most until `seconds` after `since` (the
+    backend's start, wall clock: its ticker ticks then and every 60 s after); a job that never fires is a
+    shortfall."""
     fired: dict[str, float] = {}
-    while time.monotonic() - started < seconds and len(fired) < len(ctx.registry.names()):
+    while time.time() - since < seconds and len(fired) < len(ctx.registry.names()):
         for t in ctx.registry:
-            if t.name not in fired and any(t.canaries["cron_prompt"].encode() in r.body
+            if t.name not in fired and any(_asks(r.body, t.canaries["cron_prompt"])
                                            for r in ctx.stubs[t.name].snapshot()):
-                fired[t.name] = time.monotonic() - started
+                fired[t.name] = time.time() - since
         time.sleep(0.5)
     time.sleep(3)  # let a fired job's follow-up calls finish
     for t in ctx.registry:
         ok = t.name in fired
-        detail = "" if ok else f"cron job never fired within {seconds:.0f}s"
+        detail = "" if ok else f"cron job never fired within {seconds:.0f}s of the backend's start"
         ctx.record(TurnResult(t.name, f"{driver}-cron", ok, fired.get(t.name, seconds), detail), "cron")
 
 

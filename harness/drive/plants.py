@@ -1,18 +1,23 @@
 """Negative controls: deliberate isolation breaks planted into real tenant homes.
 
 Each plant copies something of the first tenant (the donor) into the second (the target) before Hermes
-runs; the audit must then report at least the finding kinds listed in `PLANTS`.
+runs; the audit must then report at least the finding kinds listed in `PLANTS`. The plants of the tool
+battery's stores (`TOOL_PLANTS`) must moreover be caught through a tool's result: a `request_leak`
+attributed to one of the tools listed (the file scan alone does not count).
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import yaml
 
 from harness.capture.proxy import FORWARD_DOMAIN
+from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import Tenant
 from harness.drive.hermes import PROVIDER_ID, PROVIDER_KEY_ENV
 
@@ -73,6 +78,39 @@ def _key(c: PlantContext) -> None:
     path.write_text("\n".join([*lines, f"{PROVIDER_KEY_ENV}={c.donor.key}"]) + "\n")
 
 
+def _memory_entry(c: PlantContext) -> None:
+    """A memory entry the donor's `memory` tool wrote, in the target's memory store."""
+    _append(c.target_home / "memories" / "MEMORY.md", f"\n§\n{c.donor.canaries['tool_memory']} (planted)")
+
+
+def _skill(c: PlantContext) -> None:
+    """A skill of the donor (description and body canaries) in the target's skills."""
+    name = f"tenancy-{c.donor.name}-planted"
+    skill = c.target_home / "skills" / name
+    skill.mkdir(parents=True, exist_ok=True)
+    (skill / "SKILL.md").write_text(f"---\nname: {name}\ndescription: Tenancy audit skill "
+                                    f"{c.donor.canaries['skill_desc']}\n---\n\n{c.donor.canaries['skill_body']}\n")
+
+
+def _cronjob(c: PlantContext) -> None:
+    """A cron job of the donor (its prompt canary) in the target's cron store, due in a day."""
+    now = datetime.now(UTC)
+    due = (now + timedelta(days=1)).isoformat()
+    job = {"id": "plantedjob01", "name": f"tenancy-{c.donor.name}-planted",
+           "prompt": f"{c.donor.canaries['cron_job']} (planted): say hello", "skills": [], "skill": None,
+           "model": None, "provider": None, "base_url": None, "script": None, "no_agent": False,
+           "context_from": None, "schedule": {"kind": "once", "run_at": due, "display": "once in 1d"},
+           "schedule_display": "once in 1d", "repeat": {"times": 1, "completed": 0}, "enabled": True,
+           "state": "scheduled", "paused_at": None, "paused_reason": None, "created_at": now.isoformat(),
+           "next_run_at": due, "last_run_at": None, "last_status": None, "last_error": None,
+           "last_delivery_error": None, "deliver": "local", "origin": None, "enabled_toolsets": None,
+           "workdir": None}
+    path = c.target_home / "cron" / "jobs.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    jobs = json.loads(path.read_text())["jobs"] if path.exists() else []
+    path.write_text(json.dumps({"jobs": [*jobs, job], "updated_at": now.isoformat()}, indent=2))
+
+
 def _bypass(c: PlantContext) -> None:
     _edit_config(c.target_home, lambda cfg: cfg["providers"][PROVIDER_ID].update(base_url=f"{c.target_stub}/v1"))
 
@@ -93,7 +131,26 @@ PLANTS: dict[str, tuple[Callable[[PlantContext], None], frozenset[str]]] = {
     "key": (_key, frozenset({"wrong_key", "file_leak"})),
     "bypass": (_bypass, frozenset({"bypass"})),
     "egress": (_egress, frozenset({"egress"})),
+    "memory-entry": (_memory_entry, frozenset({"file_leak", "request_leak"})),
+    "skill": (_skill, frozenset({"file_leak", "request_leak"})),
+    "cronjob": (_cronjob, frozenset({"file_leak", "request_leak"})),
 }
+#: Plants of the tool battery's stores: the tools through whose result the plant must be caught.
+TOOL_PLANTS: dict[str, frozenset[str]] = {
+    "memory-entry": frozenset({"memory"}),
+    "skill": frozenset({"skills_list", "skill_view"}),
+    "cronjob": frozenset({"cronjob"}),
+}
+
+
+def battery_for(name: str) -> list[str]:
+    """The battery groups a plant's run needs: those of the tools it must be caught through; none (the env
+    probe only) for the other plants, which test the detectors (and a bypass must end inconclusive, which a
+    leak the battery finds in Hermes, F8, would turn into a leak)."""
+    tools = TOOL_PLANTS.get(name, frozenset())
+    return [group for group, members in TOOL_GROUPS.items() if tools & set(members)]
+#: Plants whose tool only some scenarios offer (the one-shot CLI has no `cronjob`).
+SCENARIO = {"cronjob": "tui"}
 #: Plants that only show in one topology (an unowned host is visible only through the forward proxy).
 TOPOLOGY = {"egress": "forward"}
 

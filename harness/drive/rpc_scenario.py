@@ -1,14 +1,16 @@
 """Scenarios where ONE Hermes process serves every tenant over JSON-RPC: `tui` (stdio) and `serve` (websocket).
 
 Phases (each followed by the same invariants, findings tagged with their phase):
-- `turns`: interleaved turns across all tenants;
+- `cron` (serve, when asked for): a due job seeded in every profile with Hermes' own cron API before the
+  backend starts; the ticker must fire each one (a job that never fires is a `shortfall`). It runs first,
+  alone: a job running next to the turns would share its tenant's scripted stub and race them;
+- `turns`: interleaved turns across all tenants, the first running the tool battery's write plan;
+- `lookups`: every tenant's turn asks the tools for another tenant's identifiers (`battery`);
 - `settings`: `config.set` / `model.save_key` addressed to one profile must change only its files, and
   `session.create` must report the addressed profile's model, cwd and name (`profile_bleed`);
 - `after-settings`: another round of turns (does a settings write leak into later turns?);
 - `profiles`: a profile created and deleted next to the live backend (its PID must not change);
-- `resume`: the backend restarted, every stored session resumed in its own profile;
-- `cron` (serve): a due job seeded in every profile with Hermes' own cron API; the ticker must fire each one
-  (a job that never fires is a `shortfall`).
+- `resume`: the backend restarted, every stored session resumed in its own profile.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Any
 
 from harness.core.findings import Finding
 from harness.core.registry import new_tag
+from harness.drive import battery
 from harness.drive.backends import BackendError, RpcBackend, ServeBackend, TuiBackend
 from harness.drive.context import PROMPT, Context
 from harness.drive.hermes import TurnResult
@@ -76,7 +79,11 @@ def _rpc_scenario(ctx: Context, make: Callable[[], RpcBackend], driver: str, cro
         seed_cron(ctx)
     backend = make()
     stored: dict[str, str] = {}
+    started = time.time()
     try:
+        if cron and wanted(ctx, "cron"):
+            with ctx.phase("cron"):
+                wait_cron(ctx, ctx.opts.cron_wait, driver, started)
         with ctx.phase("turns"):
             sessions = {}
             for name in names:
@@ -85,12 +92,14 @@ def _rpc_scenario(ctx: Context, make: Callable[[], RpcBackend], driver: str, cro
                 stored[name] = info.get("stored_session_id") or ""
                 _check_session_info(ctx, name, info.get("info") or {}, f"{driver}:session.create")
             if wanted(ctx, "turns"):
-                for _ in range(ctx.opts.turns):
+                battery.write_turns(ctx, lambda name: _turn(ctx, backend, name, sessions[name], "turns", driver))
+                for _ in range(ctx.opts.turns - 1):
                     for name in names:
                         _turn(ctx, backend, name, sessions[name], "turns", driver)
-        if cron and wanted(ctx, "cron"):
-            with ctx.phase("cron"):
-                wait_cron(ctx, ctx.opts.cron_wait, driver)
+        if battery.enabled(ctx) and wanted(ctx, "lookups"):
+            with ctx.phase("lookups"):
+                battery.lookup_turns(ctx, lambda name: _turn(ctx, backend, name, sessions[name], "lookups", driver),
+                                     started, {name: [sid] for name, sid in stored.items() if sid})
         if wanted(ctx, "settings"):
             with ctx.phase("settings"):
                 _settings(ctx, backend, sessions, driver)

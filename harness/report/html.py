@@ -12,7 +12,7 @@ from html import escape
 
 from harness.core.findings import Finding
 from harness.core.severity import docs_url
-from harness.report.result import AuditResult, Group, groups, matrix
+from harness.report.result import AuditResult, Group, coverage_tools, groups, matrix
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
@@ -42,6 +42,9 @@ code{font:12px/1.4 ui-monospace,monospace;background:#f0f2f5;padding:1px 4px;bor
 .kind,.fp{font-weight:600;white-space:nowrap}
 .muted{color:#6b7383}
 ul.reasons{margin:8px 0 0;padding-left:20px}
+#coverage td{text-align:center}
+#coverage td.driven{color:#1f7a3d}#coverage td.leak{background:#fde4e1;color:#8c1d18;font-weight:600}
+#coverage td.failed{background:#fff4d6;color:#9a6700}#coverage td.not-offered,#coverage td.not-driven{color:#8a93a3}
 """
 
 
@@ -93,9 +96,10 @@ def _findings(findings: list[Finding], table_id: str) -> str:
         f = g.first
         where = f"{f.scenario}/{f.phase}" if f.scenario else "-"
         kind = f'<a href="{escape(docs_url(f.kind))}">{escape(f.kind)}</a>'
+        tool = f"<div>tool <code>{escape(f.tool)}</code></div>" if f.tool else ""
         rows.append(f'<tr class="{"known" if table_id == "known" else "new"}" data-fingerprint="{g.fingerprint}" '
                     f'data-severity="{g.severity}" data-count="{g.count}">'
-                    f'<td class="sev {g.severity}">{g.severity}</td><td class="kind">{kind}</td>'
+                    f'<td class="sev {g.severity}">{g.severity}</td><td class="kind">{kind}{tool}</td>'
                     f"<td>{escape(f.victim or '-')} &rarr; {escape(f.seen_in or '-')}</td>"
                     f"<td>{escape(f.canary or '-')}</td><td>{escape(f.channel)}</td><td>{escape(where)}</td>"
                     f"<td>{g.count}</td><td><code>{escape(f.location)}</code>{_occurrences(g)}</td>"
@@ -116,6 +120,23 @@ def _timeline(result: AuditResult) -> str:
         for e in result.timeline)
     return ('<table id="timeline"><tr><th>scenario/phase</th><th>tenant</th><th>driver</th><th>result</th>'
             f"<th>seconds</th><th>flows so far</th><th>detail</th></tr>{rows}</table>")
+
+
+def _coverage(result: AuditResult) -> str:
+    if not result.coverage:
+        return '<p class="muted">No tool battery ran.</p>'
+    tools = coverage_tools(result.coverage)
+    head = "".join(f"<th><code>{escape(t)}</code></th>" for t in tools)
+    rows = []
+    for scenario, row in result.coverage.items():
+        cells = "".join(
+            f'<td class="{escape(row.get(t, "-").replace(" ", "-"))}" data-scenario="{escape(scenario)}" '
+            f'data-tool="{escape(t)}" data-status="{escape(row.get(t, "-"))}">{escape(row.get(t, "-"))}</td>'
+            for t in tools)
+        rows.append(f"<tr><th>{escape(scenario)}</th>{cells}</tr>")
+    return (f'<table id="coverage"><tr><th>scenario \\ tool</th>{head}</tr>{"".join(rows)}</table>'
+            '<p class="muted">driven: a call\'s result came back; leak: a finding came through the tool; failed: '
+            "every call was answered with an error; not offered: this Hermes does not offer the tool there.</p>")
 
 
 def _notes(result: AuditResult) -> str:
@@ -168,6 +189,8 @@ data-negative-control="{str(result.negative_control).lower()}" data-known="{len(
 <p class="muted">Row: the tenant whose canary or key it is. Column: the tenant whose channel carried it. New
 findings per channel; known ones (in the baseline) in grey.</p>
 {_matrix(result)}
+<h2>Tool coverage</h2>
+{_coverage(result)}
 <h2>Findings ({len(v.findings)} new in {len(groups(v.findings))} class(es))</h2>
 <p class="muted">One row per class (fingerprint), the most severe first. What each kind means and how to fix it:
 <a href="{escape(docs_url())}">docs/findings.md</a>.</p>

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from harness.core.findings import Finding
 from harness.core.severity import docs_url
-from harness.report.result import AuditResult, Group, groups, matrix
+from harness.report.result import AuditResult, Group, coverage_tools, groups, matrix
 
 
 def _cell(text: object) -> str:
@@ -53,7 +53,8 @@ def _occurrence(f: Finding) -> str:
     enc = f" [{f.encoding}]" if f.encoding and f.encoding != "plain" else ""
     detail = f" {f.detail}" if f.detail else ""
     evidence = f" evidence {_code(f.evidence)}" if f.evidence else ""
-    return f"- {_code(f.location)}{enc}{evidence}{_cell(detail)}"
+    tool = f" (tool `{f.tool}`)" if f.tool else ""
+    return f"- {_code(f.location)}{enc}{tool}{evidence}{_cell(detail)}"
 
 
 def _classes(found: list[Group]) -> list[str]:
@@ -86,6 +87,14 @@ def markdown(result: AuditResult) -> str:
     if result.warnings:
         lines += ["## Warnings", "", *[f"- {w}" for w in result.warnings], ""]
     lines += _matrix(result)
+    if result.coverage:
+        tools = coverage_tools(result.coverage)
+        lines += ["", "## Tool coverage", "", "What each scenario drove: `driven` (a call's result came back), `leak` "
+                  "(a finding came through the tool), `failed` (every call answered with an error), `not offered` "
+                  "(this Hermes does not offer the tool there).", "",
+                  "| scenario | " + " | ".join(f"`{t}`" for t in tools) + " |", "|---" * (len(tools) + 1) + "|"]
+        lines += [f"| {sc} | " + " | ".join(row.get(t, "-") for t in tools) + " |"
+                  for sc, row in result.coverage.items()]
     new, known = groups(v.findings), groups(v.known)
     lines += ["", f"## Findings ({len(v.findings)} new in {len(new)} class(es), {len(v.known)} known)", "",
               f"What each kind means and how to fix it: [docs/findings.md]({docs_url()}).", ""]

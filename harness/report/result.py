@@ -28,6 +28,7 @@ class AuditResult:
     #: What was not read to its end: {path, reason, bytes_read, partial} (`scan.NotInspected.to_dict`).
     not_inspected: list[dict[str, Any]] = field(default_factory=list)
     out: Path | None = None  # the evidence folder the reports were written to (not part of findings.json)
+    coverage: dict[str, dict[str, str]] = field(default_factory=dict)  # scenario -> tool -> status
     plants: list[str] = field(default_factory=list)  # negative controls planted (a leak is the expected outcome)
     warnings: list[str] = field(default_factory=list)  # e.g. a version-1 baseline
 
@@ -55,6 +56,7 @@ class AuditResult:
             "known": [f.to_dict() for f in v.known],
             "fixed": self.fixed,
             "timeline": self.timeline,
+            "coverage": self.coverage,
             "fingerprint_version": FINGERPRINT_VERSION,
             "plants": list(self.plants),
             "warnings": list(self.warnings),
@@ -128,4 +130,24 @@ def summary_table(result: AuditResult) -> str:
                                                                                      strict=True))])
              for row in table]
     v = result.verdict
+    lines += coverage_lines(result.coverage)
     return "\n".join([*lines, f"verdict {v.status}: {len(v.findings)} new, {len(v.known)} known finding(s)"])
+
+
+#: The statuses of the coverage table, as the reports name them.
+COVERAGE_STATES = ("driven", "leak", "failed", "not offered", "not driven")
+
+
+def coverage_tools(coverage: dict[str, dict[str, str]]) -> list[str]:
+    """The tools of the coverage table, in battery order."""
+    return list(dict.fromkeys(t for row in coverage.values() for t in row))
+
+
+def coverage_lines(coverage: dict[str, dict[str, str]]) -> list[str]:
+    """The coverage table for the terminal: one line per scenario, one column per tool."""
+    if not coverage:
+        return []
+    tools = coverage_tools(coverage)
+    table = [["tools", *tools], *[[sc, *(row.get(t, "-") for t in tools)] for sc, row in coverage.items()]]
+    widths = [max(len(str(r[i])) for r in table) for i in range(len(table[0]))]
+    return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]

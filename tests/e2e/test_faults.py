@@ -29,7 +29,9 @@ CLI = [sys.executable, "-m", "harness.cli"]
 
 
 def start_run(out: Path, hermes_python: Path, *args: str) -> subprocess.Popen[str]:
-    argv = [*CLI, "run", "--out", str(out), "--hermes-python", str(hermes_python), "--quiet", *args]
+    """A run in the background, with the env probe only (these tests are about the harness, not the tools)."""
+    argv = [*CLI, "run", "--out", str(out), "--hermes-python", str(hermes_python), "--quiet", "--tools", "none",
+            *args]
     return subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -140,7 +142,7 @@ def test_mitmdump_killed_mid_run_is_inconclusive_and_its_flows_read_back(tmp_pat
     ({"timeout": 1}, "killed after 1s timeout"),
 ], ids=["stub-500", "stub-hang", "sse-dropped", "hermes-timeout"])
 def test_driver_failure_is_inconclusive_never_clean(tenancy_audit, options, cause):
-    audit = tenancy_audit(**options)
+    audit = tenancy_audit(tools=[], **options)  # the env probe only: every turn fails anyway
     assert audit.code == 3 and audit.verdict == "inconclusive"
     shortfalls = [f for f in audit.findings if f.kind == "shortfall"]
     assert {f.victim for f in shortfalls} == {"default", "alpha"}, audit.doc["findings"]
@@ -169,7 +171,8 @@ def test_listeners_are_bound_before_the_registry_is_written(tmp_path, hermes_pyt
     monkeypatch.setattr(harness.run, "free_port", taken)
     monkeypatch.setattr(harness.capture.proxy, "free_port", taken)
     try:
-        code = cli.main(["run", "--out", str(tmp_path / "ev"), "--hermes-python", str(hermes_python), "--quiet"])
+        code = cli.main(["run", "--out", str(tmp_path / "ev"), "--hermes-python", str(hermes_python), "--quiet",
+                         "--tools", "none"])  # the env probe only: the one-shot CLI is clean without the battery
         held = {s.getsockname()[1] for s in squatters}
     finally:
         for s in squatters:
@@ -197,7 +200,7 @@ def test_mitmdump_that_never_comes_up_ends_the_run_inconclusive_in_one_line(tmp_
                                                      else a for a in argv(self)])
     started = time.monotonic()
     code = cli.main(["run", "--out", str(tmp_path / "ev"), "--hermes-python", str(hermes_python), "--quiet",
-                     "--timeout", "60"])
+                     "--timeout", "60", "--tools", "none"])
     seconds = time.monotonic() - started
     err = capsys.readouterr().err
     assert code == 3, err

@@ -1,27 +1,37 @@
-"""The main job against real Hermes: a clean two-tenant one-shot audit, and every planted leak caught."""
+"""The main job against real Hermes: a two-tenant one-shot audit (clean but for the baseline's known findings of
+the tool battery), and every planted leak caught."""
 
 from __future__ import annotations
 
 import json
 import stat
+from pathlib import Path
 
 import pytest
 
+from harness.core.protocol import BATTERY_TOOLS
 from harness.core.registry import load
 from harness.detect.matcher import Matcher
-from harness.drive.plants import PLANTS, TOPOLOGY
+from harness.drive.plants import PLANTS, SCENARIO, TOOL_PLANTS, TOPOLOGY, battery_for
 from harness.pytest_plugin import assert_isolated
 
 pytestmark = pytest.mark.e2e
+BASELINE = Path(__file__).resolve().parents[2] / "baselines" / "oneshot.json"
 
 EVIDENCE = ("registry.yaml", "flows.mitm", "ledger.jsonl", "findings.json", "report.md", "report.html", "junit.xml",
             "findings.sarif", "stubs.jsonl")
 
 
 def test_clean_two_tenant_audit(tenancy_audit):
-    audit = tenancy_audit()
-    assert_isolated(audit)
+    audit = tenancy_audit(baseline=BASELINE)
+    assert audit.doc["findings"] == [] and audit.doc["reasons"] == [] and audit.doc["fixed"] == []
     assert audit.code == 0 and audit.verdict == "clean"
+    # every battery tool the one-shot CLI offers was driven; `cronjob` it does not offer, and says so
+    coverage = audit.doc["coverage"]["oneshot"]
+    assert set(coverage) == set(BATTERY_TOOLS)
+    assert coverage.pop("cronjob") == "not offered"
+    assert set(coverage.values()) <= {"driven", "leak"}, coverage
+    assert audit.doc["known"], "Hermes 0.19.0's session_search reads other profiles (F8): the battery must see it"
     assert audit.doc["versions"]["hermes-agent"]
     # every tenant's turn produced an env snapshot on its own route, and every turn completed
     assert audit.doc["inspected"]["env"] >= 2
@@ -39,7 +49,9 @@ def test_clean_two_tenant_audit(tenancy_audit):
 
 @pytest.mark.parametrize("plant", sorted(PLANTS))
 def test_planted_leak_is_caught(tenancy_audit, plant):
-    audit = tenancy_audit(plants=[plant], topology=TOPOLOGY.get(plant, "reverse"))
+    scenario = SCENARIO.get(plant, "oneshot")
+    audit = tenancy_audit(plants=[plant], topology=TOPOLOGY.get(plant, "reverse"), scenario=scenario,
+                          phases=[] if scenario == "oneshot" else ["turns"], tools=battery_for(plant))
     expected = PLANTS[plant][1]
     assert expected <= audit.kinds, f"{plant}: expected {sorted(expected)}, got {sorted(audit.kinds)}"
     assert not [r for r in audit.doc["reasons"] if r.startswith("plant ")]
@@ -47,6 +59,9 @@ def test_planted_leak_is_caught(tenancy_audit, plant):
         assert audit.code == 3 and audit.verdict == "inconclusive"  # a bypass proves nothing, but never "clean"
     else:
         assert audit.code == 1 and audit.verdict == "leak"
+    if plant in TOOL_PLANTS:  # caught through the tool's result, not only by the file scan
+        assert any(f.kind == "request_leak" and f.tool in TOOL_PLANTS[plant] and f.victim == "default"
+                   and f.seen_in == "alpha" for f in audit.findings), plant
     for f in audit.findings:
         if f.kind in {"bypass", "shortfall", "egress"}:
             continue
@@ -55,9 +70,16 @@ def test_planted_leak_is_caught(tenancy_audit, plant):
         assert f.seen_in in ({"default", "alpha", None} if plant == "egress" else {"default", "alpha"})
 
 
+def test_a_tool_plant_needs_the_battery(tenancy_audit):
+    """Without the battery (`--tools none`) a planted memory entry shows only in the file scan and the system
+    prompt: the plant is reported as not caught through its tool, and the run is not conclusive about it."""
+    audit = tenancy_audit(plants=["memory-entry"], tools=[])
+    assert any("not caught through a tool result" in r for r in audit.doc["reasons"]), audit.doc["reasons"]
+
+
 def test_forward_topology_clean(tenancy_audit):
-    """HTTPS_PROXY + TLS terminated with the project's CA; tenants at <name>.llm.test."""
-    audit = tenancy_audit(topology="forward")
+    """HTTPS_PROXY + TLS terminated with the project's CA; tenants at <name>.llm.test (the env probe only)."""
+    audit = tenancy_audit(topology="forward", tools=[])
     assert_isolated(audit)
     assert audit.code == 0
     ledger = (audit.out / "ledger.jsonl").read_text().splitlines()
@@ -67,6 +89,6 @@ def test_forward_topology_clean(tenancy_audit):
 
 
 def test_forward_topology_catches_a_crossed_route(tenancy_audit):
-    audit = tenancy_audit(topology="forward", plants=["route"])
+    audit = tenancy_audit(topology="forward", plants=["route"], tools=[])  # the env probe only: faster
     assert audit.code == 1
     assert {"wrong_key", "wrong_model", "request_leak"} <= audit.kinds

@@ -69,6 +69,7 @@ def audit(tmp_path_factory, hermes_python):
     stop = threading.Event()
     try:
         proc = subprocess.Popen([sys.executable, "-m", "harness.cli", "run", "--tenants", "8", "--redact", "--quiet",
+                                 "--tools", "none",
                                  "--hermes-python", str(hermes_python), "--out", str(out)],
                                 env={**os.environ, **PLANTED}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)

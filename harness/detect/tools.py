@@ -1,0 +1,185 @@
+"""Which tool a finding came through, and which tools a run drove (the coverage table).
+
+A chat request re-sends the whole conversation: the assistant messages hold the tool calls (id, name,
+arguments) and the `role: tool` messages their results (by `tool_call_id`). A canary found inside a tool
+result (or a call's arguments) is attributed to that tool. Files a tool writes (its store under the
+profile's home) are attributed by path. Shared by the live addon (through `flows`) and by `reconcile`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from harness.core.findings import Finding
+
+#: File stores of the battery's tools, relative to a profile's home (a file finding's location starts so).
+_STORES = (("memories/", "memory"), ("skills/", "skill_manage"), ("cron/", "cronjob"))
+
+_DECODER = json.JSONDecoder()
+
+
+def _skip(text: str, i: int) -> int:
+    while i < len(text) and text[i] in " \t\r\n":
+        i += 1
+    return i
+
+
+def _members(text: str, i: int) -> list[tuple[str, int, int]]:
+    """(key, start, end) of every value of the JSON object at `text[i]` (`text[i]` is `{`)."""
+    out = []
+    i = _skip(text, i + 1)
+    while i < len(text) and text[i] != "}":
+        key, i = _DECODER.raw_decode(text, i)
+        i = _skip(text, _skip(text, i) + 1)  # past ':'
+        _, end = _DECODER.raw_decode(text, i)
+        out.append((key, i, end))
+        i = _skip(text, end)
+        if i < len(text) and text[i] == ",":
+            i = _skip(text, i + 1)
+    return out
+
+
+def _elements(text: str, i: int) -> list[tuple[int, int]]:
+    """(start, end) of every element of the JSON array at `text[i]` (`text[i]` is `[`)."""
+    out = []
+    i = _skip(text, i + 1)
+    while i < len(text) and text[i] != "]":
+        _, end = _DECODER.raw_decode(text, i)
+        out.append((i, end))
+        i = _skip(text, end)
+        if i < len(text) and text[i] == ",":
+            i = _skip(text, i + 1)
+    return out
+
+
+def message_spans(data: bytes) -> list[tuple[int, int]]:
+    """Byte spans of the `messages` of a chat request body, in order; [] when it is not one."""
+    text = data.decode("latin-1")  # one char per byte: char offsets are byte offsets
+    i = _skip(text, 0)
+    if not text.startswith("{", i):
+        return []
+    try:
+        for key, start, _ in _members(text, i):
+            if key == "messages" and text.startswith("[", start):
+                return _elements(text, start)
+    except ValueError:
+        return []
+    return []
+
+
+def call_names(messages: list[Any]) -> dict[str, str]:
+    """tool_call_id -> tool name, from the assistant messages' tool calls."""
+    names = {}
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") != "assistant":
+            continue
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if isinstance(fn, dict) and isinstance(call.get("id"), str):
+                names[call["id"]] = str(fn.get("name"))
+    return names
+
+
+def _message_tool(m: Any, names: dict[str, str]) -> str | None:
+    if not isinstance(m, dict):
+        return None
+    if m.get("role") == "tool":
+        return names.get(str(m.get("tool_call_id")))
+    calls = [c for c in m.get("tool_calls") or [] if isinstance(c, dict)]
+    if m.get("role") == "assistant" and len(calls) == 1 and isinstance(calls[0].get("function"), dict):
+        return str(calls[0]["function"].get("name"))
+    return None
+
+
+def attribute_body(findings: list[Finding], data: bytes, doc: Any, prefix: str) -> list[Finding]:
+    """Give every finding at `<prefix>@OFFSET` of a chat request body the tool of the message it sits in."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("messages"), list):
+        return findings
+    if not any(f.location.startswith(prefix + "@") for f in findings):
+        return findings
+    messages = doc["messages"]
+    spans = message_spans(data)
+    if len(spans) != len(messages):
+        return findings
+    names = call_names(messages)
+    out = []
+    for f in findings:
+        tool = None
+        if f.location.startswith(prefix + "@"):
+            offset = int(f.location.rsplit("@", 1)[1])
+            idx = next((n for n, (a, b) in enumerate(spans) if a <= offset < b), None)
+            tool = _message_tool(messages[idx], names) if idx is not None else None
+        out.append(replace(f, tool=tool) if tool else f)
+    return out
+
+
+def tool_for_file(location: str) -> str | None:
+    """The tool whose store a file finding is in (`memories/MEMORY.md@12` -> memory), if any."""
+    return next((tool for prefix, tool in _STORES if location.startswith(prefix)), None)
+
+
+def _is_error(content: Any) -> bool:
+    if isinstance(content, list):
+        content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
+    if not isinstance(content, str):
+        return False
+    try:
+        doc = json.loads(content)
+    except ValueError:
+        return False
+    return isinstance(doc, dict) and (doc.get("success") is False or (bool(doc.get("error"))
+                                                                      and doc.get("success") is not True))
+
+
+@dataclass
+class Coverage:
+    """Per scenario: the tools Hermes offered, and per tool the calls whose result came back ok or in error."""
+
+    offered: dict[str, set[str]] = field(default_factory=dict)
+    ok: dict[str, dict[str, int]] = field(default_factory=dict)
+    errors: dict[str, dict[str, int]] = field(default_factory=dict)
+    _seen: set[str] = field(default_factory=set)
+
+    def add(self, scenario: str, doc: dict[str, Any]) -> None:
+        """Count one main request: its offered tools and every tool result not counted yet."""
+        tools = doc.get("tools") or []
+        offered = self.offered.setdefault(scenario, set())
+        offered.update(str(t["function"].get("name")) for t in tools
+                       if isinstance(t, dict) and isinstance(t.get("function"), dict))
+        messages = [m for m in doc.get("messages") or [] if isinstance(m, dict)]
+        names = call_names(messages)
+        for m in messages:
+            call_id = m.get("tool_call_id")
+            if m.get("role") != "tool" or not isinstance(call_id, str) or call_id in self._seen:
+                continue
+            self._seen.add(call_id)
+            tool = names.get(call_id)
+            if tool is None:
+                continue
+            bucket = self.errors if _is_error(m.get("content")) else self.ok
+            per = bucket.setdefault(scenario, {})
+            per[tool] = per.get(tool, 0) + 1
+
+    def table(self, tools: tuple[str, ...] | list[str], findings: list[Finding]) -> dict[str, dict[str, str]]:
+        """scenario -> tool -> `leak`, `driven`, `failed`, `not offered` or `not driven`."""
+        leaks = {(f.scenario, f.tool) for f in findings if f.tool and f.kind not in ("shortfall", "bypass")}
+        out: dict[str, dict[str, str]] = {}
+        for scenario in sorted(self.offered):
+            row = {}
+            for tool in tools:
+                ok = self.ok.get(scenario, {}).get(tool, 0)
+                bad = self.errors.get(scenario, {}).get(tool, 0)
+                if (scenario, tool) in leaks:
+                    row[tool] = "leak"
+                elif ok:
+                    row[tool] = "driven"
+                elif bad:
+                    row[tool] = "failed"
+                elif tool not in self.offered[scenario]:
+                    row[tool] = "not offered"
+                else:
+                    row[tool] = "not driven"
+            out[scenario] = row
+        return out
