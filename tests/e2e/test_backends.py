@@ -23,8 +23,9 @@ pytestmark = pytest.mark.e2e
 ROOT = Path(__file__).resolve().parents[2]
 BASELINES = ROOT / "baselines"
 SCENARIOS = ("tui", "serve", "gateway")
-#: Backends with a cron ticker: their run adds the `cron` phase, and their baseline was made with it.
-TICKERS = ("serve", "gateway")
+#: The backend whose run adds the `cron` phase (75 s: the ticker must get a second tick). The driver's cron
+#: code is the same for the gateway, whose baseline (made with `--phases all`) holds its cron classes.
+TICKERS = ("serve",)
 
 
 def _summaries(findings: list[dict]) -> str:
