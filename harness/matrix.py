@@ -157,22 +157,23 @@ class Release:
     reason: str = ""
 
 
-def prepare_release(version: str, python: Path | None, say: Callable[[str], None]) -> Release:
-    """Install (or reuse) the release and ask it what it offers; a given python must hold that release."""
+def prepare_release(version: str, given: Path | None, say: Callable[[str], None]) -> Release:
+    """Install (or reuse) the release and ask it what it offers. A release that does not install or does not
+    run is `n/a`; a given python that does not run that release is an error (HermesError, UsageError)."""
     try:
-        python = python or install.install(version, say)
+        python = given or install.install(version, say)
+        with tempfile.TemporaryDirectory(prefix="tenancy-matrix-probe-") as tmp:
+            hermes = Hermes(python, Sandbox(Path(tmp)), ProcessSet(), Path(tmp) / "logs")
+            try:
+                found = hermes.check()
+                offered = features.probe(hermes)
+            finally:
+                hermes.procs.close()
     except HermesError as exc:
+        if given is not None:
+            raise
         say(str(exc))
         return Release(version, reason=str(exc))
-    with tempfile.TemporaryDirectory(prefix="tenancy-matrix-probe-") as tmp:
-        hermes = Hermes(python, Sandbox(Path(tmp)), ProcessSet(), Path(tmp) / "logs")
-        try:
-            found = hermes.check()
-            offered = features.probe(hermes)
-        except HermesError as exc:
-            return Release(version, reason=str(exc))
-        finally:
-            hermes.procs.close()
     if Version(found) != Version(version):
         raise UsageError(f"--hermes {version}={python}: that python runs hermes-agent {found}")
     return Release(version, python, offered)
@@ -209,7 +210,7 @@ def run_matrix(opts: MatrixOptions) -> dict[str, Any]:
 
     try:
         releases = {v: prepare_release(v, opts.releases[v], say) for v in dict.fromkeys(r for r, _, _ in keys)}
-    except UsageError:
+    except (UsageError, HermesError):
         if created:
             with contextlib.suppress(OSError):
                 opts.out.rmdir()

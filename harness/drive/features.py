@@ -15,7 +15,8 @@ from harness.drive.hermes import Hermes, HermesError
 
 #: One child reports what it can import and what the one-shot entry point takes.
 _PROBE = """
-import dataclasses, importlib.util, inspect, json
+import dataclasses, importlib.util, inspect, json, os
+report = os.fdopen(os.dup(1), "w")  # tui_gateway takes stdout over when imported
 def has(mod):
     try:
         return importlib.util.find_spec(mod) is not None
@@ -34,7 +35,8 @@ if tui:
     from tui_gateway.server import _methods
     create = _methods.get("session.create")
     tui = create is not None and '"profile"' in inspect.getsource(create)
-print(json.dumps({"oneshot": has("hermes_cli.oneshot"), "usage_file": usage, "multiplex": multiplex, "tui": tui}))
+print(json.dumps({"oneshot": has("hermes_cli.oneshot"), "usage_file": usage, "multiplex": multiplex, "tui": tui}),
+      file=report)
 """
 
 
@@ -66,7 +68,10 @@ def probe(hermes: Hermes) -> Features:
     if rc != 0:
         last = (err.strip().splitlines() or ["no output"])[-1]
         raise HermesError(f"cannot probe the features of the Hermes at {hermes.python}: {last[:200]}")
-    found = json.loads(out.strip().splitlines()[-1])
+    try:
+        found = json.loads(out.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise HermesError(f"the feature probe of the Hermes at {hermes.python} printed no report") from None
     rc, _, _ = hermes.procs.run([str(hermes.python), "-m", "hermes_cli.main", "serve", "--help"], env=env, cwd=cwd,
                                 timeout=120)
     return Features(oneshot=found["oneshot"], usage_file=found["usage_file"], serve=rc == 0,

@@ -125,10 +125,10 @@ def row_cell(cls: dict[str, Any], release: str, cells: list[Cell], fingerprint: 
         first = next((c for c in cells if c.status == NA), None)
         reason = first.reason if first else f"no turn completed ({cells[0].reason or cells[0].status})"
         return {"state": NA, "reason": reason}
-    tool = cls.get("tool")
-    if tool and all(tool in c.not_offered.get(cls["scenario"], []) for c in drove):
-        return {"state": NA, "reason": f"hermes-agent {release} does not offer the tool {tool}"}
     k, n = sum(fingerprint in c.classes for c in drove), len(drove)
+    tool = cls.get("tool")
+    if not k and tool and all(tool in c.not_offered.get(cls["scenario"], []) for c in drove):
+        return {"state": NA, "reason": f"hermes-agent {release} does not offer the tool {tool}"}
     return {"state": "seen" if k else "not seen", "seen": k, "runs": n,
             "interval": list(wilson(k, n)) if n > 1 else None}
 
