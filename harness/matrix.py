@@ -215,15 +215,16 @@ def run_matrix(opts: MatrixOptions) -> dict[str, Any]:
             with contextlib.suppress(OSError):
                 opts.out.rmdir()
         raise
-    cells = []
-    for version, scenario, run in keys:
+    shard = f"{opts.shard[0]}/{opts.shard[1]}" if opts.shard else None
+    cells: list[Cell] = []
+    doc = matrix.document(plan, cells, shard)
+    for version, scenario, run in keys:  # the matrix is rewritten after every cell: an interrupted one is kept
         cell = _run_cell(opts, releases[version], scenario, run)
         cells.append(cell)
         detail = f": {cell.reason}" if cell.status == NA else f", {len(cell.classes)} class(es)"
         say(f"{version} {scenario} run {run}/{opts.runs}: {cell.status}{detail}")
-    shard = f"{opts.shard[0]}/{opts.shard[1]}" if opts.shard else None
-    doc = matrix.document(plan, cells, shard)
-    write_matrix(opts.out, doc)
+        doc = matrix.document(plan, cells, shard)
+        write_matrix(opts.out, doc)
     return doc
 
 
