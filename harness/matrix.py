@@ -113,6 +113,7 @@ def prepare_dir(out: Path, force: bool) -> Path:
     created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
+        out.chmod(0o700)
         with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as exc:
