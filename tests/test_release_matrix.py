@@ -12,12 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from harness import cli
 from harness import matrix as runner
-from harness.core.findings import Finding
+from harness.core.findings import Finding, Verdict
 from harness.report import matrix
 from harness.report.baseline import load, write
 from harness.report.matrix import NA, Cell, MatrixError, Plan, cell_text, class_of, wilson
 from harness.report.matrix_pages import render_html, render_markdown
+from harness.report.result import AuditResult
 from harness.run import UsageError
 
 CLI = [sys.executable, "-m", "harness.cli"]
@@ -299,3 +301,27 @@ def test_a_given_python_of_another_release_is_refused(tmp_path):
     err = one_line_exit_2(tmp_path, "matrix", "--hermes", f"0.19.0={sys.executable}", "--out", "m")
     assert f"Hermes at {sys.executable} is broken" in err, err
     assert not (tmp_path / "m").exists()
+
+
+# --- run --runs N (run_audit replaced: no Hermes) -----------------------------------------------------------
+
+
+def test_run_runs_n_reports_seen_k_of_n_per_class(tmp_path, monkeypatch, capsys):
+    seen_in = {1: [LEAK], 2: [], 3: [LEAK]}
+
+    def fake_run_audit(opts):
+        run = int(opts.out.name.split("-")[1])
+        opts.out.mkdir(parents=True)
+        return AuditResult(Verdict(seen_in[run]), ["default", "alpha"], opts.scenario, {"hermes-agent": "0.19.0"},
+                           timeline=[{"ok": True}], out=opts.out)
+
+    monkeypatch.setattr(runner, "run_audit", fake_run_audit)
+    code = cli.main(["run", "--runs", "3", "--out", str(tmp_path / "rate")])
+    out = capsys.readouterr().out
+    assert code == 1  # a run leaked
+    assert f"seen 2/3 (95% CI {round(wilson(2, 3)[0] * 100)}-{round(wilson(2, 3)[1] * 100)}%)" in out, out
+    assert LEAK.fingerprint() in out
+    doc = json.loads((tmp_path / "rate" / "matrix.json").read_text())
+    assert doc["plan"] == {"releases": ["0.19.0"], "scenarios": ["oneshot"], "runs": 3, "tools": None}
+    assert [c["evidence"] for c in doc["cells"]] == ["run-1", "run-2", "run-3"]
+    assert cli.main(["run", "--runs", "3", "--out", str(tmp_path / "rate")]) == 2  # holds a matrix: --force
