@@ -15,6 +15,7 @@ import pytest
 from harness import cli
 from harness import matrix as runner
 from harness.core.findings import Finding, Verdict
+from harness.drive.features import Features, missing
 from harness.report import matrix
 from harness.report.baseline import load, write
 from harness.report.matrix import NA, Cell, MatrixError, Plan, cell_text, class_of, wilson
@@ -325,3 +326,15 @@ def test_run_runs_n_reports_seen_k_of_n_per_class(tmp_path, monkeypatch, capsys)
     assert doc["plan"] == {"releases": ["0.19.0"], "scenarios": ["oneshot"], "runs": 3, "tools": None}
     assert [c["evidence"] for c in doc["cells"]] == ["run-1", "run-2", "run-3"]
     assert cli.main(["run", "--runs", "3", "--out", str(tmp_path / "rate")]) == 2  # holds a matrix: --force
+
+
+# --- what a release offers ----------------------------------------------------------------------------------
+
+
+def test_a_scenario_needs_only_its_own_features():
+    old = Features(usage_file=False, serve=False, multiplex=False, tui=True)
+    assert missing(old, "serve") == "scenario serve: no `hermes serve`"
+    assert missing(old, "gateway") == "scenario gateway: no multiplexed gateway (gateway.multiplex_profiles)"
+    assert missing(old, "oneshot") is None and missing(old, "tui") is None  # --usage-file is not needed
+    assert missing(old, "all") == "scenario serve: no `hermes serve`"
+    assert missing(Features(), "all") is None
