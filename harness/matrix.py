@@ -240,6 +240,8 @@ def merge_dirs(dirs: list[Path], out: Path) -> dict[str, Any]:
             raise MatrixError(f"merge: cannot read {path} ({getattr(exc, 'strerror', None) or type(exc).__name__})"
                               ) from None
     doc = matrix.merge(parts)
+    if any(out.absolute() == (d if d.is_dir() else d.parent).absolute() for d in dirs):
+        raise MatrixError(f"merge: --out {out} is one of the shards; pass another folder")
     write_matrix(prepare_dir(out, force=True), doc)
     return doc
 

@@ -287,12 +287,14 @@ def one_line_exit_2(tmp_path: Path, *args: str) -> str:
     (["matrix", "--hermes", "0.19.0", "--out", "file"], "not a directory"),
     (["merge", "nothing", "--out", "m"], "cannot read"),
     (["merge", "bad", "--out", "m"], "not a version-1 matrix.json"),
+    (["merge", "good", "--out", "good"], "is one of the shards"),
     (["run", "--runs", "0", "--out", "m"], "--runs"),
 ])
 def test_bad_matrix_input_is_one_line_and_exit_2(tmp_path, args, needle):
     (tmp_path / "file").write_text("x")
     (tmp_path / "bad").mkdir()
     (tmp_path / "bad" / "matrix.json").write_text('{"version": 9}')
+    runner.write_matrix(tmp_path / "good", matrix.document(*recorded()))
     err = one_line_exit_2(tmp_path, *args)
     assert needle in err, err
     assert not (tmp_path / "m").exists()
