@@ -240,6 +240,8 @@ def test_reports_escape_and_carry_each_cell(tmp_path):
     html, md = render_html(doc), render_markdown(doc)
     assert "<script>" not in html and "&lt;script&gt;" in html
     assert "\\| pipe" in md
+    assert "| n/a [1] |" in md and "[1] n/a: <script>alert(1)</script> \\| pipe" in md  # each reason once, numbered
+    assert md.count("alert(1)") == html.count("alert(1)") == 2  # the runs table and the note
     parser = _Cells()
     parser.feed(html)
     assert len(parser.cells) == len(doc["rows"]) * len(RELEASES)

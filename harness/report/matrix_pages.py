@@ -35,6 +35,19 @@ def _who(row: dict[str, Any]) -> str:
     return f"{row['victim'] or '-'} -> {row['seen_in'] or '-'}"
 
 
+class _Notes:
+    """The reasons of `n/a` cells, numbered once each: a cell says `n/a [2]`, the note below the table why."""
+
+    def __init__(self) -> None:
+        self.reasons: dict[str, int] = {}
+
+    def text(self, cell: dict[str, Any]) -> str:
+        if cell["state"] != NA:
+            return cell_text(cell)
+        n = self.reasons.setdefault(cell["reason"], len(self.reasons) + 1)
+        return f"n/a [{n}]"
+
+
 def render_markdown(doc: dict[str, Any]) -> str:
     releases = _releases(doc)
     lines = [f"# tenancy-audit release matrix: **{doc['status'].upper()}**", "", _heading(doc), "",
@@ -48,13 +61,15 @@ def render_markdown(doc: dict[str, Any]) -> str:
               "| severity | kind | victim -> carrier | canary | channel | scenario/phase | tool | "
               + " | ".join(releases) + " | first seen | last seen | fingerprint |",
               "|---" * (len(releases) + 10) + "|"]
+    notes = _Notes()
     for row in doc["rows"]:
-        cells = " | ".join(_md(cell_text(row["cells"][r])) for r in releases)
+        cells = " | ".join(_md(notes.text(row["cells"][r])) for r in releases)
         lines.append(f"| {row['severity']} | {row['kind']} | {_md(_who(row))} | {row['canary'] or '-'} | "
                      f"{row['channel']} | {row['scenario'] or '-'}/{row['phase'] or '-'} | {row['tool'] or '-'} | "
                      f"{cells} | {row['first_seen'] or '-'} | {row['last_seen'] or '-'} | `{row['fingerprint']}` |")
     if not doc["rows"]:
         lines.append("| " + " | ".join(["-"] * (len(releases) + 10)) + " |")
+    lines += ["", *(f"[{n}] n/a: {_md(reason)}  " for reason, n in notes.reasons.items())]
     return "\n".join(lines) + "\n"
 
 
@@ -83,11 +98,11 @@ def render_html(doc: dict[str, Any]) -> str:
         + "".join(f'<td data-release="{escape(r)}" data-scenario="{escape(s)}">{escape(run_text(_runs(doc, r, s)))}'
                   "</td>" for r in releases) + "</tr>"
         for s in doc["plan"]["scenarios"])
-    rows = []
+    rows, notes = [], _Notes()
     for row in doc["rows"]:
         tds = "".join(
             f'<td class="{_state_class(c["state"])}" data-release="{escape(r)}" data-state="{escape(c["state"])}" '
-            f'data-seen="{c.get("seen", "")}" data-runs="{c.get("runs", "")}">{escape(cell_text(c))}</td>'
+            f'data-seen="{c.get("seen", "")}" data-runs="{c.get("runs", "")}">{escape(notes.text(c))}</td>'
             for r, c in ((r, row["cells"][r]) for r in releases))
         kind = f'<a href="{escape(docs_url(row["kind"]))}">{escape(row["kind"])}</a>'
         rows.append(f'<tr data-fingerprint="{escape(row["fingerprint"])}"><td>{escape(row["severity"])}</td>'
@@ -111,5 +126,6 @@ could not run it.</p>
 <table id="classes"><tr><th>severity</th><th>kind</th><th>victim &rarr; carrier</th><th>canary</th><th>channel</th>
 <th>scenario/phase</th><th>tool</th>{head}<th>first seen</th><th>last seen</th><th>fingerprint</th></tr>
 {"".join(rows)}</table>
+<ol id="notes">{"".join(f"<li>n/a: {escape(reason)}</li>" for reason in notes.reasons)}</ol>
 </body></html>
 """
