@@ -41,7 +41,7 @@ from harness.drive.hermes import HermesError
 from harness.matrix import MatrixOptions, merge_dirs, parse_releases, parse_scenarios, parse_shard, repeat, run_matrix
 from harness.report import baseline, export
 from harness.report.baseline import BaselineError
-from harness.report.matrix import MatrixError, cell_text, wilson
+from harness.report.matrix import NA, MatrixError, cell_text, wilson
 from harness.report.result import AuditResult, groups
 from harness.report.writer import write_reports
 from harness.run import (
@@ -303,11 +303,16 @@ MATRIX_EXIT = {"clean": EXIT_CLEAN, "leak": EXIT_LEAK, "inconclusive": EXIT_INCO
 
 
 def _print_matrix(doc: dict[str, Any], fail_on: str) -> int:
-    """One line per finding class and release (`seen k/N ...`), the verdict; returns the exit code."""
+    """One line per finding class (`seen k/N ...` per release; an n/a's reason is in matrix.md), the verdict;
+    returns the exit code."""
     releases = doc["plan"]["releases"]
+
+    def text(cell: dict[str, Any]) -> str:
+        return NA if cell["state"] == NA else cell_text(cell)
+
     for row in doc["rows"]:
         where = f"{row['scenario']}/{row['phase']}" if row["scenario"] else "-"
-        cells = "; ".join(f"{r}: {cell_text(row['cells'][r])}" if len(releases) > 1 else cell_text(row["cells"][r])
+        cells = "; ".join(f"{r}: {text(row['cells'][r])}" if len(releases) > 1 else text(row["cells"][r])
                           for r in releases)
         print(f"{row['severity']:<8} {row['kind']}: {row['victim'] or '-'} -> {row['seen_in'] or '-'} "
               f"{row['canary'] or '-'} ({row['channel']}) {where}: {cells} [{row['fingerprint']}]")
