@@ -15,6 +15,7 @@ import pytest
 from harness import cli
 from harness import matrix as runner
 from harness.core.findings import Finding, Verdict
+from harness.drive import install
 from harness.drive.features import Features, missing
 from harness.report import matrix
 from harness.report.baseline import load, write
@@ -342,3 +343,29 @@ def test_a_scenario_needs_only_its_own_features():
     assert missing(old, "oneshot") is None and missing(old, "tui") is None  # --usage-file is not needed
     assert missing(old, "all") == "scenario serve: no `hermes serve`"
     assert missing(Features(), "all") is None
+
+
+# --- the release cache --------------------------------------------------------------------------------------
+
+
+def test_a_venv_renamed_into_the_cache_keeps_working_scripts(tmp_path):
+    tmp, final = tmp_path / ".0.19.0-x", tmp_path / "0.19.0"
+    (tmp / "bin").mkdir(parents=True)
+    (tmp / "bin" / "hermes").write_bytes(f"#!{tmp}/bin/python\nimport sys\n".encode())
+    (tmp / "bin" / "other").write_bytes(f"#!/usr/bin/env python\n# {tmp}/bin/python\n".encode())  # near miss
+    (tmp / "bin" / "python").symlink_to(sys.executable)
+    install._relink_scripts(tmp, final)
+    assert (tmp / "bin" / "hermes").read_bytes() == f"#!{final}/bin/python\nimport sys\n".encode()
+    assert (tmp / "bin" / "other").read_bytes() == f"#!/usr/bin/env python\n# {tmp}/bin/python\n".encode()
+
+
+def test_an_uninstallable_release_is_an_na_column_not_a_crash(tmp_path):
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    done = subprocess.run([*CLI, "matrix", "--hermes", "0.0.1.dev0", "--out", str(tmp_path / "m")],
+                          capture_output=True, text=True, timeout=600, env=env)
+    doc = json.loads((tmp_path / "m" / "matrix.json").read_text())
+    assert [c["status"] for c in doc["cells"]] == [NA]
+    assert doc["cells"][0]["reason"].startswith("pip cannot install hermes-agent==0.0.1.dev0: ")
+    assert done.returncode == 3 and doc["status"] == "inconclusive", done  # nothing ran: nothing proven
+    assert list((tmp_path / "cache" / "tenancy-audit" / "hermes").iterdir()) == []  # no half-written install
+    assert "hermes-agent 0.0.1.dev0" not in done.stderr.split("pip cannot install")[0]  # no "installed" line
