@@ -368,4 +368,4 @@ def test_an_uninstallable_release_is_an_na_column_not_a_crash(tmp_path):
     assert doc["cells"][0]["reason"].startswith("pip cannot install hermes-agent==0.0.1.dev0: ")
     assert done.returncode == 3 and doc["status"] == "inconclusive", done  # nothing ran: nothing proven
     assert list((tmp_path / "cache" / "tenancy-audit" / "hermes").iterdir()) == []  # no half-written install
-    assert "hermes-agent 0.0.1.dev0" not in done.stderr.split("pip cannot install")[0]  # no "installed" line
+    assert "installed in" not in done.stderr and "pip cannot install" in done.stderr
