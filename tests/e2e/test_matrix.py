@@ -23,29 +23,35 @@ pytestmark = pytest.mark.e2e
 OLD = "0.16.0"  # no `hermes -z --usage-file`, no `hermes serve`, no multiplexed gateway
 
 
-def matrix_cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+@pytest.fixture(scope="module")
+def cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A fresh release cache, shared by this module's tests (the first installs, the others reuse it)."""
+    return tmp_path_factory.mktemp("xdg-cache")
+
+
+def matrix_cli(cwd: Path, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
     return subprocess.run([sys.executable, "-m", "harness.cli", *args], capture_output=True, text=True,
-                          timeout=1800, cwd=tmp_path, env=env)
+                          timeout=1800, cwd=cwd, env=env)
 
 
-def test_two_release_oneshot_matrix_in_two_shards_sharing_the_cache(tmp_path):
+def test_two_release_oneshot_matrix_in_two_shards_sharing_the_cache(tmp_path, cache):
     pinned = hermes_python(None)
     releases = f"{OLD},0.19.0={pinned}"
     shards = []
     for i in (1, 2):
         out = tmp_path / f"shard-{i}"
-        done = matrix_cli(tmp_path, "matrix", "--hermes", releases, "--runs", "2", "--tools", "none",
+        done = matrix_cli(tmp_path, cache, "matrix", "--hermes", releases, "--runs", "2", "--tools", "none",
                           "--shard", f"{i}/2", "--fail-on", "never", "--out", str(out))
         assert done.returncode == 0, done.stderr
         shards.append((out, done.stderr))
     # shard 1 installed the old release (failing loudly if pip could not), shard 2 reused the cache
     assert f"hermes-agent {OLD}: installed in" in shards[0][1], shards[0][1]
     assert f"hermes-agent {OLD}: cached at" in shards[1][1] and "installed in" not in shards[1][1], shards[1][1]
-    assert (tmp_path / "cache" / "tenancy-audit" / "hermes" / OLD / "bin" / "python").exists()
-    assert not list((tmp_path / "cache" / "tenancy-audit" / "hermes").glob(".*"))  # no half-written install
+    assert (cache / "tenancy-audit" / "hermes" / OLD / "bin" / "python").exists()
+    assert not list((cache / "tenancy-audit" / "hermes").glob(".*"))  # no half-written install
 
-    done = matrix_cli(tmp_path, "merge", *(str(out) for out, _ in shards), "--out", str(tmp_path / "merged"))
+    done = matrix_cli(tmp_path, cache, "merge", *(str(out) for out, _ in shards), "--out", str(tmp_path / "merged"))
     doc = json.loads((tmp_path / "merged" / "matrix.json").read_text())
     assert done.returncode == {"clean": 0, "leak": 1, "inconclusive": 3}[doc["status"]], done
     assert doc["complete"] and doc["plan"]["releases"] == [OLD, "0.19.0"] and doc["shard"] is None
@@ -71,8 +77,8 @@ def test_two_release_oneshot_matrix_in_two_shards_sharing_the_cache(tmp_path):
             assert secrets.find((tmp_path / "merged" / name).read_bytes()) == [], name
 
 
-def test_a_scenario_an_old_release_cannot_drive_is_na_with_the_reason(tmp_path):
-    done = matrix_cli(tmp_path, "matrix", "--hermes", OLD, "--scenario", "serve,gateway", "--out", str(tmp_path / "m"))
+def test_a_scenario_an_old_release_cannot_drive_is_na_with_the_reason(tmp_path, cache):
+    done = matrix_cli(tmp_path, cache, "matrix", "--hermes", OLD, "--scenario", "serve,gateway", "--out", str(tmp_path / "m"))
     doc = json.loads((tmp_path / "m" / "matrix.json").read_text())
     reasons = {c["scenario"]: c["reason"] for c in doc["cells"]}
     assert {c["status"] for c in doc["cells"]} == {NA}, doc["cells"]
