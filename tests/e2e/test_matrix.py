@@ -78,7 +78,8 @@ def test_two_release_oneshot_matrix_in_two_shards_sharing_the_cache(tmp_path, ca
 
 
 def test_a_scenario_an_old_release_cannot_drive_is_na_with_the_reason(tmp_path, cache):
-    done = matrix_cli(tmp_path, cache, "matrix", "--hermes", OLD, "--scenario", "serve,gateway", "--out", str(tmp_path / "m"))
+    done = matrix_cli(tmp_path, cache, "matrix", "--hermes", OLD, "--scenario", "serve,gateway",
+                      "--out", str(tmp_path / "m"))
     doc = json.loads((tmp_path / "m" / "matrix.json").read_text())
     reasons = {c["scenario"]: c["reason"] for c in doc["cells"]}
     assert {c["status"] for c in doc["cells"]} == {NA}, doc["cells"]
