@@ -167,7 +167,7 @@ def prepare_release(version: str, given: Path | None, say: Callable[[str], None]
             hermes = Hermes(python, Sandbox(Path(tmp)), ProcessSet(), Path(tmp) / "logs")
             try:
                 found = hermes.check()
-                offered = features.probe(hermes)
+                offered = features.probe(hermes, found)
             finally:
                 hermes.procs.close()
     except HermesError as exc:

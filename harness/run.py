@@ -374,7 +374,7 @@ def _drive(
         coming_up = pool.submit(proxy.wait_ready)
         try:
             version = hermes.check()
-            offered = features.probe(hermes)
+            offered = features.probe(hermes, version)
             lack = features.missing(offered, opts.scenario)
             if lack:
                 raise HermesError(f"hermes-agent {version} cannot drive {lack}")

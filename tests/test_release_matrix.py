@@ -15,7 +15,7 @@ import pytest
 from harness import cli
 from harness import matrix as runner
 from harness.core.findings import Finding, Verdict
-from harness.drive import install
+from harness.drive import features, install
 from harness.drive.features import Features, missing
 from harness.report import matrix
 from harness.report.baseline import load, write
@@ -343,6 +343,38 @@ def test_a_scenario_needs_only_its_own_features():
     assert missing(old, "oneshot") is None and missing(old, "tui") is None  # --usage-file is not needed
     assert missing(old, "all") == "scenario serve: no `hermes serve`"
     assert missing(Features(), "all") is None
+
+
+class _Install:
+    """Stands in for `Hermes`: counts the children the probe starts and answers as an old release would."""
+
+    def __init__(self, python: Path) -> None:
+        self.python, self.children = python, 0
+        self.sandbox, self.procs = self, self
+        self.home = python.parent
+
+    def env(self) -> dict[str, str]:
+        return {}
+
+    def run(self, argv: list[str], **_: object) -> tuple[int, str, str]:
+        self.children += 1
+        if argv[1] == "-c":
+            return 0, json.dumps({"oneshot": True, "usage_file": False, "multiplex": False, "tui": True}), ""
+        return 2, "", "invalid choice: 'serve'"
+
+
+def test_a_release_is_probed_once_per_python_and_version(tmp_path, monkeypatch):
+    monkeypatch.setattr(features, "_probed", {})
+    (tmp_path / "venv" / "bin").mkdir(parents=True)
+    hermes = _Install(tmp_path / "venv" / "bin" / "python")
+    old = Features(usage_file=False, serve=False, multiplex=False, tui=True)
+    assert features.probe(hermes, "0.16.0") == old and hermes.children == 2
+    same = _Install(tmp_path / "venv" / "bin" / ".." / "bin" / "python")  # the same install, spelt otherwise
+    assert features.probe(same, "0.16.0") == old and same.children == 0
+    assert features.probe(hermes, "0.16.1") == old and hermes.children == 4  # another version: asked again
+    other = _Install(tmp_path / "other" / "bin" / "python")
+    (tmp_path / "other" / "bin").mkdir(parents=True)
+    assert features.probe(other, "0.16.0") == old and other.children == 2  # another install: asked again
 
 
 # --- the release cache --------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from harness.drive.hermes import Hermes, HermesError
 
@@ -60,7 +61,19 @@ NEEDS: dict[str, list[tuple[str, str]]] = {
 }
 
 
-def probe(hermes: Hermes) -> Features:
+#: Probes by (install, version): one process audits the same install many times (`--runs N`, the e2e suite).
+_probed: dict[tuple[Path, str], Features] = {}
+
+
+def probe(hermes: Hermes, version: str) -> Features:
+    """What the install running `version` (as `hermes.check()` found) offers; asked once per process."""
+    key = (hermes.python.parent.resolve() / hermes.python.name, version)  # not the venv's symlink to its base
+    if key not in _probed:
+        _probed[key] = _ask(hermes)
+    return _probed[key]
+
+
+def _ask(hermes: Hermes) -> Features:
     """Ask the install itself (two short children in the sandbox): its modules, and `hermes serve --help`."""
     env, cwd = hermes.env(), hermes.sandbox.home
     cwd.mkdir(parents=True, exist_ok=True)
