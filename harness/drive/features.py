@@ -37,7 +37,8 @@ if tui:
     create = _methods.get("session.create")
     tui = create is not None and '"profile"' in inspect.getsource(create)
 print(json.dumps({"oneshot": has("hermes_cli.oneshot"), "usage_file": usage, "multiplex": multiplex, "tui": tui}),
-      file=report)
+      file=report, flush=True)
+os._exit(0)  # no interpreter teardown: 0.16.0's tui_gateway crashes there (SIGSEGV) now and then
 """
 
 
