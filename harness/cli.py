@@ -1,4 +1,5 @@
-"""`tenancy-audit`: run, reconcile, scan, selftest, export, cleanup. Exit 0 clean, 1 leak, 2 error, 3 inconclusive."""
+"""`tenancy-audit`: run, reconcile, scan, selftest, baseline, matrix, merge, export, cleanup. Exit 0 clean, 1 leak,
+2 error, 3 inconclusive."""
 
 from __future__ import annotations
 
@@ -38,8 +39,10 @@ from harness.detect.reconcile import EvidenceError, LogSource, read_flows, recon
 from harness.drive import plants, scenarios
 from harness.drive.hermes import HermesError
 from harness.drive.phases import ALL_PHASES
+from harness.matrix import MatrixOptions, merge_dirs, parse_releases, parse_scenarios, parse_shard, repeat, run_matrix
 from harness.report import baseline, export
 from harness.report.baseline import BaselineError
+from harness.report.matrix import NA, MatrixError, cell_text, wilson
 from harness.report.result import AuditResult, groups
 from harness.report.writer import write_reports
 from harness.run import (
@@ -53,7 +56,7 @@ from harness.run import (
     run_audit,
 )
 
-ERRORS = (RegistryError, EvidenceError, HermesError, UsageError, BaselineError)
+ERRORS = (RegistryError, EvidenceError, HermesError, UsageError, BaselineError, MatrixError)
 FAIL_ON = ("leak", "inconclusive", "never")
 
 
@@ -109,6 +112,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--force", action="store_true", help="replace an existing evidence folder")
     run.add_argument("--hermes-python", type=Path, help="python of the Hermes install to audit")
     run.add_argument("--turns", type=int, default=1, help="turns per tenant")
+    run.add_argument("--runs", type=int, default=1, help="run the audit N times (evidence in OUT/run-<i>) and report "
+                     "per finding class how often it was seen (seen k/N; OUT/matrix.json, .md, .html)")
     run.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
     run.add_argument("--phases", help="comma-separated multi-profile phases (default: all but cron; 'cron' waits "
                      "for the tickers; 'all': every phase, cron included)")
@@ -156,13 +161,33 @@ def _parser() -> argparse.ArgumentParser:
     bl = sub.add_parser("baseline", help="run a scenario N times and write its findings as a baseline (or --upgrade "
                                          "a version-1 baseline)")
     bl.add_argument("--scenario", default="oneshot", choices=sorted(scenarios.SCENARIOS))
-    bl.add_argument("--runs", type=int, default=3, help="runs; findings missing from some run are intermittent")
+    bl.add_argument("--runs", type=int, default=3, help="runs; findings missing from some run are intermittent "
+                    "(each entry keeps its rate: seen, runs)")
     bl.add_argument("--phases", help="comma-separated multi-profile phases (as for run)")
     bl.add_argument("--hermes-python", type=Path)
     bl.add_argument("--evidence", type=Path, help="keep the runs' evidence folders here")
     bl.add_argument("--out", type=Path, help="the baseline file to write (default with --upgrade: in place)")
     bl.add_argument("--upgrade", type=Path, metavar="FILE",
                     help="convert a version-1 baseline to version 2 instead of running (inexact: prefer regenerating)")
+
+    mx = sub.add_parser("matrix", parents=[fail_on], help="run the audit against several Hermes releases and "
+                        "tabulate each finding class per release")
+    mx.add_argument("--hermes", required=True, metavar="VERSIONS",
+                    help="releases, comma-separated (e.g. 0.16.0,0.19.0), each installed into a cached venv; "
+                    "VERSION=PYTHON uses an existing install instead")
+    mx.add_argument("--scenario", default="oneshot",
+                    help="a scenario, a comma-separated list, or all (default oneshot)")
+    mx.add_argument("--runs", type=int, default=1, help="runs per release and scenario (default 1)")
+    mx.add_argument("--tools", help="tool battery groups, as for run ('none': the env probe only)")
+    mx.add_argument("--shard", help="I/N: run only this share of the release x scenario x run cells")
+    mx.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
+    mx.add_argument("--out", type=Path, required=True, help="matrix folder: matrix.json/.md/.html, evidence per run")
+    mx.add_argument("--force", action="store_true", help="run into a folder that already holds a matrix")
+    mx.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    mg = sub.add_parser("merge", parents=[fail_on], help="combine the matrix.json of every shard into one matrix")
+    mg.add_argument("shards", type=Path, nargs="+", help="shard folders (or their matrix.json)")
+    mg.add_argument("--out", type=Path, required=True, help="where matrix.json/.md/.html are written")
 
     ex = sub.add_parser("export", help="redacted copies of saved flows: HAR 1.2 and/or a .mitm flow file")
     ex.add_argument("source", type=Path, help="an evidence folder (registry.yaml + flows.mitm) or a flow file")
@@ -232,7 +257,11 @@ def _print_result(result: AuditResult) -> None:
 
 def _exit_code(verdict: Verdict, fail_on: str) -> int:
     """The verdict's exit code, unless --fail-on says that outcome does not fail (then 0; never a false 1)."""
-    code = verdict.exit_code
+    return _failing(verdict.exit_code, fail_on)
+
+
+def _failing(code: int, fail_on: str) -> int:
+    """`code` (0, 1 or 3), or 0 when --fail-on says that outcome does not fail."""
     if fail_on == "never" or (fail_on == "leak" and code == EXIT_INCONCLUSIVE):
         return EXIT_CLEAN
     return code
@@ -259,11 +288,16 @@ def parse_tools(value: str | None) -> list[str] | None:
 
 
 def cmd_run(a: argparse.Namespace) -> int:
+    if a.runs < 1:
+        raise UsageError("--runs must be at least 1")
     opts = RunOptions(scenario=a.scenario, tenants=a.tenants or (2 if a.scenario == "oneshot" else 3),
                       topology=a.topology, plants=a.plant, baseline=a.baseline, out=a.out,
                       hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout,
                       phases=_phases(a.phases), cron_wait=a.cron_wait,
                       redact=a.redact, stub_fault=a.stub_fault, tools=parse_tools(a.tools), stubs=a.stubs)
+    if a.runs > 1:
+        doc, _ = repeat(opts, a.runs)
+        return _print_matrix(doc, a.fail_on)
     result = run_audit(opts)
     if a.json:
         print(json.dumps(result.to_dict(), indent=2))
@@ -271,6 +305,44 @@ def cmd_run(a: argparse.Namespace) -> int:
         _print_result(result)
     _step_summary(result.out)
     return _exit_code(result.verdict, a.fail_on)
+
+
+MATRIX_EXIT = {"clean": EXIT_CLEAN, "leak": EXIT_LEAK, "inconclusive": EXIT_INCONCLUSIVE}
+
+
+def _print_matrix(doc: dict[str, Any], fail_on: str) -> int:
+    """One line per finding class (`seen k/N ...` per release; an n/a's reason is in matrix.md), the verdict;
+    returns the exit code."""
+    releases = doc["plan"]["releases"]
+
+    def text(cell: dict[str, Any]) -> str:
+        return NA if cell["state"] == NA else cell_text(cell)
+
+    for row in doc["rows"]:
+        where = f"{row['scenario']}/{row['phase']}" if row["scenario"] else "-"
+        cells = "; ".join(f"{r}: {text(row['cells'][r])}" if len(releases) > 1 else text(row["cells"][r])
+                          for r in releases)
+        print(f"{row['severity']:<8} {row['kind']}: {row['victim'] or '-'} -> {row['seen_in'] or '-'} "
+              f"{row['canary'] or '-'} ({row['channel']}) {where}: {cells} [{row['fingerprint']}]")
+    print(f"verdict: {doc['status']} ({len(doc['rows'])} class(es) over {len(doc['cells'])} run(s))")
+    return _failing(MATRIX_EXIT[doc["status"]], fail_on)
+
+
+def cmd_matrix(a: argparse.Namespace) -> int:
+    opts = MatrixOptions(releases=parse_releases(a.hermes), scenarios=parse_scenarios(a.scenario), runs=a.runs,
+                         out=a.out, tools=parse_tools(a.tools), shard=parse_shard(a.shard) if a.shard else None,
+                         timeout=a.timeout, force=a.force, quiet=a.quiet)
+    doc = run_matrix(opts)
+    code = _print_matrix(doc, a.fail_on)
+    print(f"matrix: {opts.out / 'matrix.md'}")
+    return code
+
+
+def cmd_merge(a: argparse.Namespace) -> int:
+    doc = merge_dirs(a.shards, a.out)
+    code = _print_matrix(doc, a.fail_on)
+    print(f"matrix: {a.out / 'matrix.md'}")
+    return code
 
 
 def cmd_reconcile(a: argparse.Namespace) -> int:
@@ -420,8 +492,13 @@ def cmd_baseline(a: argparse.Namespace) -> int:
             runs.append(result.verdict.findings)
             print(f"run {i + 1}/{a.runs}: {result.verdict.status} (exit {result.verdict.exit_code}), "
                   f"{len(runs[-1])} findings", file=sys.stderr)
-    n = baseline.write(a.out, runs, note=f"hermes-agent {version}, scenario {a.scenario}, {a.runs} runs")
-    print(f"wrote {a.out}: {n} entries")
+    entries = baseline.write(a.out, runs, note=f"hermes-agent {version}, scenario {a.scenario}, {a.runs} runs")
+    for e in entries:
+        k, n = e["seen"], e["runs"]
+        rate = cell_text({"state": "seen", "seen": k, "runs": n, "interval": list(wilson(k, n)) if n > 1 else None})
+        print(f"{rate}: {e['kind']}: {e['victim'] or '-'} -> {e['seen_in'] or '-'} {e['canary'] or '-'} "
+              f"({e['channel']}) {e['scenario']}/{e['phase']} [{e['fingerprint']}]")
+    print(f"wrote {a.out}: {len(entries)} entries")
     return 0
 
 
@@ -454,7 +531,8 @@ def main(argv: list[str] | None = None) -> int:
     """Exit 0 clean, 1 leak (and nothing else), 2 error (one line on stderr), 3 inconclusive."""
     args = _parser().parse_args(argv)
     handler = {"run": cmd_run, "reconcile": cmd_reconcile, "scan": cmd_scan, "selftest": cmd_selftest,
-               "baseline": cmd_baseline, "export": cmd_export, "cleanup": cmd_cleanup}[args.command]
+               "baseline": cmd_baseline, "matrix": cmd_matrix, "merge": cmd_merge, "export": cmd_export,
+               "cleanup": cmd_cleanup}[args.command]
     try:
         return handler(args)
     except ERRORS as exc:

@@ -33,7 +33,7 @@ from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import Registry, load, mint
 from harness.detect.reconcile import EvidenceError, LogSource, Phase, reconcile
 from harness.detect.scan import DEFAULT_LIMITS, Limits
-from harness.drive import battery, plants
+from harness.drive import battery, features, plants
 from harness.drive.backends import BackendError
 from harness.drive.context import Context, ScenarioOptions
 from harness.drive.hermes import Hermes, HermesError, Sandbox, require_python, write_home
@@ -374,10 +374,15 @@ def _drive(
         coming_up = pool.submit(proxy.wait_ready)
         try:
             version = hermes.check()
+            offered = features.probe(hermes, version)
+            lack = features.missing(offered, opts.scenario)
+            if lack:
+                raise HermesError(f"hermes-agent {version} cannot drive {lack}")
         except HermesError:
             proxy.stop()
             _discard(out)
             raise
+        hermes.usage_file = offered.usage_file
         progress(opts.quiet, f"Hermes {version}; {len(registry.names())} tenants; scenario {opts.scenario}; "
                              f"{opts.topology}")
         hermes.route_env = proxy.child_env()

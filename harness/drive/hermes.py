@@ -188,6 +188,7 @@ class Hermes:
     procs: ProcessSet
     logs: Path
     route_env: dict[str, str] = field(default_factory=dict)  # how children reach the proxy (forward topology)
+    usage_file: bool = True  # `hermes -z --usage-file` exists (`features.probe`); else a turn is judged by rc
 
     def env(self, extra: dict[str, str] | None = None) -> dict[str, str]:
         return hermetic_env(self.sandbox.home, self.python, {**self.route_env, **(extra or {})})
@@ -216,13 +217,14 @@ class Hermes:
 
     def oneshot(self, tenant: str, prompt: str, *, timeout: float = 180.0, extra_env: dict[str, str] | None = None,
                 label: str = "oneshot") -> TurnResult:
-        """`hermes [-p NAME] -z PROMPT`; completion is judged by --usage-file, not the exit code."""
+        """`hermes [-p NAME] -z PROMPT`; completion is judged by --usage-file, not the exit code (by the exit code
+        on a release without --usage-file: 0 once a final response was printed)."""
         self.logs.mkdir(parents=True, exist_ok=True)
         n = len(list(self.logs.glob(f"{label}-{tenant}-*.log")))
         log = self.logs / f"{label}-{tenant}-{n}.log"
         usage_path = self.logs / f"{label}-{tenant}-{n}.usage.json"
-        argv = [str(self.python), "-m", "hermes_cli.main", *self.sandbox.profile_args(tenant), "-z", prompt,
-                "--usage-file", str(usage_path)]
+        argv = [str(self.python), "-m", "hermes_cli.main", *self.sandbox.profile_args(tenant), "-z", prompt]
+        argv += ["--usage-file", str(usage_path)] if self.usage_file else []
         started = time.monotonic()
         rc, out, err = self.procs.run(argv, env=self.env(extra_env), cwd=self.sandbox.home, timeout=timeout)
         seconds = time.monotonic() - started
@@ -232,7 +234,8 @@ class Hermes:
             usage = json.loads(usage_path.read_text())
         except (OSError, ValueError):
             usage = {}
-        ok = rc is not None and usage.get("completed") is True and not usage.get("failed")
+        completed = usage.get("completed") is True and not usage.get("failed") if self.usage_file else rc == 0
+        ok = rc is not None and completed
         if rc is None:
             detail = f"killed after {timeout:.0f}s timeout"
         elif not ok:

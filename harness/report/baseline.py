@@ -91,17 +91,18 @@ def entry_of(f: Finding) -> dict[str, Any]:
             "example": f.summary()[:200]}
 
 
-def _save(path: Path, entries: list[dict[str, Any]], note: str) -> None:
+def _save(path: Path, entries: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
     doc = {"version": VERSION, "tool": "tenancy-audit", "note": note,
            "entries": sorted(entries, key=lambda e: (e["scenario"] or "", e["phase"] or "", e["kind"],
                                                      e.get("victim") or "", e.get("seen_in") or "",
                                                      e["canary"] or "", e["channel"]))}
     write_private(Path(path), (json.dumps(doc, indent=2) + "\n").encode())
+    return doc["entries"]
 
 
-def write(path: Path, runs: list[list[Finding]], note: str = "") -> int:
-    """Write a baseline that knows every finding of every run; those missing from some run are
-    `intermittent`. Returns the number of entries."""
+def write(path: Path, runs: list[list[Finding]], note: str = "") -> list[dict[str, Any]]:
+    """Write a baseline that knows every finding of every run, each entry with its rate (`seen` of `runs`);
+    those missing from some run are `intermittent`. Returns the entries as written."""
     entries: dict[str, dict[str, Any]] = {}
     counts: dict[str, int] = {}
     for findings in runs:
@@ -110,9 +111,8 @@ def write(path: Path, runs: list[list[Finding]], note: str = "") -> int:
         for f in findings:
             entries.setdefault(f.fingerprint(), entry_of(f))
     for fp, entry in entries.items():
-        entry["intermittent"] = counts[fp] < len(runs)
-    _save(path, list(entries.values()), note)
-    return len(entries)
+        entry.update(intermittent=counts[fp] < len(runs), seen=counts[fp], runs=len(runs))
+    return _save(path, list(entries.values()), note)
 
 
 # The summary line a version-1 entry keeps as its `example`: "KIND: VICTIM's CANARY in SEEN_IN's CHANNEL ...".

@@ -1,0 +1,102 @@
+"""What a Hermes release offers the drivers, detected rather than assumed from its version number.
+
+Older releases lack some of what the scenarios drive: `hermes -z --usage-file` (0.16.0 judges a one-shot
+turn by its exit code only), `hermes serve`, the multiplexed gateway (`gateway.multiplex_profiles`), the
+tui backend's per-profile sessions. `missing(features, scenario)` names what a scenario needs and the
+release lacks: the run is then impossible (`run`: one line, exit 2; `matrix`: an `n/a` cell with that reason).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.drive.hermes import Hermes, HermesError
+
+#: One child reports what it can import and what the one-shot entry point takes.
+_PROBE = """
+import dataclasses, importlib.util, inspect, json, os
+report = os.fdopen(os.dup(1), "w")  # tui_gateway takes stdout over when imported
+def has(mod):
+    try:
+        return importlib.util.find_spec(mod) is not None
+    except ImportError:
+        return False
+usage = False
+if has("hermes_cli.oneshot"):
+    from hermes_cli.oneshot import run_oneshot
+    usage = "usage_file" in inspect.signature(run_oneshot).parameters
+multiplex = False
+if has("gateway.config"):
+    from gateway.config import GatewayConfig
+    multiplex = "multiplex_profiles" in {f.name for f in dataclasses.fields(GatewayConfig)}
+tui = has("tui_gateway.entry") and has("tui_gateway.server")
+if tui:
+    from tui_gateway.server import _methods
+    create = _methods.get("session.create")
+    tui = create is not None and '"profile"' in inspect.getsource(create)
+print(json.dumps({"oneshot": has("hermes_cli.oneshot"), "usage_file": usage, "multiplex": multiplex, "tui": tui}),
+      file=report, flush=True)
+os._exit(0)  # no interpreter teardown: 0.16.0's tui_gateway crashes there (SIGSEGV) now and then
+"""
+
+
+@dataclass(frozen=True)
+class Features:
+    """What one Hermes install offers the drivers."""
+
+    oneshot: bool = True  # `hermes -z PROMPT`
+    usage_file: bool = True  # `hermes -z --usage-file FILE` (else a turn is judged by its exit code)
+    serve: bool = True  # `hermes serve`
+    multiplex: bool = True  # `hermes gateway run` serving every profile (`gateway.multiplex_profiles`)
+    tui: bool = True  # `tui_gateway.entry` with per-profile sessions (`session.create {profile}`)
+
+
+#: What each scenario needs: (feature, what the release lacks when it is False).
+NEEDS: dict[str, list[tuple[str, str]]] = {
+    "oneshot": [("oneshot", "no one-shot mode (hermes -z)")],
+    "tui": [("tui", "no per-profile sessions in the tui backend (tui_gateway session.create profile)")],
+    "serve": [("serve", "no `hermes serve`")],
+    "gateway": [("multiplex", "no multiplexed gateway (gateway.multiplex_profiles)")],
+}
+
+
+#: Probes by (install, version): one process audits the same install many times (`--runs N`, the e2e suite).
+_probed: dict[tuple[Path, str], Features] = {}
+
+
+def probe(hermes: Hermes, version: str) -> Features:
+    """What the install running `version` (as `hermes.check()` found) offers; asked once per process."""
+    key = (hermes.python.parent.resolve() / hermes.python.name, version)  # not the venv's symlink to its base
+    if key not in _probed:
+        _probed[key] = _ask(hermes)
+    return _probed[key]
+
+
+def _ask(hermes: Hermes) -> Features:
+    """Ask the install itself (two short children in the sandbox): its modules, and `hermes serve --help`."""
+    env, cwd = hermes.env(), hermes.sandbox.home
+    cwd.mkdir(parents=True, exist_ok=True)
+    rc, out, err = hermes.procs.run([str(hermes.python), "-c", _PROBE], env=env, cwd=cwd, timeout=120)
+    if rc != 0:
+        last = (err.strip().splitlines() or ["no output"])[-1]
+        raise HermesError(f"cannot probe the features of the Hermes at {hermes.python}: {last[:200]}")
+    try:
+        found = json.loads(out.strip().splitlines()[-1])
+    except (IndexError, ValueError):
+        raise HermesError(f"the feature probe of the Hermes at {hermes.python} printed no report") from None
+    rc, _, _ = hermes.procs.run([str(hermes.python), "-m", "hermes_cli.main", "serve", "--help"], env=env, cwd=cwd,
+                                timeout=120)
+    return Features(oneshot=found["oneshot"], usage_file=found["usage_file"], serve=rc == 0,
+                    multiplex=found["multiplex"], tui=found["tui"])
+
+
+def missing(features: Features, scenario: str) -> str | None:
+    """Why `scenario` cannot be driven with these features (`all`: the first scenario that cannot), or None."""
+    names = [s for s in NEEDS if s != "all"] if scenario == "all" else [scenario]
+    for name in names:
+        for feature, lack in NEEDS.get(name, []):
+            if not getattr(features, feature):
+                return f"scenario {name}: {lack}"
+    return None

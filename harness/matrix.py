@@ -1,0 +1,265 @@
+"""The release matrix: the same audit against several Hermes releases (and N runs each), one table of which
+finding class each release shows and how often; `--shard I/N` runs a share of it, `merge` joins the shares.
+
+Each release runs from its own cached venv (`drive.install`) or an interpreter given as `VERSION=PYTHON`;
+a release pip cannot install, or a scenario the release cannot drive (`drive.features`), becomes `n/a`
+cells with the reason. Every run keeps its evidence folder under `DIR/<release>/<scenario>/run-<i>`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from packaging.version import InvalidVersion, Version
+
+from harness.capture.proxy import ProxyError
+from harness.core.files import REPO, write_private
+from harness.core.procs import ProcessSet
+from harness.core.registry import RegistryError, load
+from harness.detect.matcher import matcher_for
+from harness.detect.reconcile import EvidenceError
+from harness.drive import features, install
+from harness.drive.hermes import Hermes, HermesError, Sandbox
+from harness.drive.scenarios import SCENARIOS
+from harness.report import matrix
+from harness.report.matrix import NA, Cell, MatrixError, Plan, class_of
+from harness.report.matrix_pages import render_html, render_markdown
+from harness.report.result import AuditResult
+from harness.run import RunOptions, UsageError, check_options, run_audit
+
+FILES = ("matrix.json", "matrix.md", "matrix.html")
+_SHARD = re.compile(r"(\d+)/(\d+)")
+
+
+@dataclass
+class MatrixOptions:
+    releases: dict[str, Path | None]  # version -> a python to use, or None to install it into the cache
+    scenarios: list[str]
+    runs: int
+    out: Path
+    tools: list[str] | None = None
+    shard: tuple[int, int] | None = None
+    timeout: float = 180.0
+    force: bool = False
+    quiet: bool = False
+
+    @property
+    def plan(self) -> Plan:
+        return Plan(tuple(self.releases), tuple(self.scenarios), self.runs,
+                    None if self.tools is None else tuple(self.tools))
+
+
+def parse_releases(spec: str) -> dict[str, Path | None]:
+    """`0.16.0,0.19.0=/path/to/python`: versions (PEP 440), each optionally with the python of an install."""
+    releases: dict[str, Path | None] = {}
+    for item in (i.strip() for i in spec.split(",")):
+        version, _, python = item.partition("=")
+        version = version.strip()
+        try:
+            Version(version)
+        except InvalidVersion:
+            raise UsageError(f"--hermes: {item!r} is not a release version (e.g. 0.19.0 or 0.19.0=/path/to/python)"
+                             ) from None
+        if version in releases:
+            raise UsageError(f"--hermes: {version} is listed twice")
+        if python and not Path(python).exists():
+            raise UsageError(f"--hermes: the python {python} given for {version} does not exist")
+        releases[version] = Path(python).absolute() if python else None
+    return releases
+
+
+def parse_shard(spec: str) -> tuple[int, int]:
+    """`I/N` with 1 <= I <= N."""
+    m = _SHARD.fullmatch(spec.strip())
+    if not m or not 1 <= int(m[1]) <= int(m[2]):
+        raise UsageError(f"--shard {spec!r}: expected I/N with 1 <= I <= N (e.g. 1/4)")
+    return int(m[1]), int(m[2])
+
+
+def parse_scenarios(spec: str) -> list[str]:
+    """A scenario, a comma-separated list, or `all` (every scenario, each as its own audit)."""
+    if spec.strip() == "all":
+        return [s for s in SCENARIOS if s != "all"]
+    names = [s.strip() for s in spec.split(",") if s.strip()]
+    for name in names:
+        if name not in SCENARIOS or name == "all":
+            raise UsageError(f"--scenario: unknown scenario {name!r} (choose from {', '.join(SCENARIOS)})")
+    if not names:
+        raise UsageError("--scenario: name at least one scenario")
+    return names
+
+
+def progress(quiet: bool, msg: str) -> None:
+    if not quiet:
+        print(f"[matrix] {msg}", file=sys.stderr, flush=True)
+
+
+def prepare_dir(out: Path, force: bool) -> Path:
+    """The matrix folder: created, writable, and without an earlier matrix unless --force."""
+    out = out.absolute()
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"--out {out} exists and is not a directory")
+    if (out / "matrix.json").exists() and not force:
+        raise UsageError(f"--out {out} already holds a matrix (pass --force to run it again)")
+    created = not out.exists()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        out.chmod(0o700)
+        with tempfile.TemporaryFile(dir=out):
+            pass
+    except OSError as exc:
+        if created:
+            with contextlib.suppress(OSError):
+                out.rmdir()
+        raise UsageError(f"--out {out}: cannot create a writable folder there ({exc.strerror or exc})") from None
+    return out
+
+
+def write_matrix(out: Path, doc: dict[str, Any]) -> None:
+    write_private(out / "matrix.json", (json.dumps(doc, indent=2) + "\n").encode())
+    write_private(out / "matrix.md", render_markdown(doc).encode())
+    write_private(out / "matrix.html", render_html(doc).encode())
+
+
+def cell_of(result: AuditResult, release: str, scenario: str, run: int, root: Path) -> Cell:
+    """One run as a matrix cell: its verdict, completed turns, finding classes and the tools not offered."""
+    found = result.verdict.findings + result.verdict.known
+    classes: dict[str, dict[str, Any]] = {}
+    for f in found:
+        classes.setdefault(f.fingerprint(), class_of(f))
+    reason = result.verdict.reasons[0] if result.verdict.reasons else ""
+    if reason and result.out is not None:
+        with contextlib.suppress(OSError, RegistryError):
+            reason = matcher_for(load(result.out / "registry.yaml")).redact_text(reason)
+    not_offered = {s: sorted(t for t, state in row.items() if state == "not offered")
+                   for s, row in result.coverage.items()}
+    return Cell(release, scenario, run, result.verdict.status, reason[:300],
+                sum(1 for e in result.timeline if e.get("ok")), classes,
+                {s: tools for s, tools in not_offered.items() if tools},
+                result.out.relative_to(root).as_posix() if result.out is not None else None)
+
+
+@dataclass
+class Release:
+    """A release ready to run (its python and what it offers), or why it cannot run at all."""
+
+    version: str
+    python: Path | None = None
+    offered: features.Features | None = None
+    reason: str = ""
+
+
+def prepare_release(version: str, given: Path | None, say: Callable[[str], None]) -> Release:
+    """Install (or reuse) the release and ask it what it offers. A release that does not install or does not
+    run is `n/a`; a given python that does not run that release is an error (HermesError, UsageError)."""
+    try:
+        python = given or install.install(version, say)
+        with tempfile.TemporaryDirectory(prefix="tenancy-matrix-probe-") as tmp:
+            hermes = Hermes(python, Sandbox(Path(tmp)), ProcessSet(), Path(tmp) / "logs")
+            try:
+                found = hermes.check()
+                offered = features.probe(hermes, found)
+            finally:
+                hermes.procs.close()
+    except HermesError as exc:
+        if given is not None:
+            raise
+        say(str(exc))
+        return Release(version, reason=str(exc))
+    if Version(found) != Version(version):
+        raise UsageError(f"--hermes {version}={python}: that python runs hermes-agent {found}")
+    return Release(version, python, offered)
+
+
+def _run_cell(opts: MatrixOptions, rel: Release, scenario: str, run: int) -> Cell:
+    lack = features.missing(rel.offered, scenario) if rel.offered else None
+    if rel.python is None or lack:
+        reason = rel.reason or f"hermes-agent {rel.version} cannot drive {lack}"
+        return Cell(rel.version, scenario, run, NA, reason)
+    run_opts = RunOptions(scenario=scenario, tenants=2 if scenario == "oneshot" else 3, hermes_python=rel.python,
+                          out=opts.out / rel.version / scenario / f"run-{run}", force=True, quiet=True,
+                          timeout=opts.timeout, tools=opts.tools)
+    try:
+        result = run_audit(run_opts)
+    except (HermesError, ProxyError, EvidenceError) as exc:
+        return Cell(rel.version, scenario, run, NA, f"the run failed: {exc}")
+    return cell_of(result, rel.version, scenario, run, opts.out)
+
+
+def run_matrix(opts: MatrixOptions) -> dict[str, Any]:
+    """Run this shard's cells (every cell without a shard), write matrix.json/.md/.html, return the document."""
+    if opts.runs < 1:
+        raise UsageError("--runs must be at least 1")
+    for scenario in opts.scenarios:  # every option valid before anything is installed or written
+        check_options(RunOptions(scenario=scenario, tenants=3, tools=opts.tools))
+    plan = opts.plan
+    keys = matrix.shard_keys(plan, *opts.shard) if opts.shard else plan.cell_keys()
+    created = not opts.out.exists()
+    opts = replace(opts, out=prepare_dir(opts.out, opts.force))
+
+    def say(msg: str) -> None:
+        progress(opts.quiet, msg)
+
+    try:
+        releases = {v: prepare_release(v, opts.releases[v], say) for v in dict.fromkeys(r for r, _, _ in keys)}
+    except (UsageError, HermesError):
+        if created:
+            with contextlib.suppress(OSError):
+                opts.out.rmdir()
+        raise
+    shard = f"{opts.shard[0]}/{opts.shard[1]}" if opts.shard else None
+    cells: list[Cell] = []
+    doc = matrix.document(plan, cells, shard)
+    for version, scenario, run in keys:  # the matrix is rewritten after every cell: an interrupted one is kept
+        cell = _run_cell(opts, releases[version], scenario, run)
+        cells.append(cell)
+        detail = f": {cell.reason}" if cell.status == NA else f", {len(cell.classes)} class(es)"
+        say(f"{version} {scenario} run {run}/{opts.runs}: {cell.status}{detail}")
+        doc = matrix.document(plan, cells, shard)
+        write_matrix(opts.out, doc)
+    return doc
+
+
+def merge_dirs(dirs: list[Path], out: Path) -> dict[str, Any]:
+    """One matrix (and its reports) in `out` from the matrix.json of every shard folder."""
+    parts = []
+    for d in dirs:
+        path = d / "matrix.json" if d.is_dir() else d
+        try:
+            parts.append((str(path), json.loads(path.read_text(encoding="utf-8"))))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise MatrixError(f"merge: cannot read {path} ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+                              ) from None
+    doc = matrix.merge(parts)
+    if any(out.absolute() == (d if d.is_dir() else d.parent).absolute() for d in dirs):
+        raise MatrixError(f"merge: --out {out} is one of the shards; pass another folder")
+    write_matrix(prepare_dir(out, force=True), doc)
+    return doc
+
+
+def repeat(opts: RunOptions, runs: int) -> tuple[dict[str, Any], list[AuditResult]]:
+    """`run --runs N`: N audits into `out/run-<i>` and a one-release matrix of them in `out`."""
+    if runs < 1:
+        raise UsageError("--runs must be at least 1")
+    check_options(opts)
+    root = prepare_dir(opts.out or REPO / "evidence" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S-runs"), opts.force)
+    results = []
+    for i in range(1, runs + 1):
+        result = run_audit(replace(opts, out=root / f"run-{i}", force=True))
+        results.append(result)
+        progress(opts.quiet, f"run {i}/{runs}: {result.verdict.status}")
+    release = results[0].versions.get("hermes-agent", "?")
+    cells = [cell_of(r, release, opts.scenario, i, root) for i, r in enumerate(results, 1)]
+    doc = matrix.document(Plan((release,), (opts.scenario,), runs, None if opts.tools is None else tuple(opts.tools)),
+                          cells)
+    write_matrix(root, doc)
+    return doc, results
