@@ -125,7 +125,7 @@ def prepare_dir(out: Path, force: bool) -> Path:
 
 
 def write_matrix(out: Path, doc: dict[str, Any]) -> None:
-    write_private(out / "matrix.json", (json.dumps(doc, indent=2) + "\n").encode())
+    write_private(out / "matrix.json", matrix.dumps(doc).encode())
     write_private(out / "matrix.md", render_markdown(doc).encode())
     write_private(out / "matrix.html", render_html(doc).encode())
 

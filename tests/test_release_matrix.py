@@ -181,6 +181,26 @@ def test_merge_of_n_shards_equals_the_unsharded_matrix(tmp_path, count):
                                                           "interval": list(wilson(2, 3))}
 
 
+def test_matrix_json_has_one_line_per_cell_and_row_and_parses_back(tmp_path):
+    plan, cells = recorded()
+    doc = json.loads(json.dumps(matrix.document(plan, cells)))
+    runner.write_matrix(tmp_path, doc)
+    lines = (tmp_path / "matrix.json").read_text().splitlines()
+    assert json.loads("\n".join(lines)) == doc
+    for item in doc["cells"] + doc["rows"]:
+        assert f"    {json.dumps(item)}," in lines or f"    {json.dumps(item)}" in lines
+    # a line per key, the braces, the two closing brackets, a line per cell and row
+    assert len(lines) == len(doc) + 2 + 2 + len(doc["cells"]) + len(doc["rows"])
+
+
+def test_the_committed_matrix_is_a_complete_matrix_in_the_written_layout():
+    text = (Path(__file__).parent.parent / "docs" / "matrix" / "matrix.json").read_text()
+    doc = json.loads(text)
+    matrix.load_document(doc, "docs/matrix/matrix.json")
+    assert doc["complete"] is True and len(doc["plan"]["releases"]) >= 4
+    assert text == matrix.dumps(doc)
+
+
 def test_shards_are_deterministic_and_spread_over_releases():
     plan, _ = recorded()
     assert matrix.shard_keys(plan, 1, 4) == matrix.shard_keys(plan, 1, 4)

@@ -9,6 +9,7 @@ when N > 1), `not seen`, or `n/a` with a reason; per class the first and last re
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -173,6 +174,18 @@ def document(plan: Plan, cells: list[Cell], shard: str | None = None) -> dict[st
     return {"version": VERSION, "tool": "tenancy-audit", "fingerprint_version": FINGERPRINT_VERSION,
             "plan": plan.to_dict(), "shard": shard, "complete": len(cells) == len(order),
             "status": status(cells), "cells": [asdict(c) for c in cells], "rows": rows(plan, cells)}
+
+
+def dumps(doc: dict[str, Any]) -> str:
+    """`matrix.json` text with one line per cell and per row, so a committed matrix diffs line by line."""
+    fields = []
+    for key, value in doc.items():
+        if isinstance(value, list) and value:
+            items = ",\n".join("    " + json.dumps(item) for item in value)
+            fields.append(f"  {json.dumps(key)}: [\n{items}\n  ]")
+        else:
+            fields.append(f"  {json.dumps(key)}: {json.dumps(value)}")
+    return "{\n" + ",\n".join(fields) + "\n}\n"
 
 
 def load_document(doc: Any, where: str) -> tuple[Plan, list[Cell]]:
