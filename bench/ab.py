@@ -94,6 +94,14 @@ def module(layered: str, flat: str) -> ModuleType:
     return importlib.import_module(f"harness.{layered if (package / layered.split('.')[0]).is_dir() else flat}")
 
 
+def streaming() -> ModuleType:
+    """The module holding `scan_file`: `detect.stream`, or the scanner's module in a tree before the split."""
+    try:
+        return importlib.import_module("harness.detect.stream")
+    except ModuleNotFoundError:
+        return module("detect.scan", "scan")
+
+
 def scan_load(corpus: str, registry: str) -> dict[str, Any]:
     """Load the registry and the corpus's bytes; build both matchers and warm scan_tree's matcher cache."""
     reg = module("core.registry", "registry").load(registry)
@@ -140,7 +148,7 @@ def scan_fresh(target: str, registry: str) -> dict[str, Any]:
     if Path(target).is_dir():
         found = len(scan.scan_tree(target, reg, None, matcher=matcher).findings)
     else:
-        found = len(scan.scan_file(Path(target), matcher))
+        found = len(streaming().scan_file(Path(target), matcher))
     seconds = time.perf_counter() - t
     return {"seconds": seconds, "found": found, "rss_mib": peak_rss_mib()}
 

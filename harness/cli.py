@@ -33,7 +33,7 @@ from harness.core.procs import reap_stale
 from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import RegistryError, load
 from harness.core.severity import docs_url
-from harness.detect import scan
+from harness.detect import scan, stream
 from harness.detect.matcher import matcher_for
 from harness.detect.reconcile import EvidenceError, LogSource, read_flows, reconcile
 from harness.drive import plants, scenarios
@@ -206,7 +206,7 @@ def _phases(text: str | None) -> list[str]:
 
 
 def _limit_options(p: argparse.ArgumentParser) -> None:
-    d = scan.DEFAULT_LIMITS
+    d = stream.DEFAULT_LIMITS
     p.add_argument("--max-stream-bytes", type=int, default=d.stream_bytes, metavar="N",
                    help=f"decoded bytes read from one compressed stream (default {d.stream_bytes}); a stream "
                    "with more is listed as not inspected and the verdict is at best inconclusive")
@@ -216,13 +216,13 @@ def _limit_options(p: argparse.ArgumentParser) -> None:
                    help=f"containers inside containers that are decoded (default {d.depth})")
 
 
-def _limits(a: argparse.Namespace) -> scan.Limits:
+def _limits(a: argparse.Namespace) -> stream.Limits:
     if min(a.max_stream_bytes, a.max_file_bytes) < 1 or a.max_depth < 0:
         raise UsageError("--max-stream-bytes and --max-file-bytes must be positive, --max-depth not negative")
-    return scan.Limits(stream_bytes=a.max_stream_bytes, total_bytes=a.max_file_bytes, depth=a.max_depth)
+    return stream.Limits(stream_bytes=a.max_stream_bytes, total_bytes=a.max_file_bytes, depth=a.max_depth)
 
 
-def _print_not_inspected(entries: list[scan.NotInspected]) -> None:
+def _print_not_inspected(entries: list[stream.NotInspected]) -> None:
     for n in entries:
         print(f"not inspected: {n.summary()}" + (" [read in part]" if n.partial else ""))
 

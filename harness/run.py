@@ -32,7 +32,7 @@ from harness.core.procs import ProcessSet, reap_stale
 from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import Registry, load, mint
 from harness.detect.reconcile import EvidenceError, LogSource, Phase, reconcile
-from harness.detect.scan import DEFAULT_LIMITS, Limits
+from harness.detect.stream import DEFAULT_LIMITS, Limits
 from harness.drive import battery, features, plants
 from harness.drive.backends import BackendError
 from harness.drive.context import Context, ScenarioOptions

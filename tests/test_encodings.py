@@ -25,10 +25,11 @@ import brotli
 import pytest
 
 from harness.core.registry import Registry, mint
-from harness.detect import codecs, matcher, scan
+from harness.detect import codecs, containers, matcher, stream
 from harness.detect.flows import Route, inspect_request, inspect_response
 from harness.detect.matcher import Matcher, encodings_of, matcher_for
-from harness.detect.scan import NotInspected, scan_bytes, scan_file, scan_log, scan_text, scan_tree
+from harness.detect.scan import scan_log, scan_text, scan_tree
+from harness.detect.stream import NotInspected, scan_bytes, scan_file
 
 try:
     from compression import zstd  # type: ignore[import-not-found]
@@ -70,7 +71,7 @@ def value(registry: Registry, kind: str = "key", tenant: str = VICTIM) -> str:
     return registry[tenant].all_canaries()[kind]
 
 
-def found(hits: list[scan.ScanHit], tenant: str = VICTIM) -> set[tuple[str, str, str | None]]:
+def found(hits: list[stream.ScanHit], tenant: str = VICTIM) -> set[tuple[str, str, str | None]]:
     return {(h.kind, h.encoding, h.container) for h in hits if h.tenant == tenant}
 
 
@@ -146,7 +147,7 @@ def test_wrapped_base64_negative_control(registry: Registry, m: Matcher, monkeyp
     key = value(registry, "key").encode()
     blocks = [base64.encodebytes(os.urandom(lead) + key) for lead in range(40)]
     assert all(found(scan_bytes(b, m)) for b in blocks)
-    monkeypatch.setattr(scan, "_wrapped_blocks", lambda window: [])
+    monkeypatch.setattr(containers, "_wrapped_blocks", lambda window: [])
     assert not all(found(scan_bytes(b, m)) for b in blocks)  # some splits only the block decoder sees
 
 
@@ -241,7 +242,7 @@ def test_nesting_is_bounded_and_the_bound_is_listed(registry: Registry, m: Match
     assert scan_bytes(data, m, not_inspected=skipped) == []
     assert [(n.path, n.reason, n.partial) for n in skipped] == [
         ("bytes@0:base64@0:gzip@0:base64@0:gzip@0:base64", "depth cap (4 nested containers)", True)]
-    assert found(scan_bytes(data, m, limits=scan.Limits(depth=6)))  # the control: the depth was the cause
+    assert found(scan_bytes(data, m, limits=stream.Limits(depth=6)))  # the control: the depth was the cause
 
 
 def test_nested_json_escapes(registry: Registry, m: Matcher) -> None:
@@ -462,11 +463,11 @@ def test_a_gzip_bomb_with_a_key_after_the_cap_is_inconclusive(tmp_path: Path, re
     home = tmp_path / "home"
     home.mkdir()
     (home / "bomb.gz").write_bytes(gzip.compress(b"\0" * 300_000 + value(registry, "key").encode()))
-    result = scan_tree(home, registry, OWNER, limits=scan.Limits(stream_bytes=100_000))
+    result = scan_tree(home, registry, OWNER, limits=stream.Limits(stream_bytes=100_000))
     assert result.findings == []
     assert result.reasons() == ["not fully inspected: bomb.gz@0:gzip: decompression cap (100000 bytes per stream) "
                                 "(100000 bytes read)"]
-    total = scan_tree(home, registry, OWNER, limits=scan.Limits(total_bytes=50_000))
+    total = scan_tree(home, registry, OWNER, limits=stream.Limits(total_bytes=50_000))
     assert [n.reason for n in total.not_inspected] == ["decompression budget (50000 bytes per file) exhausted"]
     assert [f.canary for f in scan_tree(home, registry, OWNER).findings] == ["key"]  # the control
 
@@ -492,7 +493,7 @@ def test_special_files_are_listed_and_never_opened(tmp_path: Path, registry: Reg
 
 def test_a_canary_across_every_window_boundary(registry: Registry, m: Matcher, monkeypatch: pytest.MonkeyPatch,
                                                tmp_path: Path) -> None:
-    monkeypatch.setattr(scan, "WINDOW", 1 << 14)
+    monkeypatch.setattr(stream, "WINDOW", 1 << 14)
     link = value(registry, "share_link")
     forms = [link.encode(), base64.b64encode(b"ab" + link.encode() + b"!"), link.replace("/", "\\u002f").encode()]
     path = tmp_path / "f.log"

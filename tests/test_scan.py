@@ -19,9 +19,10 @@ from pathlib import Path
 import pytest
 
 from harness.core.registry import Registry, mint
-from harness.detect import scan
+from harness.detect import scan, stream
 from harness.detect.matcher import Matcher, matcher_for
-from harness.detect.scan import ScanHit, scan_bytes, scan_file, scan_paths, scan_text, scan_tree
+from harness.detect.scan import scan_paths, scan_text, scan_tree
+from harness.detect.stream import ScanHit, scan_bytes, scan_file
 
 OWNER, VICTIM = "alice", "bob"
 KINDS = [
@@ -347,12 +348,12 @@ def test_sqlite_fts_shadow_tables_and_schema(tmp_path: Path, registry: Registry,
 
 def test_decompression_is_bounded(registry: Registry, matcher: Matcher) -> None:
     key = value_of(registry, "key").encode()
-    small = scan.Limits(stream_bytes=10_000)
+    small = stream.Limits(stream_bytes=10_000)
     early = gzip.compress(b"a" * 500 + key + b"b" * 100_000)
     late = gzip.compress(b"a" * 50_000 + key)
-    skipped: list[scan.NotInspected] = []
+    skipped: list[stream.NotInspected] = []
     assert only(scan_bytes(early, matcher, limits=small, not_inspected=skipped), "key", "gzip").offset == 500
-    assert skipped == [scan.NotInspected("bytes@0:gzip", "decompression cap (10000 bytes per stream)", 10_000)]
+    assert skipped == [stream.NotInspected("bytes@0:gzip", "decompression cap (10000 bytes per stream)", 10_000)]
     skipped.clear()
     assert scan_bytes(late, matcher, limits=small, not_inspected=skipped) == []  # beyond the cap: listed
     assert [(n.path, n.bytes_read, n.partial) for n in skipped] == [("bytes@0:gzip", 10_000, True)]
@@ -522,14 +523,14 @@ def test_unreadable_file_reported(tmp_path: Path, registry: Registry, monkeypatc
     home.mkdir()
     (home / "locked.db").write_text(value_of(registry, "key"))
     (home / "open.txt").write_text(value_of(registry, "soul"))
-    real = scan._open
+    real = stream._open
 
     def deny(path: Path) -> int:
         if path.name == "locked.db":
             raise PermissionError(13, "Permission denied", str(path))
         return real(path)
 
-    monkeypatch.setattr(scan, "_open", deny)
+    monkeypatch.setattr(stream, "_open", deny)
     result = scan_tree(home, registry, OWNER)
     assert result.unreadable == [str(home / "locked.db")]
     assert result.notes == [f"unreadable {home / 'locked.db'}: Permission denied"]

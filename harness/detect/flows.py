@@ -31,7 +31,7 @@ from harness.detect.decode import (
     utf8_bytes,
 )
 from harness.detect.matcher import SEPARATOR, Hit, Matcher
-from harness.detect.scan import NotInspected, ScanHit, scan_bytes
+from harness.detect.stream import NotInspected, ScanHit, scan_bytes
 from harness.detect.tools import attribute_body
 
 _SEPARATOR = SEPARATOR.decode()
@@ -136,7 +136,7 @@ class _Scan:
 
     def layered(self, data: bytes, part: str, *, encoding: str | None = None,
                 skip: frozenset[tuple[str, str]] = frozenset(), only_new: bool = False) -> None:
-        """Scan `data` and every layer in it (base64 blocks, compressed streams, ...: `scan.scan_bytes`)."""
+        """Scan `data` and every layer in it (base64 blocks, compressed streams, ...: `stream.scan_bytes`)."""
         where = f"flow:{self.flow_id}:{part}"
         skipped: list[NotInspected] = []
         for h in scan_bytes(data, self.matcher, headerless=False, not_inspected=skipped):

@@ -18,7 +18,7 @@ from mitmproxy.exceptions import FlowReadException
 
 from harness.core.findings import Finding, dedupe
 from harness.core.registry import Registry
-from harness.detect import scan, snapshots
+from harness.detect import scan, snapshots, stream
 from harness.detect.decode import loads
 from harness.detect.flows import inspect_flow
 from harness.detect.matcher import Matcher, matcher_for
@@ -58,9 +58,9 @@ class Reconciliation:
     reasons: list[str] = field(default_factory=list)
     coverage: Coverage = field(default_factory=Coverage)
     #: Everything not read to its end (files, layers, bodies); those read in part are also in `reasons`.
-    not_inspected: list[scan.NotInspected] = field(default_factory=list)
+    not_inspected: list[stream.NotInspected] = field(default_factory=list)
 
-    def skip(self, entries: Sequence[scan.NotInspected], where: str = "") -> None:
+    def skip(self, entries: Sequence[stream.NotInspected], where: str = "") -> None:
         """Record entries not read to their end (`where`: the home or folder their paths are relative to)."""
         for n in entries:
             n = replace(n, path=f"{where}/{n.path}" if where else n.path)
@@ -127,7 +127,7 @@ def reconcile(
     expect_snapshots: dict[str, int] | None = None,
     phases: Sequence[Phase] = (),
     empty_ok: bool = False,
-    limits: scan.Limits = scan.DEFAULT_LIMITS,
+    limits: stream.Limits = stream.DEFAULT_LIMITS,
 ) -> Reconciliation:
     """Every invariant over the evidence; findings carry the scenario/phase they happened in. Whatever
     was not read to its end is in `not_inspected`; what was read in part makes a reason (inconclusive)."""
@@ -230,7 +230,7 @@ def _scan_rpc(data: bytes, registry: Registry, matcher: Matcher, label: str, pha
         owner = record.get("tenant") or bound.get(sid or "")
         if owner is not None and owner not in registry.tenants:
             owner = None
-        skipped: list[scan.NotInspected] = []
+        skipped: list[stream.NotInspected] = []
         hits = scan.scan_text(json.dumps(frame).encode(), registry, owner, label=f"{label}#{n}", channel="rpc",
                               matcher=matcher, not_inspected=skipped)
         findings += _tag(hits, _phase_of(record.get("t", 0.0), phases))

@@ -21,7 +21,7 @@ from mitmproxy import io as mio
 
 from harness.core.files import write_private
 from harness.core.protocol import PLACEHOLDER_PATTERN
-from harness.detect import scan
+from harness.detect import stream
 from harness.detect.decode import sse_streams
 from harness.detect.matcher import Matcher
 from harness.report import redact
@@ -45,7 +45,7 @@ def _credentials(headers: http.Headers, matcher: Matcher) -> None:
 def _withheld(msg: http.Message, matcher: Matcher) -> str | None:
     """Why a redacted body may still hold a canary (in a container, or split across SSE events), if it may."""
     raw = msg.raw_content or b""
-    if scan.scan_bytes(raw, matcher):
+    if stream.scan_bytes(raw, matcher):
         return "a canary survives redaction inside a container"
     if "event-stream" in msg.headers.get("content-type", "") and any(
             matcher.find(text.encode("utf-8", "surrogatepass")) for text in sse_streams(raw).values()):

@@ -25,7 +25,7 @@ class AuditResult:
     fixed: list[str] = field(default_factory=list)
     seconds: float = 0.0
     snapshots: dict[str, int] = field(default_factory=dict)  # env snapshots per tenant
-    #: What was not read to its end: {path, reason, bytes_read, partial} (`scan.NotInspected.to_dict`).
+    #: What was not read to its end: {path, reason, bytes_read, partial} (`stream.NotInspected.to_dict`).
     not_inspected: list[dict[str, Any]] = field(default_factory=list)
     out: Path | None = None  # the evidence folder the reports were written to (not part of findings.json)
     coverage: dict[str, dict[str, str]] = field(default_factory=dict)  # scenario -> tool -> status

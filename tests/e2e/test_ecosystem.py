@@ -16,7 +16,7 @@ from mitmproxy import flowfilter
 
 from harness import cli
 from harness.core.registry import load
-from harness.detect import scan
+from harness.detect import stream
 from harness.detect.matcher import matcher_for
 from harness.detect.reconcile import read_flows
 from harness.run import RunOptions, run_audit
@@ -149,9 +149,9 @@ def test_export_har_and_flows_hold_no_canary(planted, tmp_path, capsys):
     har_path, mitm_path = tmp_path / "flows.har", tmp_path / "redacted.mitm"
     assert cli.main(["export", str(out), "--har", str(har_path), "--flows", str(mitm_path)]) == 0
     matcher = matcher_for(load(out / "registry.yaml"))
-    assert scan.scan_bytes((out / "flows.mitm").read_bytes(), matcher)  # the original holds canaries
-    assert scan.scan_bytes(har_path.read_bytes(), matcher) == []
-    assert scan.scan_bytes(mitm_path.read_bytes(), matcher) == []
+    assert stream.scan_bytes((out / "flows.mitm").read_bytes(), matcher)  # the original holds canaries
+    assert stream.scan_bytes(har_path.read_bytes(), matcher) == []
+    assert stream.scan_bytes(mitm_path.read_bytes(), matcher) == []
     har = json.loads(har_path.read_text())
     entries = har["log"]["entries"]
     assert har["log"]["version"] == "1.2" and har["log"]["creator"]["name"] == "tenancy-audit"

@@ -1,0 +1,406 @@
+"""The streaming scan: every canary of every tenant in a buffer or a file and in every layer inside it.
+
+Built on `harness.detect.matcher.Matcher` (one automaton, every encoding, one pass), the candidate layer
+starts of `harness.detect.containers` and the streaming decoders of `harness.detect.codecs`. Everything is
+read as a stream, in windows of `WINDOW` bytes that overlap by the longest encoded pattern, so memory stays
+bounded whatever the size of a file or of what it inflates to. In each window the scanner finds the
+canaries, then the layers that start there, and scans what each decodes to as a stream of its own (to
+`Limits.depth`). SQLite files (`SQLite format 3\\0`) are scanned twice: the raw bytes, and every value of
+every column of every table (FTS shadow tables and `sqlite_master` included) read with `sqlite3` from a
+private copy of the database and its `-wal`/`-journal`, so a canary that straddles an overflow page or
+lives only in the WAL is found.
+
+A decoded layer counts against `Limits` (`stream_bytes` per stream, `total_bytes` per file, `depth`). A
+limit that stops reading is a `NotInspected` entry; one that left part of a file unread (`partial`) makes
+an audit inconclusive. A corrupt or truncated stream still has its decodable prefix scanned.
+
+Reporting scheme (`ScanHit`):
+- `container` is None for the raw bytes, else the layers joined by `/`: `gzip`, `zlib`, `deflate`, `xz`,
+  `lzma`, `bz2`, `zstd`, `br`, `base64`, `chunked`, `sqlite:<table>.<column>#<rowid>`, e.g.
+  `sqlite:messages.content#3/gzip` for a gzip blob in a cell, `base64/gzip` for a gzip in a base64 block.
+- `offset` is the canary's byte offset inside the innermost layer (decoded bytes, or the cell value as
+  UTF-8 / blob bytes); `layers` also records where each layer starts in its parent (None for a cell).
+- `encoding` is the matcher's encoding prefixed by every decoded layer, a trailing `plain` dropped:
+  `plain`, `base64`, `gzip` (plain text in a gzip stream), `gzip/base64`, `base64/gzip`, `zlib/utf16le`.
+  SQLite is a container, not an encoding: a plain canary in a cell has encoding `plain`.
+- `location(label)`: `path@OFFSET` for the raw bytes, `path@AT:gzip@OFFSET` in a stream that starts at AT,
+  `path:sqlite:messages.content#3@OFFSET` in a cell.
+- A base64 block or chunked body is also scanned as raw bytes; a canary its raw bytes already show (an
+  unwrapped base64 form) is reported there, once, not again in the decoded layer.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import stat
+import tempfile
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+from harness.detect import codecs, containers
+from harness.detect.matcher import Hit, Matcher
+
+#: Bytes read per window (each window also holds the last `Matcher.longest` bytes of the one before).
+WINDOW = 4 << 20
+SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Layers that re-encode bytes which are scanned raw too (a canary their raw bytes show is reported there).
+TRANSFORMS = frozenset({"base64", "chunked"})
+
+Layer = tuple[str, int | None]  # (name, where it starts in its parent; None for a SQLite cell)
+Reopen = Callable[[int], Iterator[bytes]]  # the stream's bytes again, from an offset
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What the scanner reads at most. Each limit it reaches is reported (`NotInspected`), never silent."""
+
+    stream_bytes: int = 256 << 20  # decoded bytes read from one compressed stream
+    total_bytes: int = 1 << 30  # decoded bytes read from all the compressed streams of one file
+    depth: int = 4  # containers inside containers: a gzip in a base64 block in a SQLite cell ...
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True)
+class NotInspected:
+    """A file, or a layer of one, that was not read to its end: where, why, how many bytes were read, and
+    whether part of it went unread (`partial`: a secret could be there, so the audit is inconclusive)."""
+
+    path: str
+    reason: str
+    bytes_read: int = 0
+    partial: bool = True
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "reason": self.reason, "bytes_read": self.bytes_read, "partial": self.partial}
+
+    def summary(self) -> str:
+        return f"{self.path}: {self.reason} ({self.bytes_read} bytes read)"
+
+
+@dataclass(frozen=True)
+class ScanHit:
+    """One canary occurrence, with the containers it was found in."""
+
+    hit: Hit
+    layers: tuple[Layer, ...] = ()
+    evidence: str = ""
+
+    @property
+    def tenant(self) -> str:
+        return self.hit.tenant
+
+    @property
+    def kind(self) -> str:
+        return self.hit.kind
+
+    @property
+    def offset(self) -> int:
+        return self.hit.start
+
+    @property
+    def container(self) -> str | None:
+        return "/".join(name for name, _ in self.layers) or None
+
+    @property
+    def encoding(self) -> str:
+        codecs_ = [name for name, at in self.layers if at is not None]
+        if self.hit.encoding != "plain" or not codecs_:
+            codecs_.append(self.hit.encoding)
+        return "/".join(codecs_)
+
+    def location(self, label: str) -> str:
+        return label + _where(self.layers) + f"@{self.offset}"
+
+
+def _where(layers: Iterable[Layer]) -> str:
+    return "".join(f"@{at}:{name}" if at is not None else f":{name}" for name, at in layers)
+
+
+class _Scan:
+    """One top-level scan (a file or a buffer): its hits, what it could not read, its decoding budget."""
+
+    def __init__(self, matcher: Matcher, limits: Limits) -> None:
+        self.matcher = matcher
+        self.limits = limits
+        self.remaining = limits.total_bytes
+        self.hits: list[ScanHit] = []
+        self.skipped: list[tuple[tuple[Layer, ...], str, int]] = []  # (layers, reason, bytes read)
+        # A hit must lie whole in one window with the base64 character on either side of it, and a wrapped
+        # block's line (up to `containers.LINE_LOOKBACK` bytes) with the break after it.
+        self.overlap = max(matcher.longest + 8, containers.LINE_LOOKBACK + 8)
+
+    def stream(self, chunks: Iterable[bytes], layers: tuple[Layer, ...], reopen: Reopen, *, top: bool,
+               sqlite_path: Path | None = None) -> None:
+        """Scan the bytes of `chunks` window by window, and every layer that starts in them.
+
+        A hit (or a container start) belongs to the window its end falls in: each window owns the bytes up
+        to its last one but one (the last one only in the final window), so a base64 form's closing
+        character is always in the window that reports it.
+        """
+        if type(chunks) is tuple and len(chunks) == 1:  # one buffer (a SQLite cell, a body): one window
+            (window,) = chunks
+            self._window(window, 0, 0, len(window), 0, layers, reopen, top)
+            if window.startswith(SQLITE_MAGIC):
+                self._sqlite(layers, reopen, sqlite_path)
+            return
+        owned_from = 0  # absolute offset: what ends at or before it was handled by an earlier window
+        skip_until = 0  # absolute offset: the end of the last base64 block or chunked body decoded
+        base = 0  # absolute offset of the window's first byte
+        tail = b""
+        sqlite = False
+        for chunk, last in _windows(chunks):
+            window = tail + chunk if tail else chunk
+            limit = base + len(window) - (0 if last else 1)
+            if base == 0 and window.startswith(SQLITE_MAGIC):
+                sqlite = True
+            skip_until = self._window(window, base, owned_from, limit, skip_until, layers, reopen, top and base == 0)
+            owned_from = limit
+            if last:
+                break
+            tail = window[-self.overlap :]
+            base += len(window) - len(tail)
+        if sqlite:
+            self._sqlite(layers, reopen, sqlite_path)
+
+    def _window(self, window: bytes, base: int, owned_from: int, limit: int, skip_until: int,
+                layers: tuple[Layer, ...], reopen: Reopen, top: bool) -> int:
+        """Scan one window (its first byte at absolute offset `base`): the hits and layer starts it owns
+        (ending in (owned_from, limit]); returns the new `skip_until`."""
+        for hit in self.matcher.find(window):
+            if owned_from < base + hit.end <= limit:
+                self.hits.append(ScanHit(replace(hit, start=base + hit.start, end=base + hit.end), layers,
+                                         self.matcher.snippet(window, hit)))
+        for pos, codec, seen in containers.layer_starts(window, top=top):
+            at = base + pos
+            if not owned_from < base + seen <= limit or at < skip_until:
+                continue
+            end = self._layer(window, pos, codec, layers, reopen, base + len(window), at)
+            if end is not None:
+                skip_until = max(skip_until, end)
+        return skip_until
+
+    def _layer(self, window: bytes, pos: int, codec: str, layers: tuple[Layer, ...], reopen: Reopen,
+               after: int, at: int) -> int | None:
+        """Decode the layer of `codec` at window[pos] (absolute offset `at`) and scan it; returns where it
+        ended in its parent, for a block or a chunked body that ended properly."""
+        child = (*layers, (codec, at))
+        progress = codecs.Progress()
+        source = _rest(memoryview(window)[pos:], reopen, after)
+        pieces = codecs.decode(codec, source, progress)
+        if len(layers) >= self.limits.depth:
+            if next(pieces, b""):  # something decodes there: a layer not inspected
+                self.skipped.append((child, f"depth cap ({self.limits.depth} nested containers)", 0))
+            return None
+        if codec not in TRANSFORMS:
+            pieces = self._capped(pieces, child)
+
+        def again(offset: int) -> Iterator[bytes]:
+            return _skip(codecs.decode(codec, reopen(at), codecs.Progress()), offset)
+
+        self.stream(pieces, child, again, top=False)
+        return at + progress.consumed if codec in TRANSFORMS else None
+
+    def _capped(self, pieces: Iterator[bytes], layers: tuple[Layer, ...]) -> Iterator[bytes]:
+        """`pieces` up to the stream and total limits; reaching one while output remains is recorded."""
+        read = 0
+        for piece in pieces:
+            room = min(self.limits.stream_bytes - read, self.remaining)
+            if room <= 0 or len(piece) > room:
+                if room > 0:
+                    read += room
+                    self.remaining -= room
+                    yield piece[:room]
+                if read >= self.limits.stream_bytes:
+                    reason = f"decompression cap ({self.limits.stream_bytes} bytes per stream)"
+                else:
+                    reason = f"decompression budget ({self.limits.total_bytes} bytes per file) exhausted"
+                self.skipped.append((layers, reason, read))
+                return
+            read += len(piece)
+            self.remaining -= len(piece)
+            yield piece
+
+    def _sqlite(self, layers: tuple[Layer, ...], reopen: Reopen, path: Path | None) -> None:
+        """Scan every value of every table of a private copy of the database (plus its -wal/-journal)."""
+        with tempfile.TemporaryDirectory(prefix="tenancy-scan-") as tmp:
+            copy = Path(tmp) / "db"
+            if path is not None:
+                shutil.copyfile(path, copy)
+                for suffix in ("-wal", "-journal"):
+                    side = Path(f"{path}{suffix}")
+                    if side.is_file() and not side.is_symlink():
+                        shutil.copyfile(side, f"{copy}{suffix}")
+            else:  # a database inside a layer: spooled to the copy, within the stream limit
+                written = 0
+                with copy.open("wb") as fh:
+                    for piece in reopen(0):
+                        fh.write(piece[: self.limits.stream_bytes - written])
+                        written += len(piece)
+                        if written > self.limits.stream_bytes:
+                            self.skipped.append(((*layers, ("sqlite", None)), "sqlite: database larger than the "
+                                                 f"stream cap ({self.limits.stream_bytes} bytes)", written))
+                            break
+            try:
+                conn = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
+                conn.text_factory = bytes
+            except sqlite3.Error as exc:
+                self.skipped.append(((*layers, ("sqlite", None)), f"sqlite: cannot open: {exc}", 0))
+                return
+            try:
+                tables = [
+                    r[0].decode("utf-8", "replace")
+                    for r in conn.execute(
+                        "SELECT name FROM sqlite_master"
+                        " WHERE type = 'table' AND coalesce(sql, '') NOT LIKE 'CREATE VIRTUAL%'"
+                    )
+                ]
+                for table in ["sqlite_master", *tables]:
+                    self._table(conn, table, layers)
+            except sqlite3.Error as exc:
+                self.skipped.append(((*layers, ("sqlite", None)), f"sqlite: cannot read: {exc}", 0))
+            finally:
+                conn.close()
+
+    def _table(self, conn: sqlite3.Connection, table: str, layers: tuple[Layer, ...]) -> None:
+        quoted = '"' + table.replace('"', '""') + '"'
+        try:
+            cur = conn.execute(f"SELECT rowid, * FROM {quoted}")
+            rowid_col = True
+        except sqlite3.OperationalError:  # WITHOUT ROWID: number the rows instead
+            cur = conn.execute(f"SELECT * FROM {quoted}")
+            rowid_col = False
+        names = [d[0] for d in cur.description][1 if rowid_col else 0 :]
+        shortest = self.matcher.shortest
+        for n, row in enumerate(cur):
+            rowid = row[0] if rowid_col else n
+            for column, value in zip(names, row[1:] if rowid_col else row, strict=True):
+                if isinstance(value, bytes) and len(value) >= shortest:
+                    cell = (*layers, (f"sqlite:{table}.{column}#{rowid}", None))
+                    self.stream((value,), cell, _bytes_reopen(value), top=False)
+
+    def result(self, not_inspected: list[NotInspected] | None, label: str = "") -> list[ScanHit]:
+        """The hits, without those a decoded block repeats from its own raw bytes (see the module docstring)."""
+        if not_inspected is not None:
+            not_inspected += [NotInspected(label + _where(layers), reason, read)
+                              for layers, reason, read in self.skipped]
+        shown = {(h.tenant, h.kind, h.layers) for h in self.hits}
+        return [h for h in self.hits
+                if not (h.layers and h.layers[-1][0] in TRANSFORMS and (h.tenant, h.kind, h.layers[:-1]) in shown)]
+
+
+def _windows(chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
+    """`chunks` regrouped into windows of about WINDOW bytes, each with whether it is the last."""
+    pending: list[bytes] = []
+    size = 0
+    ready: bytes | None = None
+    for chunk in chunks:
+        if not chunk:
+            continue
+        pending.append(bytes(chunk))
+        size += len(chunk)
+        if size >= WINDOW:
+            if ready is not None:
+                yield ready, False
+            ready = pending[0] if len(pending) == 1 else b"".join(pending)
+            pending, size = [], 0
+    if pending:
+        if ready is not None:
+            yield ready, False
+        ready = pending[0] if len(pending) == 1 else b"".join(pending)
+    if ready is not None:
+        yield ready, True
+
+
+def _rest(view: memoryview, reopen: Reopen, after: int) -> Iterator[memoryview | bytes]:
+    """What follows a layer's start: the rest of the window, then (only if the decoder needs it) the
+    stream read again from the window's end."""
+    yield view
+    yield from reopen(after)
+
+
+def _skip(pieces: Iterator[bytes], offset: int) -> Iterator[bytes]:
+    for piece in pieces:
+        if offset >= len(piece):
+            offset -= len(piece)
+            continue
+        yield piece[offset:]
+        offset = 0
+
+
+def _bytes_reopen(data: bytes | memoryview) -> Reopen:
+    def again(offset: int) -> Iterator[bytes]:
+        if offset < len(data):
+            yield bytes(data[offset:])
+
+    return again
+
+
+# -- entry points -------------------------------------------------------------------------------------------
+
+
+def scan_bytes(
+    data: bytes | bytearray | memoryview,
+    matcher: Matcher,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    not_inspected: list[NotInspected] | None = None,
+    headerless: bool = True,
+) -> list[ScanHit]:
+    """Every canary in `data` and in the layers it contains (see the module docstring). `headerless`:
+    also try the formats without a magic number at offset 0 (a file's bytes; not an HTTP body, whose
+    content-encoding is in its headers)."""
+    data = bytes(data)
+    scan = _Scan(matcher, limits)
+    scan.stream((data,), (), _bytes_reopen(data), top=headerless)
+    return scan.result(not_inspected, "bytes")
+
+
+def scan_file(
+    path: Path | str,
+    matcher: Matcher,
+    *,
+    limits: Limits = DEFAULT_LIMITS,
+    not_inspected: list[NotInspected] | None = None,
+    label: str | None = None,
+) -> list[ScanHit]:
+    """Scan one regular file as a stream; a SQLite database is also read logically together with its
+    -wal/-journal. Raises OSError when the file cannot be opened or is not a regular file."""
+    path = Path(path)
+    fd = _open(path)
+    scan = _Scan(matcher, limits)
+
+    def again(offset: int) -> Iterator[bytes]:
+        return _file_chunks(os.dup(fd), offset)
+
+    try:
+        scan.stream(_file_chunks(os.dup(fd), 0), (), again, top=True, sqlite_path=path)
+    finally:
+        os.close(fd)
+    return scan.result(not_inspected, str(path) if label is None else label)
+
+
+def _open(path: Path) -> int:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"not a regular file: {path}")
+    return fd
+
+
+def _file_chunks(fd: int, offset: int) -> Iterator[bytes]:
+    """The file's bytes from `offset`, WINDOW at a time (owns and closes `fd`)."""
+    try:
+        while True:
+            chunk = os.pread(fd, WINDOW, offset)
+            if not chunk:
+                return
+            offset += len(chunk)
+            yield chunk
+    finally:
+        os.close(fd)
