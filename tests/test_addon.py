@@ -563,6 +563,10 @@ def test_unwritable_ledger_kills_the_flow_and_stops_the_proxy(addon, regfile, re
         assert f.error and f.error.msg == "Connection killed."
         ctx.master.event_loop.run_until_complete(asyncio.sleep(0))
         assert ctx.master.should_exit.is_set() and "cannot write the ledger" in caplog.text
+        later = reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key)
+        run(addon, later)
+        assert later.error and later.error.msg == "Connection killed."  # still fail-closed
+        addon.done()  # nothing left in a buffer: closing the ledger does not fail again
 
 
 def test_tenancy_content_view_redacts_every_canary_and_marks_the_leak(tctx, addon, reg):

@@ -116,7 +116,7 @@ class Tenancy:
             if path:
                 try:
                     fd = os.open(os.path.expanduser(path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-                    self.ledger = os.fdopen(fd, "ab")
+                    self.ledger = os.fdopen(fd, "ab", buffering=0)  # a failed line is never left in a buffer
                 except OSError as exc:
                     raise exceptions.OptionsError(f"tenancy_ledger: cannot open {path}: {exc.strerror}") from None
 
@@ -240,9 +240,10 @@ class Tenancy:
         """Fail closed: a flow that cannot be recorded is killed and the proxy shuts down."""
         if self.ledger is None:
             return
+        line = _ledger_line(entry)
         try:
-            self.ledger.write(_ledger_line(entry))
-            self.ledger.flush()
+            if self.ledger.write(line) != len(line):
+                raise OSError(f"short write ({len(line)} bytes)")
         except (OSError, ValueError) as exc:
             log.error(f"tenancy: cannot write the ledger {ctx.options.tenancy_ledger}: {exc}; shutting down")
             if flow.killable:
