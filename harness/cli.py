@@ -179,6 +179,7 @@ def _parser() -> argparse.ArgumentParser:
                     help="a scenario, a comma-separated list, or all (default oneshot)")
     mx.add_argument("--runs", type=int, default=1, help="runs per release and scenario (default 1)")
     mx.add_argument("--tools", help="tool battery groups, as for run ('none': the env probe only)")
+    mx.add_argument("--phases", help="multi-profile phases, as for run (all: every phase, cron included)")
     mx.add_argument("--shard", help="I/N: run only this share of the release x scenario x run cells")
     mx.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
     mx.add_argument("--out", type=Path, required=True, help="matrix folder: matrix.json/.md/.html, evidence per run")
@@ -330,7 +331,8 @@ def _print_matrix(doc: dict[str, Any], fail_on: str) -> int:
 
 def cmd_matrix(a: argparse.Namespace) -> int:
     opts = MatrixOptions(releases=parse_releases(a.hermes), scenarios=parse_scenarios(a.scenario), runs=a.runs,
-                         out=a.out, tools=parse_tools(a.tools), shard=parse_shard(a.shard) if a.shard else None,
+                         out=a.out, tools=parse_tools(a.tools), phases=_phases(a.phases),
+                         shard=parse_shard(a.shard) if a.shard else None,
                          timeout=a.timeout, force=a.force, quiet=a.quiet)
     doc = run_matrix(opts)
     code = _print_matrix(doc, a.fail_on)

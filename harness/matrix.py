@@ -14,7 +14,7 @@ import re
 import sys
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -47,6 +47,7 @@ class MatrixOptions:
     runs: int
     out: Path
     tools: list[str] | None = None
+    phases: list[str] = field(default_factory=list)  # none: each scenario's default phases
     shard: tuple[int, int] | None = None
     timeout: float = 180.0
     force: bool = False
@@ -55,7 +56,7 @@ class MatrixOptions:
     @property
     def plan(self) -> Plan:
         return Plan(tuple(self.releases), tuple(self.scenarios), self.runs,
-                    None if self.tools is None else tuple(self.tools))
+                    None if self.tools is None else tuple(self.tools), tuple(self.phases) or None)
 
 
 def parse_releases(spec: str) -> dict[str, Path | None]:
@@ -187,7 +188,7 @@ def _run_cell(opts: MatrixOptions, rel: Release, scenario: str, run: int) -> Cel
         return Cell(rel.version, scenario, run, NA, reason)
     run_opts = RunOptions(scenario=scenario, tenants=2 if scenario == "oneshot" else 3, hermes_python=rel.python,
                           out=opts.out / rel.version / scenario / f"run-{run}", force=True, quiet=True,
-                          timeout=opts.timeout, tools=opts.tools)
+                          timeout=opts.timeout, tools=opts.tools, phases=list(opts.phases))
     try:
         result = run_audit(run_opts)
     except (HermesError, ProxyError, EvidenceError) as exc:
@@ -200,7 +201,7 @@ def run_matrix(opts: MatrixOptions) -> dict[str, Any]:
     if opts.runs < 1:
         raise UsageError("--runs must be at least 1")
     for scenario in opts.scenarios:  # every option valid before anything is installed or written
-        check_options(RunOptions(scenario=scenario, tenants=3, tools=opts.tools))
+        check_options(RunOptions(scenario=scenario, tenants=3, tools=opts.tools, phases=list(opts.phases)))
     plan = opts.plan
     keys = matrix.shard_keys(plan, *opts.shard) if opts.shard else plan.cell_keys()
     created = not opts.out.exists()
@@ -259,7 +260,8 @@ def repeat(opts: RunOptions, runs: int) -> tuple[dict[str, Any], list[AuditResul
         progress(opts.quiet, f"run {i}/{runs}: {result.verdict.status}")
     release = results[0].versions.get("hermes-agent", "?")
     cells = [cell_of(r, release, opts.scenario, i, root) for i, r in enumerate(results, 1)]
-    doc = matrix.document(Plan((release,), (opts.scenario,), runs, None if opts.tools is None else tuple(opts.tools)),
-                          cells)
+    plan = Plan((release,), (opts.scenario,), runs, None if opts.tools is None else tuple(opts.tools),
+                tuple(opts.phases) or None)
+    doc = matrix.document(plan, cells)
     write_matrix(root, doc)
     return doc, results

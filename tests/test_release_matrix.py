@@ -17,6 +17,7 @@ from harness import matrix as runner
 from harness.core.findings import Finding, Verdict
 from harness.drive import features, install
 from harness.drive.features import Features, missing
+from harness.drive.phases import ALL_PHASES
 from harness.report import matrix
 from harness.report.baseline import load, write
 from harness.report.matrix import NA, Cell, MatrixError, Plan, cell_text, class_of, wilson
@@ -218,6 +219,9 @@ def test_merge_refuses_a_missing_a_duplicated_or_a_foreign_shard(tmp_path):
     other = matrix.document(Plan(RELEASES, ("oneshot",), 3, ("memory",)), [])
     with pytest.raises(MatrixError, match="another plan"):
         matrix.merge([("a", docs[0]), ("b", other)])
+    cron = matrix.document(Plan(RELEASES, ("oneshot", "tui"), 3, ("memory",), ("cron",)), [])
+    with pytest.raises(MatrixError, match="another plan"):
+        matrix.merge([("a", docs[0]), ("b", cron)])
     with pytest.raises(MatrixError, match="not a version-1 matrix"):
         matrix.merge([("a", {"version": 9})])
 
@@ -306,6 +310,7 @@ def one_line_exit_2(tmp_path: Path, *args: str) -> str:
     (["matrix", "--hermes", "0.19.0", "--scenario", "nope", "--out", "m"], "unknown scenario 'nope'"),
     (["matrix", "--hermes", "0.19.0", "--runs", "0", "--out", "m"], "--runs"),
     (["matrix", "--hermes", "0.19.0", "--tools", "nope", "--out", "m"], "unknown tool group"),
+    (["matrix", "--hermes", "0.19.0", "--phases", "nope", "--out", "m"], "unknown phase 'nope'"),
     (["matrix", "--hermes", "0.19.0", "--out", "/proc/m"], "cannot create a writable folder"),
     (["matrix", "--hermes", "0.19.0", "--out", "file"], "not a directory"),
     (["merge", "nothing", "--out", "m"], "cannot read"),
@@ -348,9 +353,33 @@ def test_run_runs_n_reports_seen_k_of_n_per_class(tmp_path, monkeypatch, capsys)
     assert f"seen 2/3 (95% CI {round(wilson(2, 3)[0] * 100)}-{round(wilson(2, 3)[1] * 100)}%)" in out, out
     assert LEAK.fingerprint() in out
     doc = json.loads((tmp_path / "rate" / "matrix.json").read_text())
-    assert doc["plan"] == {"releases": ["0.19.0"], "scenarios": ["oneshot"], "runs": 3, "tools": None}
+    assert doc["plan"] == {"releases": ["0.19.0"], "scenarios": ["oneshot"], "runs": 3, "tools": None, "phases": None}
     assert [c["evidence"] for c in doc["cells"]] == ["run-1", "run-2", "run-3"]
     assert cli.main(["run", "--runs", "3", "--out", str(tmp_path / "rate")]) == 2  # holds a matrix: --force
+
+
+def test_matrix_phases_reach_every_run_and_the_plan(tmp_path, monkeypatch):
+    ran = []
+
+    def fake_run_audit(opts):
+        ran.append((opts.scenario, opts.phases))
+        opts.out.mkdir(parents=True)
+        return AuditResult(Verdict([]), ["default", "alpha"], opts.scenario, {"hermes-agent": "0.19.0"},
+                           timeline=[{"ok": True}], out=opts.out)
+
+    monkeypatch.setattr(runner, "run_audit", fake_run_audit)
+    monkeypatch.setattr(runner, "prepare_release", lambda v, *_: runner.Release(v, Path(sys.executable), Features()))
+    out = tmp_path / "m"
+    assert cli.main(["matrix", "--hermes", "0.19.0", "--scenario", "serve,gateway", "--phases", "all",
+                     "--out", str(out), "--quiet"]) == 0
+    assert ran == [("serve", list(ALL_PHASES)), ("gateway", list(ALL_PHASES))]
+    assert json.loads((out / "matrix.json").read_text())["plan"]["phases"] == list(ALL_PHASES)
+    assert f"phases {', '.join(ALL_PHASES)}" in (out / "matrix.md").read_text()
+    ran.clear()
+    assert cli.main(["matrix", "--hermes", "0.19.0", "--scenario", "serve", "--out", str(tmp_path / "d"),
+                     "--quiet"]) == 0
+    assert ran == [("serve", [])]  # no --phases: the scenario's default
+    assert json.loads((tmp_path / "d" / "matrix.json").read_text())["plan"]["phases"] is None
 
 
 # --- what a release offers ----------------------------------------------------------------------------------

@@ -91,6 +91,7 @@ class Plan:
     scenarios: tuple[str, ...]
     runs: int
     tools: tuple[str, ...] | None = None  # battery groups (None: every group)
+    phases: tuple[str, ...] | None = None  # multi-profile phases (None: each scenario's default)
 
     def cell_keys(self) -> list[tuple[str, str, int]]:
         """Every cell of the plan in a fixed order: releases by version, scenarios as given, runs 1..N."""
@@ -99,14 +100,15 @@ class Plan:
 
     def to_dict(self) -> dict[str, Any]:
         return {"releases": sorted(self.releases, key=release_key), "scenarios": list(self.scenarios),
-                "runs": self.runs, "tools": None if self.tools is None else list(self.tools)}
+                "runs": self.runs, "tools": None if self.tools is None else list(self.tools),
+                "phases": None if self.phases is None else list(self.phases)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
         try:
-            tools = data["tools"]
+            tools, phases = data["tools"], data.get("phases")  # a matrix from before --phases has none
             return cls(tuple(data["releases"]), tuple(data["scenarios"]), int(data["runs"]),
-                       None if tools is None else tuple(tools))
+                       None if tools is None else tuple(tools), None if phases is None else tuple(phases))
         except (KeyError, TypeError, ValueError) as exc:
             raise MatrixError(f"matrix: malformed plan ({type(exc).__name__}: {exc})") from None
 

@@ -26,9 +26,10 @@ def _runs(doc: dict[str, Any], release: str, scenario: str) -> list[Cell]:
 def _heading(doc: dict[str, Any]) -> str:
     plan = doc["plan"]
     tools = "every tool group" if plan["tools"] is None else (", ".join(plan["tools"]) or "the env probe only")
+    phases = f"; phases {', '.join(plan['phases'])}" if plan.get("phases") else ""
     shard = f"; shard {doc['shard']} only" if doc["shard"] else ""
     return (f"releases {', '.join(_releases(doc))}; scenarios {', '.join(plan['scenarios'])}; "
-            f"{plan['runs']} run(s) each; {tools}{shard}")
+            f"{plan['runs']} run(s) each; {tools}{phases}{shard}")
 
 
 def _who(row: dict[str, Any]) -> str:
