@@ -61,7 +61,8 @@ _BZ2_BLOCK = (b"1AY&SY", b"\x17rE8P\x90")
 
 def layer_starts(window: bytes, *, top: bool) -> list[tuple[int, str, int]]:
     """(offset, codec, end of what shows it) of every layer that may start in `window`, in offset order.
-    The window whose bytes show a start (its magic number, a block's first line break) decodes it."""
+    The window whose bytes show a start (its magic number, a block's first line break) decodes it. `top`:
+    the window is the first of a file, where the formats without a magic number are tried at offset 0."""
     starts = []
     for idx, pos, end in _MAGIC_AUTOMATON.find_matches_as_indexes(window):
         name = _MAGICS[idx][1]
