@@ -28,6 +28,7 @@ from harness.core.registry import Registry, mint
 from harness.detect import codecs, containers, matcher, stream
 from harness.detect.flows import Route, inspect_request, inspect_response
 from harness.detect.matcher import Matcher, encodings_of, matcher_for
+from harness.detect.reconcile import reconcile
 from harness.detect.scan import scan_log, scan_text, scan_tree
 from harness.detect.stream import NotInspected, scan_bytes, scan_file
 
@@ -470,6 +471,29 @@ def test_a_gzip_bomb_with_a_key_after_the_cap_is_inconclusive(tmp_path: Path, re
     total = scan_tree(home, registry, OWNER, limits=stream.Limits(total_bytes=50_000))
     assert [n.reason for n in total.not_inspected] == ["decompression budget (50000 bytes per file) exhausted"]
     assert [f.canary for f in scan_tree(home, registry, OWNER).findings] == ["key"]  # the control
+
+
+def test_reconcile_gives_a_partial_file_one_reason_and_an_unreadable_one_its_own(
+        tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "bomb.gz").write_bytes(gzip.compress(b"\0" * 300_000 + value(registry, "key").encode()))
+    (home / "locked").write_text("x")
+    (tmp_path / "flows.mitm").write_bytes(b"")
+    real = stream._open
+
+    def deny(path: Path) -> int:
+        if path.name == "locked":
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path)
+
+    monkeypatch.setattr(stream, "_open", deny)
+    rec = reconcile(registry, tmp_path / "flows.mitm", homes={OWNER: home}, empty_ok=True,
+                    limits=stream.Limits(stream_bytes=100_000))
+    assert [n.path for n in rec.not_inspected] == [f"{home}/bomb.gz@0:gzip", f"{home}/locked"]
+    assert rec.reasons[1:] == [  # after the empty flow file's reason
+        f"unreadable file {home / 'locked'}",
+        f"not fully inspected: {home}/bomb.gz@0:gzip: decompression cap (100000 bytes per stream) (100000 bytes read)"]
 
 
 def test_special_files_are_listed_and_never_opened(tmp_path: Path, registry: Registry) -> None:

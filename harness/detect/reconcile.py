@@ -61,11 +61,12 @@ class Reconciliation:
     not_inspected: list[stream.NotInspected] = field(default_factory=list)
 
     def skip(self, entries: Sequence[stream.NotInspected], where: str = "") -> None:
-        """Record entries not read to their end (`where`: the home or folder their paths are relative to)."""
+        """Record entries not read to their end (`where`: the home or folder their paths are relative to).
+        One read in part is a reason; one not read at all (`unreadable`) has its caller's reason already."""
         for n in entries:
             n = replace(n, path=f"{where}/{n.path}" if where else n.path)
             self.not_inspected.append(n)
-            if n.partial:
+            if n.partial and not n.reason.startswith("unreadable"):
                 self.reasons.append(f"not fully inspected: {n.summary()}")
 
 
@@ -173,9 +174,7 @@ def reconcile(
         rec.findings += [replace(f, tool=f.tool or tool_for_file(f.location)) for f in result.findings]
         rec.inspected["file"] += result.files
         rec.reasons += [f"unreadable file {p}" for p in result.unreadable]
-        rec.skip([n for n in result.not_inspected if not n.reason.startswith("unreadable")], str(home))
-        rec.not_inspected += [replace(n, path=f"{home}/{n.path}") for n in result.not_inspected
-                              if n.reason.startswith("unreadable")]
+        rec.skip(result.not_inspected, str(home))
     for source in logs:
         if source.channel == "rpc":
             try:
