@@ -34,7 +34,7 @@ from harness.report import matrix
 from harness.report.matrix import NA, Cell, MatrixError, Plan, class_of
 from harness.report.matrix_pages import render_html, render_markdown
 from harness.report.result import AuditResult
-from harness.run import RunOptions, UsageError, check_options, run_audit
+from harness.run import RunOptions, UsageError, check_options, make_out_dir, run_audit
 
 FILES = ("matrix.json", "matrix.md", "matrix.html")
 _SHARD = re.compile(r"(\d+)/(\d+)")
@@ -111,18 +111,7 @@ def prepare_dir(out: Path, force: bool) -> Path:
         raise UsageError(f"--out {out} exists and is not a directory")
     if (out / "matrix.json").exists() and not force:
         raise UsageError(f"--out {out} already holds a matrix (pass --force to run it again)")
-    created = not out.exists()
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        out.chmod(0o700)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as exc:
-        if created:
-            with contextlib.suppress(OSError):
-                out.rmdir()
-        raise UsageError(f"--out {out}: cannot create a writable folder there ({exc.strerror or exc})") from None
-    return out
+    return make_out_dir(out, created=not out.exists())
 
 
 def write_matrix(out: Path, doc: dict[str, Any]) -> None:

@@ -121,9 +121,18 @@ def prepare_out(out: Path | None, force: bool) -> Path:
                 if not (out / "registry.yaml").exists():
                     raise UsageError(f"--out {out} is not an evidence folder; refusing to empty it even with --force")
                 shutil.rmtree(out)
+    except OSError as exc:
+        raise UsageError(f"--out {out}: cannot empty it ({exc.strerror or exc})") from None
+    return make_out_dir(out, created)
+
+
+def make_out_dir(out: Path, created: bool) -> Path:
+    """Create `out` with mode 0700 and prove it writable here and now (not a read-only or pseudo file system).
+    On failure the folder is removed again if it is new (`created`), and the error is one line."""
+    try:
         out.mkdir(parents=True, exist_ok=True)
         out.chmod(0o700)
-        with tempfile.TemporaryFile(dir=out):  # writable, here and now (not a read-only or pseudo file system)
+        with tempfile.TemporaryFile(dir=out):
             pass
     except OSError as exc:
         if created:

@@ -17,6 +17,7 @@ import sqlite3
 import urllib.parse
 import zipfile
 import zlib
+from collections.abc import Callable
 from email.mime.application import MIMEApplication
 from email.mime.multipart import MIMEMultipart
 from pathlib import Path
@@ -474,20 +475,13 @@ def test_a_gzip_bomb_with_a_key_after_the_cap_is_inconclusive(tmp_path: Path, re
 
 
 def test_reconcile_gives_a_partial_file_one_reason_and_an_unreadable_one_its_own(
-        tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+        tmp_path: Path, registry: Registry, deny_open: Callable[[str], None]) -> None:
     home = tmp_path / "home"
     home.mkdir()
     (home / "bomb.gz").write_bytes(gzip.compress(b"\0" * 300_000 + value(registry, "key").encode()))
     (home / "locked").write_text("x")
     (tmp_path / "flows.mitm").write_bytes(b"")
-    real = stream._open
-
-    def deny(path: Path) -> int:
-        if path.name == "locked":
-            raise PermissionError(13, "Permission denied", str(path))
-        return real(path)
-
-    monkeypatch.setattr(stream, "_open", deny)
+    deny_open("locked")
     rec = reconcile(registry, tmp_path / "flows.mitm", homes={OWNER: home}, empty_ok=True,
                     limits=stream.Limits(stream_bytes=100_000))
     assert [n.path for n in rec.not_inspected] == [f"{home}/bomb.gz@0:gzip", f"{home}/locked"]

@@ -518,19 +518,12 @@ def test_symlinks_not_followed_out_of_tree(tmp_path: Path, registry: Registry) -
     assert [f.canary for f in scan_paths([home / "link.txt"], registry, OWNER).findings] == ["key"]
 
 
-def test_unreadable_file_reported(tmp_path: Path, registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_unreadable_file_reported(tmp_path: Path, registry: Registry, deny_open: Callable[[str], None]) -> None:
     home = tmp_path / "home"
     home.mkdir()
     (home / "locked.db").write_text(value_of(registry, "key"))
     (home / "open.txt").write_text(value_of(registry, "soul"))
-    real = stream._open
-
-    def deny(path: Path) -> int:
-        if path.name == "locked.db":
-            raise PermissionError(13, "Permission denied", str(path))
-        return real(path)
-
-    monkeypatch.setattr(stream, "_open", deny)
+    deny_open("locked.db")
     result = scan_tree(home, registry, OWNER)
     assert result.unreadable == [str(home / "locked.db")]
     assert result.notes == [f"unreadable {home / 'locked.db'}: Permission denied"]
