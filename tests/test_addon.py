@@ -569,6 +569,30 @@ def test_unwritable_ledger_kills_the_flow_and_stops_the_proxy(addon, regfile, re
         addon.done()  # nothing left in a buffer: closing the ledger does not fail again
 
 
+def test_a_short_ledger_write_kills_that_flow_and_every_later_one_without_writing_again(addon, regfile, reg,
+                                                                                         tmp_path, caplog):
+    class Short:
+        writes = 0
+
+        def write(self, data: bytes) -> int:
+            Short.writes += 1
+            return len(data) - 1
+
+        def close(self) -> None:
+            pass
+
+    with taddons.context(addon) as ctx:
+        ctx.configure(addon, tenancy_registry=str(regfile), tenancy_ledger=str(tmp_path / "ledger.jsonl"))
+        addon.ledger.close()
+        addon.ledger = Short()
+        flows = [run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key)) for _ in range(2)]
+        assert [f.error and f.error.msg for f in flows] == ["Connection killed."] * 2
+        assert Short.writes == 1 and "short write" in caplog.text
+        ctx.configure(addon, tenancy_ledger=str(tmp_path / "other.jsonl"))  # a new ledger records again
+        ok = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key))
+        assert ok.error is None and (tmp_path / "other.jsonl").read_text().count("\n") == 1
+
+
 def test_tenancy_content_view_redacts_every_canary_and_marks_the_leak(tctx, addon, reg):
     from mitmproxy import contentviews
 

@@ -57,6 +57,7 @@ class Tenancy:
         self.matcher: Matcher | None = None
         self.findings: list[Finding] = []
         self.ledger: IO[bytes] | None = None
+        self._ledger_error: str | None = None  # once a line could not be written, nothing more is recorded
         self._stamp: tuple[int, int, int] | None = None
         self._path = Path()  # the registry file, once loaded
         #: The audit's current (scenario, phase), read from `tenancy_phase_file` when it changes.
@@ -112,6 +113,7 @@ class Tenancy:
             if self.ledger:
                 self.ledger.close()
                 self.ledger = None
+            self._ledger_error = None
             path = ctx.options.tenancy_ledger
             if path:
                 try:
@@ -237,18 +239,21 @@ class Tenancy:
         self._record(flow, entry)
 
     def _record(self, flow: http.HTTPFlow, entry: dict[str, Any]) -> None:
-        """Fail closed: a flow that cannot be recorded is killed and the proxy shuts down."""
+        """Fail closed: once a flow cannot be recorded, it and every later flow are killed (nothing more is
+        written, so a torn line stays the ledger's last) and the proxy shuts down."""
         if self.ledger is None:
             return
-        line = _ledger_line(entry)
-        try:
-            if self.ledger.write(line) != len(line):
-                raise OSError(f"short write ({len(line)} bytes)")
-        except (OSError, ValueError) as exc:
-            log.error(f"tenancy: cannot write the ledger {ctx.options.tenancy_ledger}: {exc}; shutting down")
-            if flow.killable:
-                flow.kill()
-            ctx.master.shutdown()
+        if self._ledger_error is None:
+            line = _ledger_line(entry)
+            try:
+                if self.ledger.write(line) != len(line):
+                    raise OSError(f"short write ({len(line)} bytes)")
+            except (OSError, ValueError) as exc:
+                self._ledger_error = str(exc)
+                log.error(f"tenancy: cannot write the ledger {ctx.options.tenancy_ledger}: {exc}; shutting down")
+                ctx.master.shutdown()
+        if self._ledger_error is not None and flow.killable:
+            flow.kill()
 
     def _block(self, flow: http.HTTPFlow) -> None:
         host = flow.request.pretty_host
