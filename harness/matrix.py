@@ -29,6 +29,7 @@ from harness.detect.matcher import matcher_for
 from harness.detect.reconcile import EvidenceError
 from harness.drive import features, install
 from harness.drive.hermes import Hermes, HermesError, Sandbox
+from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
 from harness.drive.scenarios import SCENARIOS
 from harness.report import matrix
 from harness.report.matrix import NA, Cell, MatrixError, Plan, class_of
@@ -56,7 +57,14 @@ class MatrixOptions:
     @property
     def plan(self) -> Plan:
         return Plan(tuple(self.releases), tuple(self.scenarios), self.runs,
-                    None if self.tools is None else tuple(self.tools), tuple(self.phases) or None)
+                    None if self.tools is None else tuple(self.tools), plan_phases(self.phases))
+
+
+def plan_phases(phases: list[str]) -> tuple[str, ...] | None:
+    """The phases as a plan records them: in run order, each once; None for the default (so that two
+    spellings of the same runs merge)."""
+    ordered = tuple(p for p in ALL_PHASES if p in phases)
+    return None if not ordered or ordered == DEFAULT_PHASES else ordered
 
 
 def parse_releases(spec: str) -> dict[str, Path | None]:
@@ -250,7 +258,7 @@ def repeat(opts: RunOptions, runs: int) -> tuple[dict[str, Any], list[AuditResul
     release = results[0].versions.get("hermes-agent", "?")
     cells = [cell_of(r, release, opts.scenario, i, root) for i, r in enumerate(results, 1)]
     plan = Plan((release,), (opts.scenario,), runs, None if opts.tools is None else tuple(opts.tools),
-                tuple(opts.phases) or None)
+                plan_phases(opts.phases))
     doc = matrix.document(plan, cells)
     write_matrix(root, doc)
     return doc, results

@@ -17,7 +17,7 @@ from harness import matrix as runner
 from harness.core.findings import Finding, Verdict
 from harness.drive import features, install
 from harness.drive.features import Features, missing
-from harness.drive.phases import ALL_PHASES
+from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
 from harness.report import matrix
 from harness.report.baseline import load, write
 from harness.report.matrix import NA, Cell, MatrixError, Plan, cell_text, class_of, wilson
@@ -381,6 +381,20 @@ def test_matrix_phases_reach_every_run_and_the_plan(tmp_path, monkeypatch):
                      "--quiet"]) == 0
     assert ran == [("serve", [])]  # no --phases: the scenario's default
     assert json.loads((tmp_path / "d" / "matrix.json").read_text())["plan"]["phases"] is None
+
+
+def test_phases_spelt_otherwise_make_the_same_plan_and_an_old_shard_merges():
+    def plan(*phases: str) -> Plan:
+        return runner.MatrixOptions({"0.19.0": None}, ["serve"], 1, Path("m"), phases=list(phases)).plan
+
+    assert plan("cron", "turns", "turns").phases == ("turns", "cron") == plan("turns", "cron").phases
+    assert plan(*DEFAULT_PHASES).phases is None and plan(*reversed(DEFAULT_PHASES)).phases is None
+    assert plan().phases is None and plan(*ALL_PHASES).phases == ALL_PHASES
+    plan_, cells = recorded()
+    by_key = {c.key: c for c in cells}
+    old, new = (matrix.document(plan_, [by_key[k] for k in matrix.shard_keys(plan_, i, 2)], f"{i}/2") for i in (1, 2))
+    del old["plan"]["phases"]  # a shard written before --phases existed
+    assert matrix.merge([("old", old), ("new", new)]) == matrix.document(plan_, cells)
 
 
 # --- what a release offers ----------------------------------------------------------------------------------
