@@ -111,18 +111,22 @@ def prepare_out(out: Path | None, force: bool) -> Path:
             n += 1
     out = out.resolve()
     created = not out.exists()
-    try:
-        if not created:
-            if not out.is_dir():
-                raise UsageError(f"--out {out} exists and is not a directory")
-            if any(out.iterdir()):
-                if not force:
-                    raise UsageError(f"--out {out} exists and is not empty (pass --force to replace it)")
-                if not (out / "registry.yaml").exists():
-                    raise UsageError(f"--out {out} is not an evidence folder; refusing to empty it even with --force")
+    if not created:
+        if not out.is_dir():
+            raise UsageError(f"--out {out} exists and is not a directory")
+        try:
+            empty = not any(out.iterdir())
+        except OSError as exc:
+            raise UsageError(f"--out {out}: cannot list it ({exc.strerror or exc})") from None
+        if not empty:
+            if not force:
+                raise UsageError(f"--out {out} exists and is not empty (pass --force to replace it)")
+            if not (out / "registry.yaml").exists():
+                raise UsageError(f"--out {out} is not an evidence folder; refusing to empty it even with --force")
+            try:
                 shutil.rmtree(out)
-    except OSError as exc:
-        raise UsageError(f"--out {out}: cannot empty it ({exc.strerror or exc})") from None
+            except OSError as exc:
+                raise UsageError(f"--out {out}: cannot empty it ({exc.strerror or exc})") from None
     return make_out_dir(out, created)
 
 

@@ -16,11 +16,12 @@ from mitmproxy.test import tflow
 
 import harness
 from harness import cli
+from harness import run as run_module
 from harness.core.findings import Finding, Verdict
 from harness.core.registry import Registry, mint
 from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
 from harness.report import baseline
-from harness.run import RECORD
+from harness.run import RECORD, UsageError
 
 CLI = [sys.executable, "-m", "harness.cli"]
 ROOT = Path(__file__).resolve().parent.parent
@@ -50,6 +51,23 @@ def test_an_output_folder_that_cannot_be_made_is_one_line_and_exit_2(tmp_path, w
     line = one_line_error(cli_run(tmp_path, "run", "--out", str(out)))
     assert str(out) in line and "cannot create a writable folder" in line
     assert not out.exists()
+
+
+def test_an_output_folder_that_cannot_be_listed_or_emptied_says_which(tmp_path, monkeypatch):
+    out = tmp_path / "evidence"
+    out.mkdir()
+    (out / "registry.yaml").write_text("x")
+
+    def refuse(*_: object, **__: object) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(run_module.shutil, "rmtree", refuse)
+    with pytest.raises(UsageError, match=r"cannot empty it \(Permission denied\)"):
+        run_module.prepare_out(out, force=True)
+    monkeypatch.setattr(Path, "iterdir", refuse)
+    with pytest.raises(UsageError, match=r"cannot list it \(Permission denied\)"):
+        run_module.prepare_out(out, force=True)
+    assert (out / "registry.yaml").exists()  # nothing was removed
 
 
 def test_a_baseline_that_cannot_be_written_fails_before_any_run(tmp_path):
