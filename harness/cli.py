@@ -288,14 +288,27 @@ def parse_tools(value: str | None) -> list[str] | None:
     return [] if value.strip() == "none" else [g for g in value.split(",") if g]
 
 
-def cmd_run(a: argparse.Namespace) -> int:
+def run_options(a: argparse.Namespace) -> RunOptions:
+    """`run`'s options from its arguments (`run_audit` checks them: `check_options`)."""
     if a.runs < 1:
         raise UsageError("--runs must be at least 1")
-    opts = RunOptions(scenario=a.scenario, tenants=a.tenants or (2 if a.scenario == "oneshot" else 3),
+    return RunOptions(scenario=a.scenario, tenants=a.tenants or (2 if a.scenario == "oneshot" else 3),
                       topology=a.topology, plants=a.plant, baseline=a.baseline, out=a.out,
                       hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout,
                       phases=_phases(a.phases), cron_wait=a.cron_wait,
                       redact=a.redact, stub_fault=a.stub_fault, tools=parse_tools(a.tools), stubs=a.stubs)
+
+
+def matrix_options(a: argparse.Namespace) -> MatrixOptions:
+    """`matrix`'s options from its arguments (UsageError for a malformed release, scenario or shard)."""
+    return MatrixOptions(releases=parse_releases(a.hermes), scenarios=parse_scenarios(a.scenario), runs=a.runs,
+                         out=a.out, tools=parse_tools(a.tools), phases=_phases(a.phases),
+                         shard=parse_shard(a.shard) if a.shard else None,
+                         timeout=a.timeout, force=a.force, quiet=a.quiet)
+
+
+def cmd_run(a: argparse.Namespace) -> int:
+    opts = run_options(a)
     if a.runs > 1:
         doc, _ = repeat(opts, a.runs)
         return _print_matrix(doc, a.fail_on)
@@ -330,10 +343,7 @@ def _print_matrix(doc: dict[str, Any], fail_on: str) -> int:
 
 
 def cmd_matrix(a: argparse.Namespace) -> int:
-    opts = MatrixOptions(releases=parse_releases(a.hermes), scenarios=parse_scenarios(a.scenario), runs=a.runs,
-                         out=a.out, tools=parse_tools(a.tools), phases=_phases(a.phases),
-                         shard=parse_shard(a.shard) if a.shard else None,
-                         timeout=a.timeout, force=a.force, quiet=a.quiet)
+    opts = matrix_options(a)
     doc = run_matrix(opts)
     code = _print_matrix(doc, a.fail_on)
     print(f"matrix: {opts.out / 'matrix.md'}")

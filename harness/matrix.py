@@ -193,12 +193,17 @@ def _run_cell(opts: MatrixOptions, rel: Release, scenario: str, run: int) -> Cel
     return cell_of(result, rel.version, scenario, run, opts.out)
 
 
-def run_matrix(opts: MatrixOptions) -> dict[str, Any]:
-    """Run this shard's cells (every cell without a shard), write matrix.json/.md/.html, return the document."""
+def check_matrix_options(opts: MatrixOptions) -> None:
+    """UsageError unless every run of the matrix would accept its options."""
     if opts.runs < 1:
         raise UsageError("--runs must be at least 1")
-    for scenario in opts.scenarios:  # every option valid before anything is installed or written
+    for scenario in opts.scenarios:
         check_options(RunOptions(scenario=scenario, tenants=3, tools=opts.tools, phases=list(opts.phases)))
+
+
+def run_matrix(opts: MatrixOptions) -> dict[str, Any]:
+    """Run this shard's cells (every cell without a shard), write matrix.json/.md/.html, return the document."""
+    check_matrix_options(opts)  # every option valid before anything is installed or written
     plan = opts.plan
     keys = matrix.shard_keys(plan, *opts.shard) if opts.shard else plan.cell_keys()
     created = not opts.out.exists()

@@ -1,6 +1,7 @@
 """The GitHub Actions workflows in docs/ci.md: valid YAML whose every shell step runs, as written, commands the
 CLI accepts (each `run:` step is executed by bash with `./tenancy` and `.venv/bin/tenancy-audit` replaced by
-a recorder, the recorded arguments are then parsed by the real parser)."""
+a recorder; the recorded arguments then go through the real parser and the checks `run` and `matrix` make
+before they start anything)."""
 
 from __future__ import annotations
 
@@ -8,12 +9,15 @@ import os
 import re
 import shlex
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from harness import cli
+from harness.matrix import check_matrix_options
+from harness.run import UsageError, check_options
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "ci.md"
@@ -46,6 +50,8 @@ def run_steps(workflow: dict, job: str, tmp_path: Path) -> list[list[str]]:
         (tmp_path / tool).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / tool).write_text(RECORDER)
         (tmp_path / tool).chmod(0o755)
+    (tmp_path / ".hermes-venv" / "bin").mkdir(parents=True)  # what the bootstrap step makes
+    (tmp_path / ".hermes-venv" / "bin" / "python").symlink_to(sys.executable)
     (tmp_path / "matrix").mkdir()
     (tmp_path / "matrix" / "matrix.md").write_text("matrix\n")
     env = {"PATH": os.environ["PATH"], "RECORD": str(record), "GITHUB_OUTPUT": str(tmp_path / "out"),
@@ -60,14 +66,20 @@ def run_steps(workflow: dict, job: str, tmp_path: Path) -> list[list[str]]:
 
 
 def parse(argv: list[str]) -> object:
-    """The namespace the real CLI makes of a recorded command line (`./tenancy audit` is `tenancy-audit run`)."""
+    """The namespace the real CLI makes of a recorded command line (`./tenancy audit` is `tenancy-audit run`),
+    after the checks its command makes before it starts (SystemExit or UsageError for a bad one)."""
     tool, *args = argv
     if tool.endswith("/tenancy"):
         assert args[:1] == ["audit"], f"./tenancy takes audit or test, not {shlex.join(args)}"
         args = ["run", *args[1:]]
     if "--help" in args:
         return None
-    return cli._parser().parse_args(args)
+    parsed = cli._parser().parse_args(args)
+    if parsed.command == "run":
+        check_options(cli.run_options(parsed))
+    elif parsed.command == "matrix":
+        check_matrix_options(cli.matrix_options(parsed))
+    return parsed
 
 
 def test_the_audit_workflow_runs_a_baselined_audit_and_passes_its_code_on(tmp_path):
@@ -94,12 +106,14 @@ def test_the_matrix_workflow_runs_its_shard_and_merges_every_shard(tmp_path):
 
 
 @pytest.mark.parametrize(("good", "bad"), [("--shard ", "--shards "), ("--fail-on never", "--fail-on no"),
-                                            ("matrix --hermes", "matrix --hermes-python")])
+                                            ("matrix --hermes", "matrix --hermes-python"),
+                                            ("/$SHARDS", "/1"), ("--scenario all", "--scenario alll"),
+                                            ("--runs 2", "--runs 0"), ("RELEASES: 0.16.0,", "RELEASES: 0.16,,")])
 def test_a_command_the_cli_refuses_fails_the_check(tmp_path, good, bad):
-    """Negative control: the matrix workflow with one mistyped option is refused by the check."""
+    """Negative control: the matrix workflow with one mistyped option or value is refused by the check."""
     text = DOC.read_text()
     assert good in text
     flow = workflows(text.replace(good, bad))["tenancy-matrix"]
-    with pytest.raises(SystemExit):
+    with pytest.raises((SystemExit, UsageError)):
         for job in ("shard", "merge"):
             [parse(c) for c in run_steps(flow, job, tmp_path / job)]
