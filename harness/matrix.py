@@ -138,6 +138,7 @@ def cell_of(result: AuditResult, release: str, scenario: str, run: int, root: Pa
     if reason and result.out is not None:
         with contextlib.suppress(OSError, RegistryError):
             reason = matcher_for(load(result.out / "registry.yaml")).redact_text(reason)
+        reason = reason.replace(f"{result.out}/", "")  # paths relative to the cell's evidence folder
     not_offered = {s: sorted(t for t, state in row.items() if state == "not offered")
                    for s, row in result.coverage.items()}
     return Cell(release, scenario, run, result.verdict.status, reason[:300],
