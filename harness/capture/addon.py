@@ -57,7 +57,7 @@ class Tenancy:
         self.matcher: Matcher | None = None
         self.findings: list[Finding] = []
         self.ledger: IO[bytes] | None = None
-        self._ledger_error: str | None = None  # once a line could not be written, nothing more is recorded
+        self._ledger_failed = False  # once a line could not be written, nothing more is recorded
         self._stamp: tuple[int, int, int] | None = None
         self._path = Path()  # the registry file, once loaded
         #: The audit's current (scenario, phase), read from `tenancy_phase_file` when it changes.
@@ -113,7 +113,7 @@ class Tenancy:
             if self.ledger:
                 self.ledger.close()
                 self.ledger = None
-            self._ledger_error = None
+            self._ledger_failed = False
             path = ctx.options.tenancy_ledger
             if path:
                 try:
@@ -243,16 +243,16 @@ class Tenancy:
         written, so a torn line stays the ledger's last) and the proxy shuts down."""
         if self.ledger is None:
             return
-        if self._ledger_error is None:
+        if not self._ledger_failed:
             line = _ledger_line(entry)
             try:
                 if self.ledger.write(line) != len(line):
                     raise OSError(f"short write ({len(line)} bytes)")
             except (OSError, ValueError) as exc:
-                self._ledger_error = str(exc)
+                self._ledger_failed = True
                 log.error(f"tenancy: cannot write the ledger {ctx.options.tenancy_ledger}: {exc}; shutting down")
                 ctx.master.shutdown()
-        if self._ledger_error is not None and flow.killable:
+        if self._ledger_failed and flow.killable:
             flow.kill()
 
     def _block(self, flow: http.HTTPFlow) -> None:
