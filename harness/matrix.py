@@ -56,15 +56,16 @@ class MatrixOptions:
 
     @property
     def plan(self) -> Plan:
-        return Plan(tuple(self.releases), tuple(self.scenarios), self.runs,
-                    None if self.tools is None else tuple(self.tools), plan_phases(self.phases))
+        return plan_of(list(self.releases), self.scenarios, self.runs, self.tools, self.phases)
 
 
-def plan_phases(phases: list[str]) -> tuple[str, ...] | None:
-    """The phases as a plan records them: in run order, each once; None for the default (so that two
-    spellings of the same runs merge)."""
+def plan_of(releases: list[str], scenarios: list[str], runs: int, tools: list[str] | None,
+            phases: list[str]) -> Plan:
+    """The plan of these runs. Phases are recorded in run order, each once, and the default as None, so that
+    two spellings of the same runs merge."""
     ordered = tuple(p for p in ALL_PHASES if p in phases)
-    return None if not ordered or ordered == DEFAULT_PHASES else ordered
+    return Plan(tuple(releases), tuple(scenarios), runs, None if tools is None else tuple(tools),
+                None if not ordered or ordered == DEFAULT_PHASES else ordered)
 
 
 def parse_releases(spec: str) -> dict[str, Path | None]:
@@ -263,8 +264,6 @@ def repeat(opts: RunOptions, runs: int) -> tuple[dict[str, Any], list[AuditResul
         progress(opts.quiet, f"run {i}/{runs}: {result.verdict.status}")
     release = results[0].versions.get("hermes-agent", "?")
     cells = [cell_of(r, release, opts.scenario, i, root) for i, r in enumerate(results, 1)]
-    plan = Plan((release,), (opts.scenario,), runs, None if opts.tools is None else tuple(opts.tools),
-                plan_phases(opts.phases))
-    doc = matrix.document(plan, cells)
+    doc = matrix.document(plan_of([release], [opts.scenario], runs, opts.tools, opts.phases), cells)
     write_matrix(root, doc)
     return doc, results
