@@ -43,7 +43,8 @@ import children
 from harness import run
 from harness.capture import proxy
 from harness.capture.proxy import free_port
-from harness.capture.stubs import StubProvider, stop_all
+from harness.capture.services.base import stop_all
+from harness.capture.services.provider import StubProvider
 from harness.core.procs import ProcessSet
 from harness.core.registry import mint
 from harness.detect import reconcile, scan

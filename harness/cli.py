@@ -18,7 +18,8 @@ import mitmproxy.version
 
 import harness
 from harness.capture.proxy import ProxyError
-from harness.capture.stubs import FAULTS, MODES
+from harness.capture.services.base import MODES
+from harness.capture.services.provider import FAULTS
 from harness.core.files import write_private
 from harness.core.findings import (
     EXIT_CLEAN,

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from harness.capture.proxy import Proxy, bind_listener, port_of
-from harness.capture.stubs import StubProvider
+from harness.capture.services.provider import StubProvider
 from harness.core.findings import Finding
 from harness.core.procs import ProcessSet
 from harness.core.registry import Registry, mint

@@ -25,7 +25,8 @@ import mitmproxy.version
 
 import harness
 from harness.capture.proxy import FORWARD_DOMAIN, Proxy, bind_listener, free_port, port_of
-from harness.capture.stubs import MODES, StubProvider, stop_all
+from harness.capture.services.base import MODES, stop_all
+from harness.capture.services.provider import StubProvider
 from harness.core.files import REPO, seal, write_private
 from harness.core.findings import Finding, Verdict
 from harness.core.procs import ProcessSet, reap_stale

@@ -143,7 +143,7 @@ def test_registry_option_loads_and_bad_values_raise(addon, regfile, tmp_path):
         bad.write_text("version: 1\ntenants: [oops\n")
         with pytest.raises(exceptions.OptionsError, match="tenancy_registry: registry: not valid YAML"):
             ctx.configure(addon, tenancy_registry=str(bad))
-        bad.write_text("version: 2\ntenants: {}\n")
+        bad.write_text("version: 3\ntenants: {}\n")
         with pytest.raises(exceptions.OptionsError, match="version must be 1"):
             ctx.configure(addon, tenancy_registry=str(bad))
         assert addon.registry.names() == ["alpha", "beta", "gamma", "delta"]  # the good one stays

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.capture.stubs import StubProvider, ToolStep, answer_for, fit, probe_step
+from harness.capture.services.provider import StubProvider, ToolStep, answer_for, fit, probe_step
 from harness.core.findings import Finding
 from harness.core.protocol import PROBE_BEGIN
 from harness.core.registry import Registry, mint

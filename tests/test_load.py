@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness.capture.proxy import Proxy, free_port
-from harness.capture.stubs import StubProvider
+from harness.capture.services.provider import StubProvider
 from harness.core.procs import ProcessSet
 from harness.core.registry import Registry, mint
 from harness.detect.decode import MAX_BODY

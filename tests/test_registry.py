@@ -195,16 +195,16 @@ def test_value_may_contain_own_value() -> None:
     parse(yaml.safe_dump(doc))
 
 
-@pytest.mark.parametrize("version", [2, 0, "1", None])
+@pytest.mark.parametrize("version", [3, 0, "1", None, True])
 def test_wrong_version(version: Any) -> None:
     doc = good_doc() | {"version": version}
-    assert error_of(doc) == f"registry: version must be 1, got {version!r}"
+    assert error_of(doc) == f"registry: version must be 1 or 2, got {version!r}"
 
 
 def test_missing_version() -> None:
     doc = good_doc()
     del doc["version"]
-    assert error_of(doc) == "registry: version must be 1, got None"
+    assert error_of(doc) == "registry: version must be 1 or 2, got None"
 
 
 def test_alias_rejected() -> None:
@@ -300,7 +300,7 @@ def test_long_canary() -> None:
 def test_shared_listen_port() -> None:
     doc = good_doc()
     doc["tenants"]["bob"]["route"] = copy.deepcopy(doc["tenants"]["alice"]["route"])
-    assert error_of(doc) == "registry: two tenants share a listen port"
+    assert error_of(doc) == "registry: two tenants or services share a listen port"
 
 
 @pytest.mark.parametrize(

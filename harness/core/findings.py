@@ -10,6 +10,7 @@ KINDS = frozenset(
     {
         "wrong_key",
         "wrong_model",
+        "wrong_identity",
         "request_leak",
         "response_leak",
         "env_leak",
@@ -48,6 +49,7 @@ class Finding:
     phase: str | None = None
     detail: str = ""
     tool: str | None = None  # the tool whose result, arguments or writes carried it, when known
+    service: str | None = None  # the tenant's service (other than its provider) whose traffic carried it
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -73,7 +75,8 @@ class Finding:
 
     def summary(self) -> str:
         who = f"{self.victim}'s {self.canary}" if self.canary else (self.victim or "-")
-        where = f" in {self.seen_in}'s {self.channel}" if self.seen_in else f" ({self.channel})"
+        channel = f"{self.service} {self.channel}" if self.service else self.channel
+        where = f" in {self.seen_in}'s {channel}" if self.seen_in else f" ({channel})"
         enc = f" [{self.encoding}]" if self.encoding and self.encoding != "plain" else ""
         extra = f": {self.detail}" if self.detail else ""
         return f"{self.kind}: {who}{where}{enc} at {self.location}{extra}"

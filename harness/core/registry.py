@@ -1,4 +1,11 @@
-"""The canary registry: every tenant's key, model, route and canaries (`registry.yaml`, version 1)."""
+"""The canary registry: every tenant's key, model, route, services and canaries (`registry.yaml`, version 2).
+
+A tenant's own `route`/`upstream`/`key`/`model` are its LLM provider's. Every other service the tenant holds
+credentials for (an MCP server, a memory provider, a web search API, its auxiliary models) is one entry of
+`services`: its own listener (`route`; none for a service reached over stdio), its upstream stub, the canary
+kind of the credential it must receive (`credential`) and the canary kinds that identify the tenant to it
+(`identity`). Version 1 (no `services`) is still read.
+"""
 
 from __future__ import annotations
 
@@ -14,7 +21,10 @@ import yaml
 from harness.core.files import write_private
 from harness.core.protocol import PLACEHOLDER
 
-VERSION = 1
+VERSION = 2
+READABLE_VERSIONS = (1, 2)
+#: The service name of a tenant's own route: its LLM provider.
+PROVIDER = "provider"
 MIN_CANARY_LEN = 12
 MAX_CANARY_LEN = 4096
 MAX_REGISTRY_BYTES = 4 * 1024 * 1024
@@ -37,7 +47,8 @@ MINTED_KINDS = (
 #: Kinds whose leak is a credential leak (text scans without an owner look for these only).
 SECRET_KINDS = frozenset({"key", "api_server_key"})
 
-_TENANT_FIELDS = {"key", "model", "route", "upstream", "home", "canaries"}
+_TENANT_FIELDS = {"key", "model", "route", "upstream", "home", "canaries", "services"}
+_SERVICE_FIELDS = {"route", "upstream", "credential", "identity"}
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 _KIND = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
@@ -54,6 +65,38 @@ def is_secret_kind(kind: str) -> bool:
 
 
 @dataclass
+class Service:
+    """One credentialed service of a tenant besides its provider: where the proxy listens for it, its
+    upstream, the canary kind of its credential and the canary kinds of the tenant's identity there."""
+
+    name: str
+    route: dict[str, Any] | None = None  # None: not behind the proxy (an MCP server over stdio)
+    upstream: str = ""
+    credential: str | None = None
+    identity: tuple[str, ...] = ()
+
+    @property
+    def listen(self) -> int | None:
+        return (self.route or {}).get("listen")
+
+    @property
+    def host(self) -> str | None:
+        return (self.route or {}).get("host")
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.route is not None:
+            out["route"] = dict(self.route)
+        if self.upstream:
+            out["upstream"] = self.upstream
+        if self.credential:
+            out["credential"] = self.credential
+        if self.identity:
+            out["identity"] = list(self.identity)
+        return out
+
+
+@dataclass
 class Tenant:
     """One tenant (a Hermes profile) and the canaries that identify it."""
 
@@ -64,6 +107,7 @@ class Tenant:
     upstream: str = ""
     home: str | None = None
     canaries: dict[str, str] = field(default_factory=dict)
+    services: dict[str, Service] = field(default_factory=dict)
 
     def all_canaries(self) -> dict[str, str]:
         """Every canary by kind name, `key` and `model` included."""
@@ -87,7 +131,20 @@ class Tenant:
         if self.home:
             out["home"] = self.home
         out["canaries"] = dict(self.canaries)
+        if self.services:
+            out["services"] = {s.name: s.to_dict() for s in self.services.values()}
         return out
+
+    def credential(self, service: str) -> str | None:
+        """The credential `service` must receive from this tenant (the provider's is the key)."""
+        if service == PROVIDER:
+            return self.key
+        kind = self.services[service].credential
+        return self.canaries.get(kind) if kind else None
+
+    def routes(self) -> list[tuple[str, dict[str, Any]]]:
+        """(service, route) of every listener of this tenant: the provider's first."""
+        return [(PROVIDER, self.route)] + [(s.name, s.route) for s in self.services.values() if s.route]
 
 
 @dataclass
@@ -108,12 +165,27 @@ class Registry:
     def names(self) -> list[str]:
         return list(self.tenants)
 
+    def endpoint(self, *, listen_port: int | None = None, host: str | None = None) -> tuple[Tenant, str] | None:
+        """(tenant, service) of a reverse listener's port or a forward request's host, if any tenant's."""
+        host = host.lower().rstrip(".") if host else None
+        for t in self:
+            for service, route in t.routes():
+                if (listen_port is not None and route.get("listen") == listen_port) or (
+                        host and (route.get("host") or "").lower() == host):
+                    return t, service
+        return None
+
     def by_listen_port(self, port: int) -> Tenant | None:
-        return next((t for t in self if t.listen == port), None)
+        found = self.endpoint(listen_port=port)
+        return found[0] if found else None
 
     def by_host(self, host: str) -> Tenant | None:
-        host = host.lower().rstrip(".")
-        return next((t for t in self if (t.host or "").lower() == host), None)
+        found = self.endpoint(host=host)
+        return found[0] if found else None
+
+    def listen_ports(self) -> list[int]:
+        """Every reverse listener of every tenant and service."""
+        return [r["listen"] for t in self for _, r in t.routes() if r.get("listen") is not None]
 
     def owner_of_key(self, key: str) -> Tenant | None:
         return next((t for t in self if key and key in t.secrets().values()), None)
@@ -170,9 +242,18 @@ class Registry:
                     raise RegistryError(
                         f"registry: tenant {name!r}: canary {kind!r} contains tenant {oname!r} canary {okind!r}"
                     )
-        ports = [t.listen for t in self if t.listen is not None]
+        for t in self:
+            for svc in t.services.values():
+                for kind in (svc.credential, *svc.identity):
+                    if kind and kind not in t.canaries:
+                        raise RegistryError(f"registry: tenant {t.name!r}: service {svc.name!r} names canary "
+                                            f"{kind!r}, which the tenant does not have")
+        ports = self.listen_ports()
         if len(ports) != len(set(ports)):
-            raise RegistryError("registry: two tenants share a listen port")
+            raise RegistryError("registry: two tenants or services share a listen port")
+        hosts = [r["host"].lower() for t in self for _, r in t.routes() if isinstance(r.get("host"), str)]
+        if len(hosts) != len(set(hosts)):
+            raise RegistryError("registry: two tenants or services share a host")
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": VERSION, "tenants": {t.name: t.to_dict() for t in self}}
@@ -218,8 +299,8 @@ def parse(text: str) -> Registry:
     unknown = set(doc) - {"version", "tenants"}
     if unknown:
         raise RegistryError(f"registry: unknown top-level field {sorted(unknown)[0]!r}")
-    if doc.get("version") != VERSION:
-        raise RegistryError(f"registry: version must be {VERSION}, got {doc.get('version')!r}")
+    if doc.get("version") not in READABLE_VERSIONS or isinstance(doc.get("version"), bool):
+        raise RegistryError(f"registry: version must be 1 or 2, got {doc.get('version')!r}")
     raw = doc.get("tenants")
     if not isinstance(raw, dict) or not raw:
         raise RegistryError("registry: 'tenants' must be a non-empty mapping")
@@ -239,11 +320,7 @@ def _tenant(name: str, spec: Any) -> Tenant:
     for req in ("key", "model", "route"):
         if req not in spec:
             raise RegistryError(f"{where}: missing field {req!r}")
-    route = spec["route"]
-    if not isinstance(route, dict) or len(route) != 1 or not (
-        isinstance(route.get("listen"), int) or isinstance(route.get("host"), str)
-    ):
-        raise RegistryError(f"{where}: field 'route' must be {{listen: PORT}} or {{host: HOSTNAME}}")
+    route = _route(spec["route"], where)
     canaries = spec.get("canaries") or {}
     if not isinstance(canaries, dict):
         raise RegistryError(f"{where}: field 'canaries' must be a mapping")
@@ -253,15 +330,49 @@ def _tenant(name: str, spec: Any) -> Tenant:
     for fld in ("upstream", "home"):
         if spec.get(fld) is not None and not isinstance(spec[fld], str):
             raise RegistryError(f"{where}: field {fld!r} must be a string")
+    services = spec.get("services") or {}
+    if not isinstance(services, dict):
+        raise RegistryError(f"{where}: field 'services' must be a mapping")
     return Tenant(
         name=name,
         key=spec["key"],
         model=spec["model"],
-        route=dict(route),
+        route=route,
         upstream=spec.get("upstream") or "",
         home=spec.get("home"),
         canaries={str(k): v for k, v in canaries.items()},
+        services={str(n): _service(str(n), s, where) for n, s in services.items()},
     )
+
+
+def _route(route: Any, where: str) -> dict[str, Any]:
+    if not isinstance(route, dict) or len(route) != 1 or not (
+        (isinstance(route.get("listen"), int) and not isinstance(route.get("listen"), bool))
+        or isinstance(route.get("host"), str)
+    ):
+        raise RegistryError(f"{where}: field 'route' must be {{listen: PORT}} or {{host: HOSTNAME}}")
+    return dict(route)
+
+
+def _service(name: str, spec: Any, where: str) -> Service:
+    where = f"{where}: service {name!r}"
+    if not _KIND.match(name) or name == PROVIDER:
+        raise RegistryError(f"{where}: name is not a lowercase identifier other than {PROVIDER!r}")
+    if not isinstance(spec, dict):
+        raise RegistryError(f"{where}: must be a mapping")
+    unknown = set(spec) - _SERVICE_FIELDS
+    if unknown:
+        raise RegistryError(f"{where}: unknown field {sorted(map(str, unknown))[0]!r}")
+    route = _route(spec["route"], where) if spec.get("route") is not None else None
+    if spec.get("upstream") is not None and not isinstance(spec["upstream"], str):
+        raise RegistryError(f"{where}: field 'upstream' must be a string")
+    credential = spec.get("credential")
+    if credential is not None and not isinstance(credential, str):
+        raise RegistryError(f"{where}: field 'credential' must be a canary kind")
+    identity = spec.get("identity") or []
+    if not isinstance(identity, list) or not all(isinstance(k, str) for k in identity):
+        raise RegistryError(f"{where}: field 'identity' must be a list of canary kinds")
+    return Service(name, route, spec.get("upstream") or "", credential, tuple(identity))
 
 
 def load(path: Path | str) -> Registry:

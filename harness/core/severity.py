@@ -25,7 +25,8 @@ MEDIUM_CANARIES = frozenset({"workdir", "workdir_set", "model", "title", "profil
 KIND_SEVERITY = {"egress": "high", "profile_bleed": "medium", "bypass": "low", "shortfall": "low"}
 _LEAKS = ("critical", "high", "medium")
 #: The severities each finding kind can have (SARIF has one rule per kind and severity).
-POSSIBLE = {"wrong_key": ("critical", "medium"), "wrong_model": ("medium",), "request_leak": _LEAKS,
+POSSIBLE = {"wrong_key": ("critical", "medium"), "wrong_model": ("medium",), "wrong_identity": _LEAKS,
+            "request_leak": _LEAKS,
             "response_leak": _LEAKS, "env_leak": _LEAKS, "wrong_cwd": ("medium",), "file_leak": _LEAKS,
             "text_leak": _LEAKS, "egress": ("high",), "route_auth": ("critical", "medium"),
             "profile_bleed": ("high", "medium"), "bypass": ("low",), "shortfall": ("low",)}

@@ -18,7 +18,7 @@ from mitmproxy.proxy.mode_specs import ReverseMode
 
 from harness.core.findings import Finding
 from harness.core.protocol import FLOW_HEADER, LOCAL_PROBES
-from harness.core.registry import Registry, Tenant
+from harness.core.registry import PROVIDER, Registry, Tenant
 from harness.detect.decode import (
     KEY_HEADERS,
     Body,
@@ -49,13 +49,20 @@ class Route:
         return f"listen:{self.listen_port}" if self.topology == "reverse" else f"host:{self.host}"
 
 
+def endpoint_for(registry: Registry, *, listen_port: int | None = None,
+                 host: str | None = None) -> tuple[Tenant | None, str]:
+    """The tenant and service a listener port (reverse) or a request host (forward) belongs to; (None,
+    `provider`) when it is no tenant's."""
+    if listen_port is not None:
+        found = registry.endpoint(listen_port=listen_port)
+    else:
+        found = registry.endpoint(host=host) if host else None
+    return found if found else (None, PROVIDER)
+
+
 def tenant_for(registry: Registry, *, listen_port: int | None = None, host: str | None = None) -> Tenant | None:
     """The tenant a listener port (reverse) or a request host (forward) belongs to, if any."""
-    if listen_port is not None:
-        return registry.by_listen_port(listen_port)
-    if host:
-        return registry.by_host(host)
-    return None
+    return endpoint_for(registry, listen_port=listen_port, host=host)[0]
 
 
 def _label(body_encoding: str | None, hit: Hit | ScanHit) -> str:
@@ -165,7 +172,7 @@ class RequestReport:
     route: str
     method: str
     path: str
-    kind: str  # "main", "aux" or "probe"
+    kind: str  # "main", "aux" or "probe" (a provider's), "service" (any other service's)
     bearer: str  # see _bearer_state
     bearer_tenant: str | None
     model: str | None
@@ -173,6 +180,7 @@ class RequestReport:
     note: str = ""
     findings: list[Finding] = field(default_factory=list)
     not_inspected: list[NotInspected] = field(default_factory=list)
+    service: str = PROVIDER  # which of the tenant's services the request went to
 
 
 @dataclass
@@ -188,22 +196,36 @@ class ResponseReport:
     not_inspected: list[NotInspected] = field(default_factory=list)
 
 
-def _bearer_state(tenant: Tenant | None, bearer: str | None, owner: Tenant | None) -> str:
-    """`none`, `own` (the tenant's key), `foreign` (another tenant's secret), `misused` (another secret
-    of the tenant itself) or `unknown` (no tenant's)."""
+def _bearer_state(tenant: Tenant | None, bearer: str | None, owner: Tenant | None, expected: str | None) -> str:
+    """`none`, `own` (the credential the tenant must present here: `expected`), `foreign` (another tenant's
+    secret), `misused` (another secret of the tenant itself) or `unknown` (no tenant's)."""
     if not bearer:
         return "none"
     if owner is None:
         return "unknown"
     if owner is not tenant:
         return "foreign"
-    return "own" if bearer == owner.key else "misused"
+    return "own" if bearer == expected else "misused"
 
 
-def request_kind(path: str, doc: Any) -> str:
+def request_kind(path: str, doc: Any, service: str = PROVIDER) -> str:
+    """`probe` (a local-server probe), `main` (a turn offering tools) or `aux` on a provider; `service` on
+    any other service."""
+    if service != PROVIDER:
+        return "service"
     if path.split("?", 1)[0] in LOCAL_PROBES:
         return "probe"
     return "main" if isinstance(doc, dict) and doc.get("tools") else "aux"
+
+
+def credential_of(first: dict[str, str], doc: Any) -> tuple[str | None, str]:
+    """The credential a request presents and where: a key header (`bearer_of`), else a top-level
+    `api_key` field of a JSON body (as Tavily's API takes it)."""
+    bearer = bearer_of(first)
+    if bearer:
+        return bearer, next(f"headers.{n}" for n in KEY_HEADERS if first.get(n, "").strip())
+    value = doc.get("api_key") if isinstance(doc, dict) else None
+    return (value, "body.api_key") if isinstance(value, str) and value else (None, "headers.authorization")
 
 
 def inspect_request(
@@ -217,22 +239,23 @@ def inspect_request(
     headers: Headers,
     body: bytes | None,
 ) -> RequestReport:
-    """Attribute and check one request: `wrong_key`, `wrong_model`, `request_leak`, `egress`."""
-    tenant = tenant_for(registry, listen_port=route.listen_port, host=route.host)
+    """Attribute and check one request: `wrong_key`, `wrong_model`, `wrong_identity`, `request_leak`, `egress`."""
+    tenant, service = endpoint_for(registry, listen_port=route.listen_port, host=route.host)
     name = tenant.name if tenant else None
     first = first_values(headers)
     decoded = decode_body(body, first.get("content-encoding", ""))
     doc = parse_json(decoded)
-    kind = request_kind(path, doc)
+    kind = request_kind(path, doc, service)
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
-    bearer = bearer_of(first)
-    if tenant is not None and bearer == tenant.key:  # the usual case; a value has one owner (validated)
+    bearer, held_in = credential_of(first, doc)
+    expected = tenant.credential(service) if tenant is not None else None
+    if tenant is not None and bearer is not None and bearer == expected:  # the usual case (a value has one owner)
         owner: Tenant | None = tenant
     else:
         owner = registry.owner_of_key(bearer) if bearer else None
-    bearer_state = _bearer_state(tenant, bearer, owner)
+    bearer_state = _bearer_state(tenant, bearer, owner, expected)
     report = RequestReport(name, str(route), method, path, kind, bearer_state, owner.name if owner else None,
-                           model, len(body or b""), decoded.note)
+                           model, len(body or b""), decoded.note, service=service)
     if tenant is None and route.topology == "reverse":
         return report  # a listener of no tenant (not part of the audit): recorded, not inspected
     where = f"flow:{flow_id}:request"
@@ -245,22 +268,10 @@ def inspect_request(
             evidence=matcher.redact_text(f"{method} {route.host}{path}")[:200],
             detail=f"host {route.host!r} is owned by no tenant",
         ))
-    if tenant is not None and (bearer_state != "own" and (bearer or kind == "main")):
-        canary = "key"
-        if bearer is None:
-            victim, evidence, detail = tenant.name, "no credential header", "a main turn carries no key"
-        elif owner is not None:
-            victim = owner.name
-            canary = next(k for k, v in owner.secrets().items() if v == bearer)
-            evidence = matcher.redact_text(f"Bearer {bearer}")
-            detail = "bearer is another tenant's secret" if owner is not tenant else "bearer is not the tenant's key"
-            skip_headers.add((owner.name, canary))
-        else:
-            victim, evidence, detail = tenant.name, f"Bearer <unknown, {len(bearer)} chars>", "unknown bearer"
-        report.findings.append(Finding(
-            kind="wrong_key", victim=victim, seen_in=tenant.name, canary=canary, channel="request",
-            location=f"{where}.headers.authorization", evidence=evidence, detail=detail,
-        ))
+    needs_credential = kind == "main" or (service != PROVIDER and expected is not None)
+    if tenant is not None and (bearer_state != "own" and (bearer or needs_credential)):
+        report.findings.append(_wrong_key(matcher, tenant, service, bearer, owner, f"{where}.{held_in}",
+                                          skip_body if held_in.startswith("body.") else skip_headers))
     if tenant is not None and kind == "main" and model != tenant.model:
         model_owner = next((t for t in registry if model and t.model == model), None)
         if model_owner is not None:
@@ -275,9 +286,46 @@ def inspect_request(
     scan.scan(path.encode("utf-8", "surrogateescape"), "request.path", offsets=False)
     scan.headers(headers, "request", frozenset(skip_headers))
     scan.body(decoded, "request.body", frozenset(skip_body))
-    report.findings += attribute_body(scan.findings, decoded.data, doc, f"flow:{flow_id}:request.body")
+    leaks = attribute_body(scan.findings, decoded.data, doc, f"flow:{flow_id}:request.body")
+    if tenant is not None and service != PROVIDER:
+        leaks = [_as_identity(f, tenant.services[service].identity, service) for f in leaks]
+    report.findings += leaks
     report.not_inspected = scan.not_inspected
+    if service != PROVIDER:
+        report.findings = [replace(f, service=service) for f in report.findings]
     return report
+
+
+def _wrong_key(matcher: Matcher, tenant: Tenant, service: str, bearer: str | None, owner: Tenant | None,
+               location: str, skip: set[tuple[str, str]]) -> Finding:
+    """The `wrong_key` finding of a request that does not present the credential `service` needs from
+    `tenant`; the credential's own canary is added to `skip` (it is this finding, not a leak besides)."""
+    provider = service == PROVIDER
+    own_kind = "key" if provider else tenant.services[service].credential or "key"
+    if bearer is None:
+        detail = "a main turn carries no key" if provider else f"a {service} request carries no credential"
+        return Finding("wrong_key", tenant.name, tenant.name, own_kind, "request", location,
+                       evidence="no credential header", detail=detail)
+    if owner is None:
+        return Finding("wrong_key", tenant.name, tenant.name, own_kind, "request", location,
+                       evidence=f"Bearer <unknown, {len(bearer)} chars>", detail="unknown bearer")
+    canary = next(k for k, v in owner.secrets().items() if v == bearer)
+    skip.add((owner.name, canary))
+    if owner is not tenant:
+        detail = "bearer is another tenant's secret"
+    else:
+        detail = "bearer is not the tenant's key" if provider else f"bearer is not the tenant's {service} credential"
+    return Finding("wrong_key", owner.name, tenant.name, canary, "request", location,
+                   evidence=matcher.redact_text(f"Bearer {bearer}"), detail=detail)
+
+
+def _as_identity(f: Finding, identity: tuple[str, ...], service: str) -> Finding:
+    """A request leak of another tenant's identity at this service (its user id, workspace, ...) is the
+    request acting as that tenant: `wrong_identity`."""
+    if f.canary not in identity:
+        return f
+    return replace(f, kind="wrong_identity", detail=f"the request names {f.victim}'s {f.canary} to "
+                                                    f"{f.seen_in}'s {service} service")
 
 
 def inspect_response(
@@ -289,6 +337,7 @@ def inspect_response(
     headers: Headers,
     body: bytes | None,
     error: str | None = None,
+    service: str = PROVIDER,
 ) -> ResponseReport:
     """Check one response (JSON, SSE or anything else) for another tenant's canary: `response_leak`."""
     first = first_values(headers)
@@ -302,7 +351,7 @@ def inspect_response(
     if streamed and not decoded.note:
         for path, text in sse_streams(decoded.data).items():
             scan.layered(utf8_bytes(text), f"response.sse.{path}", only_new=True)
-    report.findings = scan.findings
+    report.findings = scan.findings if service == PROVIDER else [replace(f, service=service) for f in scan.findings]
     report.not_inspected = scan.not_inspected
     return report
 
@@ -344,6 +393,7 @@ class FlowReport:
             "method": req.method,
             "path": req.path,
             "kind": req.kind,
+            "service": req.service,
             "bearer": req.bearer,
             "bearer_tenant": req.bearer_tenant,
             "model": req.model,
@@ -409,6 +459,7 @@ def inspect_flow(
             headers=list(resp.headers.items(multi=True)) if resp else [],
             body=resp.raw_content if resp else None,
             error=flow.error.msg if flow.error else None,
+            service=request.service,
         )
         if request.tenant is None and request.route.startswith("listen:"):
             report.response.findings = []  # a listener of no tenant: recorded, not inspected

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.capture.stubs import Plan, ToolStep, probe_step
+from harness.capture.services.provider import Plan, ToolStep, probe_step
 from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import new_tag
 from harness.detect.decode import loads

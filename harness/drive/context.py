@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.capture.proxy import Proxy
-from harness.capture.stubs import StubProvider
+from harness.capture.services.provider import StubProvider
 from harness.core.findings import Finding
 from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import Registry

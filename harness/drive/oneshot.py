@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from harness.capture.stubs import Plan
+from harness.capture.services.provider import Plan
 from harness.drive import battery
 from harness.drive.context import PROMPT, Context
 from harness.drive.phases import wanted

@@ -12,6 +12,7 @@ from harness.report.result import AuditResult
 INVARIANTS = {
     "own key on every request": {"wrong_key"},
     "own model on every main turn": {"wrong_model"},
+    "own identity at every service": {"wrong_identity"},
     "no foreign canary in requests": {"request_leak", "egress"},
     "no foreign canary in responses": {"response_leak"},
     "tool env and cwd are its own": {"env_leak", "wrong_cwd"},

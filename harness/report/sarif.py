@@ -23,6 +23,7 @@ SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 RULES = {
     "wrong_key": "A request carried another tenant's key, or none where its own was required.",
     "wrong_model": "A main turn asked for a model that is not its tenant's.",
+    "wrong_identity": "A request to a tenant's service named another tenant's identity there (user, workspace).",
     "request_leak": "A request carried another tenant's canary.",
     "response_leak": "A response carried another tenant's canary.",
     "env_leak": "A tool subprocess saw another tenant's canary in its environment.",
@@ -32,7 +33,7 @@ RULES = {
     "egress": "A request went to a host that no tenant owns.",
     "route_auth": "A tenant's route accepted a credential that is not its own.",
     "profile_bleed": "A profile setting of one tenant took effect for another.",
-    "bypass": "A provider stub saw a request that did not pass the proxy.",
+    "bypass": "A service stub saw a request that did not pass the proxy.",
     "shortfall": "Too little happened to conclude (a turn failed, a snapshot is missing).",
 }
 SEVERITY_TEXT = {"critical": "a secret crossed tenants", "high": "a tenant's private data crossed tenants",
