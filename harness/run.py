@@ -11,6 +11,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
 import tempfile
 import time
@@ -25,21 +26,22 @@ import mitmproxy.version
 
 import harness
 from harness.capture.proxy import FORWARD_DOMAIN, Proxy, bind_listener, free_port, port_of
-from harness.capture.services.base import MODES, stop_all
+from harness.capture.services.base import MODES, Service, stop_all
 from harness.capture.services.provider import StubProvider
 from harness.core.files import REPO, seal, write_private
 from harness.core.findings import Finding, Verdict
 from harness.core.procs import ProcessSet, reap_stale
 from harness.core.protocol import TOOL_GROUPS
-from harness.core.registry import Registry, load, mint
+from harness.core.registry import PROVIDER, Registry, load, mint
 from harness.detect.reconcile import EvidenceError, LogSource, Phase, reconcile
 from harness.detect.stream import DEFAULT_LIMITS, Limits
-from harness.drive import battery, features, plants
+from harness.drive import battery, features, plants, services
 from harness.drive.backends import BackendError
 from harness.drive.context import Context, ScenarioOptions
 from harness.drive.hermes import Hermes, HermesError, Sandbox, require_python, write_home
 from harness.drive.phases import ALL_PHASES
 from harness.drive.scenarios import SCENARIOS
+from harness.drive.services import SERVICE_RECORDS, SERVICES
 from harness.report import baseline as baselines
 from harness.report.redact import write_redacted
 from harness.report.result import AuditResult, summary_table
@@ -76,13 +78,17 @@ class RunOptions:
     cron_wait: float = 75.0
     tools: list[str] | None = None  # tool battery groups (None: every group; []: the env probe only)
     stubs: str = "observe"  # "strict": a stub answers a foreign key with 401
+    services: list[str] | None = None  # services besides the provider (None: every one; []: the provider only)
 
     def tool_groups(self) -> list[str]:
         return list(TOOL_GROUPS) if self.tools is None else list(self.tools)
 
+    def service_names(self) -> list[str]:
+        return list(SERVICES) if self.services is None else list(self.services)
+
     def scenario_options(self) -> ScenarioOptions:
         return ScenarioOptions(turns=self.turns, timeout=self.timeout, phases=list(self.phases),
-                               cron_wait=self.cron_wait, tools=self.tool_groups())
+                               cron_wait=self.cron_wait, tools=self.tool_groups(), services=self.service_names())
 
 
 def tenant_names(n: int) -> list[str]:
@@ -194,6 +200,9 @@ def check_options(opts: RunOptions) -> None:
     unknown = battery.check_groups(opts.tool_groups())
     if unknown:
         raise UsageError(f"unknown tool group {unknown[0]!r} (choose from {', '.join(TOOL_GROUPS)}, or none)")
+    unknown = services.check(opts.service_names())
+    if unknown:
+        raise UsageError(f"unknown service {unknown[0]!r} (choose from {', '.join(SERVICES)}, or none)")
     if opts.stubs not in MODES:
         raise UsageError(f"unknown stub mode {opts.stubs!r} (choose from {', '.join(MODES)})")
     if opts.tenants < 2:
@@ -217,23 +226,14 @@ def run_audit(opts: RunOptions) -> AuditResult:
     old = {s: signal.signal(s, _interrupter(procs)) for s in (signal.SIGTERM, signal.SIGINT)}
     started = time.monotonic()
     stubs: dict[str, StubProvider] = {}
+    service_stubs: dict[tuple[str, str], Service] = {}
     proxy: Proxy | None = None
     names = tenant_names(opts.tenants)
     driven: list[Context] = []  # the scenario context, once there is one (what an interrupted run reports)
     interrupted: Interrupted | None = None
     try:
         sandbox = Sandbox(out / "sandbox")
-        # The listeners are bound first, so the registry names the ports mitmdump will serve (never a taken one).
-        listeners = [bind_listener() for _ in (names if opts.topology == "reverse" else ["forward"])]
-        if opts.topology == "reverse":
-            routes = {n: {"listen": port_of(s)} for n, s in zip(names, listeners, strict=True)}
-        else:
-            routes = {n: {"host": f"{n}.{FORWARD_DOMAIN}"} for n in names}
-        registry = mint(names, sandbox.root / "work", routes)
-        for t in registry:
-            stubs[t.name] = StubProvider(t, fault=opts.stub_fault, mode=opts.stubs).start()
-            t.upstream = stubs[t.name].url
-            t.home = str(sandbox.home_of(t.name))
+        registry, listeners = _tenants(opts, names, sandbox, stubs, service_stubs, out)
         registry_path = out / "registry.yaml"
         registry.save(registry_path)
         hermes = Hermes(python, sandbox, procs, out / "logs")
@@ -242,12 +242,12 @@ def run_audit(opts: RunOptions) -> AuditResult:
         proxy.label(opts.scenario, "end")  # outside every phase, as the home scans
         proxy.spawn()
         ctx, planted, version, reasons = _drive(opts, registry, registry_path, sandbox, hermes, proxy, stubs, out,
-                                                driven)
+                                                driven, service_stubs)
         if not proxy.alive():
             reasons.append("mitmdump died during the run; flows after its death were not recorded")
         proxy.stop()
         reasons += procs.quiesce()
-        write_stub_log(out / "stubs.jsonl", stubs)
+        write_stub_log(out / "stubs.jsonl", [*stubs.values(), *service_stubs.values()])
         (out / PHASE_FILE).unlink(missing_ok=True)
         record = _record(out, opts.scenario, ctx, version, reasons, planted)
         if opts.baseline is not None:
@@ -268,7 +268,7 @@ def run_audit(opts: RunOptions) -> AuditResult:
         with contextlib.suppress(Exception):
             if proxy is not None:
                 proxy.stop()
-        stop_all(stubs.values())
+        stop_all([*stubs.values(), *service_stubs.values()])
         survivors = procs.close()
         if interrupted is not None and out.is_dir():  # our handler still ignores a second signal meanwhile
             _report_interrupted(out, opts, names, driven, interrupted, time.monotonic() - started)
@@ -276,6 +276,36 @@ def run_audit(opts: RunOptions) -> AuditResult:
             signal.signal(s, handler)
         if survivors:
             print(f"tenancy-audit: {len(survivors)} child process(es) survived teardown", file=sys.stderr)
+
+
+def _tenants(opts: RunOptions, names: list[str], sandbox: Sandbox, stubs: dict[str, StubProvider],
+             service_stubs: dict[tuple[str, str], Service], out: Path) -> tuple[Registry, list[socket.socket]]:
+    """Bind the listeners (one per tenant and proxied service in the reverse topology, else one), mint the
+    tenants, start their provider and service stubs (into `stubs`, `service_stubs`) and record every route and
+    upstream in the registry. The listeners are bound first, so the registry names the ports mitmdump will
+    serve (never a taken one)."""
+    wanted = opts.service_names()
+    proxied = [s for s in wanted if SERVICES[s].proxied]
+    ends = [(n, s) for n in names for s in (PROVIDER, *proxied)] if opts.topology == "reverse" else [("", "")]
+    listeners = {end: bind_listener() for end in ends}
+
+    def route(tenant: str, service: str) -> dict[str, Any]:
+        if opts.topology == "reverse":
+            return {"listen": port_of(listeners[(tenant, service)])}
+        host = f"{tenant}.{FORWARD_DOMAIN}"
+        return {"host": host if service == PROVIDER else f"{service}.{host}"}
+
+    registry = mint(names, sandbox.root / "work", {n: route(n, PROVIDER) for n in names})
+    services.mint(registry, wanted)
+    for t in registry:
+        stubs[t.name] = StubProvider(t, opts.stubs, fault=opts.stub_fault).start()
+        t.upstream = stubs[t.name].url
+        t.home = str(sandbox.home_of(t.name))
+        for name in wanted:
+            stub = service_stubs[(t.name, name)] = SERVICES[name].make(t, opts.stubs).start()
+            services.attach(registry, name, t.name, route(t.name, name) if name in proxied else None, stub.url)
+    (out / SERVICE_RECORDS).mkdir(mode=0o700, exist_ok=True)
+    return registry, list(listeners.values())
 
 
 def _report_interrupted(out: Path, opts: RunOptions, names: list[str], driven: list[Context], exc: Interrupted,
@@ -305,6 +335,7 @@ def _record(out: Path, scenario: str, ctx: Context, version: str | None, reasons
         "plants": {name: sorted(kinds) for name, kinds in planted.items()},
         "homes": {t.name: Path(t.home).resolve().relative_to(out).as_posix() for t in ctx.registry if t.home},
         "tools": [t for g in ctx.opts.tools for t in TOOL_GROUPS[g]],
+        "services": ctx.service_states(),
     }
     write_private(out / RECORD, json.dumps(record, indent=2).encode())
     return record
@@ -354,7 +385,7 @@ def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None,
     rec = reconcile(registry, flows or out / "flows.mitm", homes=homes, logs=logs,
                     stub_log=stub_log if stub_log.exists() else None,
                     expect_snapshots=record.get("expect_snapshots"), phases=phases, empty_ok=True,
-                    limits=limits or DEFAULT_LIMITS)
+                    limits=limits or DEFAULT_LIMITS, service_records=out / SERVICE_RECORDS)
     found = [f if f.scenario else replace(f, scenario=scenario, phase=f.phase or "end")
              for f in rec.findings + live + turns]
     reasons = [*record.get("reasons", []), *rec.reasons]
@@ -367,17 +398,19 @@ def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None,
     planted = {name: frozenset(kinds) for name, kinds in (record.get("plants") or {}).items()}
     reasons += check_plants(planted, found)
     coverage = rec.coverage.table(record.get("tools") or [], found)
+    service_coverage = rec.coverage.service_table(record.get("services") or {}, found)
     return AuditResult(Verdict(findings, known, reasons), registry.names(), scenario,
                        _versions(record.get("hermes-agent")), inspected={**rec.inspected, "flows": rec.flows},
                        timeline=record.get("turns", []), fixed=fixed, seconds=seconds,
                        snapshots={t: len(snaps) for t, snaps in rec.snapshots.items()}, out=out,
                        plants=sorted(planted), warnings=warnings,
-                       not_inspected=[n.to_dict() for n in rec.not_inspected], coverage=coverage)
+                       not_inspected=[n.to_dict() for n in rec.not_inspected], coverage=coverage,
+                       services=service_coverage)
 
 
 def _drive(
     opts: RunOptions, registry: Registry, registry_path: Path, sandbox: Sandbox, hermes: Hermes, proxy: Proxy,
-    stubs: dict[str, StubProvider], out: Path, driven: list[Context],
+    stubs: dict[str, StubProvider], out: Path, driven: list[Context], service_stubs: dict[tuple[str, str], Service],
 ) -> tuple[Context, dict[str, frozenset[str]], str, list[str]]:
     """Check Hermes, write the homes, plant, and drive the scenario while mitmdump comes up; returns the
     scenario context, the plants, Hermes' version and why the run may not be conclusive."""
@@ -403,7 +436,8 @@ def _drive(
         ctx = Context(registry=registry, registry_path=registry_path, sandbox=sandbox, hermes=hermes, proxy=proxy,
                       stubs=stubs, opts=opts.scenario_options(), out=out, say=lambda m: progress(opts.quiet, m),
                       scenario=opts.scenario,
-                      gateway_port=free_port() if opts.scenario in ("gateway", "all") else 0)
+                      gateway_port=free_port() if opts.scenario in ("gateway", "all") else 0,
+                      service_stubs=service_stubs, features=offered)
         driven.append(ctx)
         write_homes(ctx)
         battery.mint(ctx)
@@ -420,9 +454,19 @@ def _drive(
 
 
 def write_homes(ctx: Context) -> None:
+    """Every tenant's Hermes home: its provider, and every service the release supports (`ctx.services()`)."""
+    active = ctx.services()
     for t in ctx.registry:
-        write_home(t, ctx.sandbox.home_of(t.name), ctx.proxy.base_url(t.name), launch=t.name == ctx.sandbox.launch,
-                   extra_config=ctx.extra_config(t.name))
+        where = {s: services.Where(ctx.proxy.service_url(t.name, s) if SERVICES[s].proxied else "",
+                                   ctx.registry_path, ctx.out / SERVICE_RECORDS) for s in active}
+        extra = services.setup(t, active, where)
+        home = ctx.sandbox.home_of(t.name)
+        write_home(t, home, ctx.proxy.base_url(t.name), launch=t.name == ctx.sandbox.launch,
+                   extra_config=services.merged(ctx.extra_config(t.name), extra.config), extra_env=extra.env)
+        for rel, data in extra.files.items():
+            write_private(home / rel, data)
+        for rel, data in extra.workdir_files.items():
+            (Path(t.canaries["workdir"]) / rel).write_bytes(data)
 
 
 def failed_turns(timeline: list[dict[str, Any]]) -> list[Finding]:
@@ -458,6 +502,7 @@ def check_plants(planted: dict[str, frozenset[str]], findings: list[Finding]) ->
     return reasons
 
 
-def write_stub_log(path: Path, stubs: dict[str, StubProvider]) -> None:
-    lines = [json.dumps({"tenant": name, **r.to_dict()}) for name, s in stubs.items() for r in s.snapshot()]
+def write_stub_log(path: Path, stubs: list[Service]) -> None:
+    """`stubs.jsonl`: every request every stub saw, one line each (what `_bypass` checks against the flows)."""
+    lines = [json.dumps({"tenant": s.tenant.name, **r.to_dict()}) for s in stubs for r in s.snapshot()]
     write_private(path, ("\n".join(lines) + "\n").encode() if lines else b"")

@@ -186,7 +186,7 @@ class Tenancy:
             return
         self._maybe_reload()
         route = flows.route_of(flow)
-        tenant = flows.tenant_for(self.registry, listen_port=route.listen_port, host=route.host)
+        tenant, service = flows.endpoint_for(self.registry, listen_port=route.listen_port, host=route.host)
         if tenant is None and route.topology == "reverse" and route.listen_port not in self._foreign_ports:
             self._foreign_ports.add(route.listen_port)
             log.warning(f"tenancy: listener port {route.listen_port} belongs to no tenant of {self._path}: its flows "
@@ -194,8 +194,8 @@ class Tenancy:
         if route.topology == "forward":
             if tenant is None and ctx.options.tenancy_egress == "block":
                 self._block(flow)
-            elif tenant is not None and tenant.upstream:
-                _route_to(flow.request, tenant.upstream)
+            elif tenant is not None and (upstream := tenant.upstream_of(service)):
+                _route_to(flow.request, upstream)
         flow.request.headers[FLOW_HEADER] = flow.id  # a stub request without it bypassed the proxy
         report = flows.inspect_flow_request(self.registry, self.matcher, flow, route)
         self._inflight[flow.id] = (_request_state(flow, self.matcher), report)

@@ -3,9 +3,10 @@
 The harness binds the listeners and starts `harness.capture.mitmdump_main` on them (the same addon and options as
 `mitmdump -s addons/tenancy.py`); `spawn` returns at once, `wait_ready` waits until every listener is served.
 
-Reverse topology: one `reverse:<stub>@127.0.0.1:<port>` listener per tenant (the listener names the
-tenant). Forward topology: one regular listener; children reach `https://<tenant>.llm.test` through
-`HTTPS_PROXY`, TLS is terminated with the CA in `certs/`, and the addon routes each host to its stub.
+Reverse topology: one `reverse:<stub>@127.0.0.1:<port>` listener per tenant and service (the listener names
+the tenant and the service). Forward topology: one regular listener; children reach
+`https://<tenant>.llm.test` (a service: `https://<service>.<tenant>.llm.test`) through `HTTPS_PROXY`, TLS is
+terminated with the CA in `certs/`, and the addon routes each host to its stub.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from harness.core.files import REPO, write_private
 from harness.core.procs import ProcessSet, kill_group
-from harness.core.registry import Registry
+from harness.core.registry import PROVIDER, Registry
 
 CERTS = REPO / "certs"
 FORWARD_DOMAIN = "llm.test"
@@ -132,14 +133,16 @@ class Proxy:
             argv += ["--set", f"tenancy_phase_file={self.phase_file}"]
         if self.topology == "reverse":
             for t in self.registry:
-                argv += ["--mode", f"reverse:{t.upstream}@127.0.0.1:{t.listen}"]
+                upstreams = {PROVIDER: t.upstream} | {s.name: s.upstream for s in t.services.values()}
+                for service, route in t.routes():
+                    argv += ["--mode", f"reverse:{upstreams[service]}@127.0.0.1:{route['listen']}"]
         else:
             argv += ["--mode", f"regular@127.0.0.1:{self.forward_port}", "--set", "connection_strategy=lazy"]
         return argv
 
     def ports(self) -> list[int]:
         if self.topology == "reverse":
-            return [t.listen for t in self.registry if t.listen is not None]
+            return self.registry.listen_ports()
         return [self.forward_port]
 
     def start(self, timeout: float = 30.0) -> Proxy:
@@ -234,10 +237,15 @@ class Proxy:
 
     def base_url(self, tenant: str) -> str:
         """Where a tenant's Hermes sends its provider calls: its route through the proxy."""
+        return self.service_url(tenant, PROVIDER) + "/v1"
+
+    def service_url(self, tenant: str, service: str) -> str:
+        """A tenant's service through the proxy (its provider: `base_url` without the `/v1`)."""
         t = self.registry[tenant]
+        route = t.route if service == PROVIDER else t.services[service].route or {}
         if self.topology == "reverse":
-            return f"http://127.0.0.1:{t.listen}/v1"
-        return f"https://{t.host}/v1"
+            return f"http://127.0.0.1:{route['listen']}"
+        return f"https://{route['host']}"
 
     def child_env(self) -> dict[str, str]:
         """Extra environment for every Hermes child: in the forward topology, every connection goes through

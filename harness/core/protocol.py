@@ -20,6 +20,12 @@ TOOL_GROUPS: dict[str, tuple[str, ...]] = {
     "todo": ("todo",),
     "cronjob": ("cronjob",),
     "session_search": ("session_search",),
+    # the services' tools (`harness.drive.services`): each group runs where its service is on
+    "mcp": ("mcp__tenancy__remember", "mcp__tenancy__recall", "mcp__tenancy_stdio__remember",
+            "mcp__tenancy_stdio__recall"),
+    "mem0": ("mem0_add", "mem0_search"),
+    "web": ("web_search", "web_extract"),
+    "vision": ("vision_analyze",),
 }
 BATTERY_TOOLS: tuple[str, ...] = tuple(t for tools in TOOL_GROUPS.values() for t in tools)
 #: What redaction leaves in place of a canary (`placeholder`); a redacted registry holds these instead of

@@ -142,6 +142,10 @@ class Tenant:
         kind = self.services[service].credential
         return self.canaries.get(kind) if kind else None
 
+    def upstream_of(self, service: str) -> str:
+        """Where the proxy sends `service`'s requests of this tenant ("" when unknown)."""
+        return self.upstream if service == PROVIDER else self.services[service].upstream
+
     def routes(self) -> list[tuple[str, dict[str, Any]]]:
         """(service, route) of every listener of this tenant: the provider's first."""
         return [(PROVIDER, self.route)] + [(s.name, s.route) for s in self.services.values() if s.route]

@@ -268,7 +268,9 @@ def inspect_request(
             evidence=matcher.redact_text(f"{method} {route.host}{path}")[:200],
             detail=f"host {route.host!r} is owned by no tenant",
         ))
-    needs_credential = kind == "main" or (service != PROVIDER and expected is not None)
+    # a main turn needs its key; a service request that does work (not a GET or HEAD probe) needs its credential
+    needs_credential = kind == "main" or (service != PROVIDER and expected is not None
+                                          and method.upper() not in ("GET", "HEAD"))
     if tenant is not None and (bearer_state != "own" and (bearer or needs_credential)):
         report.findings.append(_wrong_key(matcher, tenant, service, bearer, owner, f"{where}.{held_in}",
                                           skip_body if held_in.startswith("body.") else skip_headers))

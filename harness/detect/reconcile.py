@@ -17,8 +17,8 @@ from mitmproxy import http, io
 from mitmproxy.exceptions import FlowReadException
 
 from harness.core.findings import Finding, dedupe
-from harness.core.registry import Registry
-from harness.detect import scan, snapshots, stream
+from harness.core.registry import PROVIDER, Registry
+from harness.detect import records, scan, snapshots, stream
 from harness.detect.decode import loads
 from harness.detect.flows import inspect_flow
 from harness.detect.matcher import Matcher, matcher_for
@@ -129,6 +129,7 @@ def reconcile(
     phases: Sequence[Phase] = (),
     empty_ok: bool = False,
     limits: stream.Limits = stream.DEFAULT_LIMITS,
+    service_records: Path | None = None,
 ) -> Reconciliation:
     """Every invariant over the evidence; findings carry the scenario/phase they happened in. Whatever
     was not read to its end is in `not_inspected`; what was read in part makes a reason (inconclusive)."""
@@ -149,6 +150,9 @@ def reconcile(
         tenant = report.request.tenant
         if tenant is None:
             continue
+        if report.request.service != PROVIDER:
+            status = flow.response.status_code if flow.response is not None else 0
+            rec.coverage.used(phase.scenario if phase else "run", report.request.service, 200 <= status < 400)
         rec.flows_per_tenant[tenant] += 1
         rec.inspected["request"] += 1
         rec.inspected["response"] += flow.response is not None
@@ -166,6 +170,8 @@ def reconcile(
             rec.findings += _tag(snapshots.check(snap, registry, matcher), phase)
     if stub_log is not None:
         rec.findings += _bypass(stub_log, flow_ids, phases)
+    if service_records is not None:
+        _records(service_records, registry, matcher, phases, rec)
     for name, home in (homes or {}).items():
         if not home.exists():
             rec.reasons.append(f"home of tenant {name!r} is missing: {home}")
@@ -235,6 +241,24 @@ def _scan_rpc(data: bytes, registry: Registry, matcher: Matcher, label: str, pha
         findings += _tag(hits, _phase_of(record.get("t", 0.0), phases))
         rec.skip(skipped)
     return findings
+
+
+def _records(folder: Path, registry: Registry, matcher: Matcher, phases: list[Phase],
+             rec: Reconciliation) -> None:
+    """The records of the servers not behind the proxy (`detect.records`): findings, and their calls counted
+    as their service's use."""
+    for record in records.read(folder, registry):
+        if record.unreadable:
+            rec.reasons.append(f"service record {record.path} unreadable: {record.unreadable}")
+            continue
+        rec.inspected["service_record"] += 1
+        skipped: list[stream.NotInspected] = []
+        for when, finding in records.check(record, registry, matcher, skipped):
+            rec.findings += _tag([finding], _phase_of(when, phases))
+        rec.skip(skipped)
+        for line in record.calls():
+            phase = _phase_of(line.time, phases)
+            rec.coverage.used(phase.scenario if phase else "run", record.service, True)
 
 
 def _json_body(flow: http.HTTPFlow) -> dict[str, Any] | None:

@@ -135,12 +135,20 @@ def _is_error(content: Any) -> bool:
 
 @dataclass
 class Coverage:
-    """Per scenario: the tools Hermes offered, and per tool the calls whose result came back ok or in error."""
+    """Per scenario: the tools Hermes offered, and per tool the calls whose result came back ok or in error;
+    per service (other than the provider) the requests it answered ok or in error."""
 
     offered: dict[str, set[str]] = field(default_factory=dict)
     ok: dict[str, dict[str, int]] = field(default_factory=dict)
     errors: dict[str, dict[str, int]] = field(default_factory=dict)
+    service_ok: dict[str, dict[str, int]] = field(default_factory=dict)
+    service_errors: dict[str, dict[str, int]] = field(default_factory=dict)
     _seen: set[str] = field(default_factory=set)
+
+    def used(self, scenario: str, service: str, ok: bool) -> None:
+        """Count one request a service received (`ok`: answered with a success)."""
+        per = (self.service_ok if ok else self.service_errors).setdefault(scenario, {})
+        per[service] = per.get(service, 0) + 1
 
     def add(self, scenario: str, doc: dict[str, Any]) -> None:
         """Count one main request: its offered tools and every tool result not counted yet."""
@@ -181,5 +189,26 @@ class Coverage:
                     row[tool] = "not offered"
                 else:
                     row[tool] = "not driven"
+            out[scenario] = row
+        return out
+
+    def service_table(self, states: dict[str, str], findings: list[Finding]) -> dict[str, dict[str, str]]:
+        """scenario -> service -> `leak`, `driven`, `failed`, `not driven` or `n/a: <why>` (`states`: what the
+        run recorded of each service, `on` or `n/a: <why>`)."""
+        leaks = {(f.scenario, f.service) for f in findings if f.service and f.kind not in ("shortfall", "bypass")}
+        out: dict[str, dict[str, str]] = {}
+        for scenario in sorted(self.offered):
+            row = {}
+            for service, state in states.items():
+                if state != "on":
+                    row[service] = state
+                elif (scenario, service) in leaks:
+                    row[service] = "leak"
+                elif self.service_ok.get(scenario, {}).get(service):
+                    row[service] = "driven"
+                elif self.service_errors.get(scenario, {}).get(service):
+                    row[service] = "failed"
+                else:
+                    row[service] = "not driven"
             out[scenario] = row
         return out

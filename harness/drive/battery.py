@@ -22,14 +22,16 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-from harness.capture.services.provider import Plan, ToolStep, probe_step
+from harness.capture.services.provider import Plan, StubProvider, ToolStep, probe_step
 from harness.core.protocol import TOOL_GROUPS
-from harness.core.registry import new_tag
+from harness.core.registry import Tenant, new_tag
 from harness.detect.decode import loads
 from harness.detect.tools import call_names
 from harness.drive.context import Context
+from harness.drive.services import image_name
 
 #: Canary kinds the battery mints for every tenant (kind -> value prefix).
 KINDS = {
@@ -46,10 +48,14 @@ COMMON_WORD = "environment"
 #: `memory` has no read action; a remove that matches nothing answers with every current entry.
 NO_MATCH = "tenancy-read-back-matches-no-entry"
 _PROC_ID = re.compile(r"proc_[0-9a-f]{6,}")
-#: Tools Hermes 0.19 runs concurrently when one message calls only these; any other message's calls run one
-#: by one with a 1 s pause in between (`AIAgent.tool_delay`, not configurable), so every other call gets a
-#: model round trip of its own, which is faster.
-PARALLEL_SAFE = frozenset({"session_search", "skill_view", "skills_list"})
+#: Tools Hermes 0.19 runs concurrently when one message calls only these (the MCP servers' are, as their
+#: config says `supports_parallel_tool_calls`); any other message's calls run one by one with a 1 s pause in
+#: between (`AIAgent.tool_delay`, not configurable), so every other call gets a model round trip of its own,
+#: which is faster.
+PARALLEL_SAFE = frozenset({"session_search", "skill_view", "skills_list", "web_search", "web_extract",
+                           "vision_analyze", "mcp__tenancy__recall", "mcp__tenancy_stdio__recall"})
+#: The service each service tool group needs (`harness.drive.services`); the MCP group covers two servers.
+GROUP_SERVICES = {"mcp": ("mcp", "mcp_stdio"), "mem0": ("memory",), "web": ("web",), "vision": ("aux",)}
 
 
 def rounds(steps: list[ToolStep]) -> Plan:
@@ -60,7 +66,15 @@ def rounds(steps: list[ToolStep]) -> Plan:
 
 
 def groups(ctx: Context) -> tuple[str, ...]:
-    return tuple(ctx.opts.tools)
+    """The battery's groups this run drives: a service's group only where a service it needs is on."""
+    on = set(ctx.services())
+    return tuple(g for g in ctx.opts.tools if g not in GROUP_SERVICES or on & set(GROUP_SERVICES[g]))
+
+
+def mcp_servers(ctx: Context) -> list[str]:
+    """The MCP servers (their names in the profiles' config) whose service is on."""
+    on = ctx.services()
+    return [name for service, name in (("mcp", "tenancy"), ("mcp_stdio", "tenancy_stdio")) if service in on]
 
 
 def enabled(ctx: Context) -> bool:
@@ -79,6 +93,9 @@ def mint(ctx: Context) -> None:
     if enabled(ctx):
         for t in ctx.registry:
             ctx.stubs[t.name].aux_text = f"Title {t.canaries['title']}"
+            aux = ctx.service_stubs.get((t.name, "aux"))
+            if isinstance(aux, StubProvider):  # the auxiliary models: titles and vision answers
+                aux.aux_text = f"Title {t.canaries['title']}"
 
 
 def skill_name(tenant: str, scenario: str) -> str:
@@ -121,7 +138,29 @@ def write_plan(ctx: Context, tenant: str) -> Plan:
         reads.append(ToolStep("cronjob", {"action": "list"}))
     if "session_search" in on:
         reads += [ToolStep("session_search", {}), ToolStep("session_search", {"query": COMMON_WORD})]
+    if "mcp" in on:
+        for server in mcp_servers(ctx):
+            writes.append(ToolStep(f"mcp__{server}__remember", {"note": f"{c['mcp_note']} ({sc})"}))
+            reads.append(ToolStep(f"mcp__{server}__recall", {}))
+    if "mem0" in on:
+        writes.append(ToolStep("mem0_add", {"content": f"{c['memory_note']} ({sc})"}))
+        reads.append(ToolStep("mem0_search", {"query": COMMON_WORD}))
+    if "web" in on:
+        reads += [ToolStep("web_search", {"query": f"{c['web_query']} ({sc})"}),
+                  ToolStep("web_extract", {"urls": [extract_url(tenant, sc)]})]
+    if "vision" in on:
+        reads.append(ToolStep("vision_analyze", {"image_url": image_path(t), "question": "What does it show?"}))
     return rounds(writes + reads)
+
+
+def extract_url(tenant: str, scenario: str) -> str:
+    """The page `web_extract` is asked for: on loopback (never fetched by Hermes: the web backend extracts it)."""
+    return f"http://127.0.0.1:9/tenancy/{tenant}/{scenario}"
+
+
+def image_path(t: Tenant) -> str:
+    """The picture `vision_analyze` is asked about, in the tenant's terminal cwd (`services.image_name`)."""
+    return str(Path(t.canaries["workdir"]) / image_name(t.name))
 
 
 @dataclass
@@ -154,6 +193,12 @@ def lookup_plan(ctx: Context, tenant: str, other: Refs) -> Plan:
         steps += [ToolStep("cronjob", {"action": "list"}),
                   ToolStep("cronjob", {"action": "pause", "job_id": job_name(o, sc)})]
         steps += [ToolStep("cronjob", {"action": "pause", "job_id": j}) for j in other.jobs[:1]]
+    if "mcp" in on:
+        steps += [ToolStep(f"mcp__{server}__recall", {}) for server in mcp_servers(ctx)]
+    if "mem0" in on:
+        steps.append(ToolStep("mem0_search", {"query": COMMON_WORD}))
+    if "web" in on:
+        steps.append(ToolStep("web_search", {"query": f"tenancy lookup by {tenant}"}))
     if "session_search" in on:
         steps += [ToolStep("session_search", {"profile": o}),
                   ToolStep("session_search", {"query": COMMON_WORD, "profile": o})]

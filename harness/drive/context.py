@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.capture.proxy import Proxy
+from harness.capture.services.base import Service
 from harness.capture.services.provider import StubProvider
 from harness.core.findings import Finding
 from harness.core.protocol import TOOL_GROUPS
@@ -18,7 +19,9 @@ from harness.core.registry import Registry
 from harness.detect.matcher import Matcher, matcher_for
 from harness.detect.reconcile import Phase
 from harness.drive.backends import RpcLog
+from harness.drive.features import SERVICE_LACKS, Features
 from harness.drive.hermes import Hermes, Sandbox, TurnResult, gateway_config
+from harness.drive.services import SERVICES
 
 PROMPT = "Run the environment probe for this tenant."
 
@@ -32,6 +35,7 @@ class ScenarioOptions:
     phases: list[str] = field(default_factory=list)  # multi-profile phases to run (default: all but cron)
     cron_wait: float = 75.0
     tools: list[str] = field(default_factory=lambda: list(TOOL_GROUPS))  # battery groups; [] = env probe only
+    services: list[str] = field(default_factory=lambda: list(SERVICES))  # services besides the provider
 
 
 @dataclass
@@ -54,6 +58,8 @@ class Context:
     timeline: list[dict[str, Any]] = field(default_factory=list)
     findings: list[Finding] = field(default_factory=list)  # what drivers observe directly (route_auth, bleed)
     rpc_logs: dict[str, RpcLog] = field(default_factory=dict)
+    service_stubs: dict[tuple[str, str], Service] = field(default_factory=dict)  # (tenant, service) -> its stub
+    features: Features = field(default_factory=Features)  # what the release offers
     _owners: dict[str, str | None] = field(default_factory=dict)
     _run_scenario: str = field(default="", init=False)
 
@@ -114,6 +120,15 @@ class Context:
             if e["ok"] and e.get("snapshot", True):
                 want[e["tenant"]] = want.get(e["tenant"], 0) + 1
         return want
+
+    def services(self) -> list[str]:
+        """The services this run drives: those asked for that the release supports."""
+        return [s for s in self.opts.services if getattr(self.features, SERVICES[s].feature)]
+
+    def service_states(self) -> dict[str, str]:
+        """Every service asked for: `on` when the release supports it, else `n/a: <why>`."""
+        return {s: "on" if s in self.services() else f"n/a: {SERVICE_LACKS[SERVICES[s].feature]}"
+                for s in self.opts.services}
 
     def extra_config(self, tenant: str) -> dict[str, Any]:
         if tenant == self.sandbox.launch and self.gateway_port:

@@ -31,13 +31,26 @@ multiplex = False
 if has("gateway.config"):
     from gateway.config import GatewayConfig
     multiplex = "multiplex_profiles" in {f.name for f in dataclasses.fields(GatewayConfig)}
+def source_has(mod, text):
+    try:
+        spec = importlib.util.find_spec(mod)
+        return bool(spec and spec.origin and text in open(spec.origin, encoding="utf-8").read())
+    except (ImportError, OSError, ValueError):
+        return False
+services = {
+    "mcp": has("tools.mcp_tool") and has("mcp"),
+    "mem0": source_has("plugins.memory.mem0._backend", "class SelfHostedBackend"),
+    "tavily": source_has("plugins.web.tavily.provider", "TAVILY_BASE_URL")
+              or source_has("tools.web_tools", "TAVILY_BASE_URL"),
+    "aux": source_has("agent.auxiliary_client", "key_env"),
+}
 tui = has("tui_gateway.entry") and has("tui_gateway.server")
 if tui:
     from tui_gateway.server import _methods
     create = _methods.get("session.create")
     tui = create is not None and '"profile"' in inspect.getsource(create)
-print(json.dumps({"oneshot": has("hermes_cli.oneshot"), "usage_file": usage, "multiplex": multiplex, "tui": tui}),
-      file=report, flush=True)
+print(json.dumps({"oneshot": has("hermes_cli.oneshot"), "usage_file": usage, "multiplex": multiplex, "tui": tui,
+                  **services}), file=report, flush=True)
 os._exit(0)  # no interpreter teardown: 0.16.0's tui_gateway crashes there (SIGSEGV) now and then
 """
 
@@ -51,6 +64,19 @@ class Features:
     serve: bool = True  # `hermes serve`
     multiplex: bool = True  # `hermes gateway run` serving every profile (`gateway.multiplex_profiles`)
     tui: bool = True  # `tui_gateway.entry` with per-profile sessions (`session.create {profile}`)
+    mcp: bool = True  # an MCP client (`tools/mcp_tool.py`) and the `mcp` SDK installed
+    mem0: bool = True  # the mem0 memory provider in self-hosted mode (`plugins/memory/mem0`, `MEM0_HOST`/host)
+    tavily: bool = True  # the Tavily web backend at a configurable `TAVILY_BASE_URL`
+    aux: bool = True  # auxiliary models with their own endpoint and `key_env`
+
+
+#: Why a service is `n/a` on a release that lacks its feature.
+SERVICE_LACKS = {
+    "mcp": "no MCP client (tools/mcp_tool.py) or no `mcp` SDK in the Hermes venv",
+    "mem0": "no mem0 memory provider in self-hosted mode (plugins/memory/mem0)",
+    "tavily": "no Tavily web backend with a configurable TAVILY_BASE_URL",
+    "aux": "no auxiliary model settings with their own endpoint and key_env",
+}
 
 
 #: What each scenario needs: (feature, what the release lacks when it is False).
@@ -89,7 +115,8 @@ def _ask(hermes: Hermes) -> Features:
     rc, _, _ = hermes.procs.run([str(hermes.python), "-m", "hermes_cli.main", "serve", "--help"], env=env, cwd=cwd,
                                 timeout=120)
     return Features(oneshot=found["oneshot"], usage_file=found["usage_file"], serve=rc == 0,
-                    multiplex=found["multiplex"], tui=found["tui"])
+                    multiplex=found["multiplex"], tui=found["tui"], mcp=found["mcp"], mem0=found["mem0"],
+                    tavily=found["tavily"], aux=found["aux"])
 
 
 def missing(features: Features, scenario: str) -> str | None:

@@ -1,7 +1,9 @@
 """Hermes releases installed on demand into cached venvs, one per version, reused across runs.
 
-The cache is `$XDG_CACHE_HOME/tenancy-audit/hermes/<version>/` (`~/.cache` without XDG_CACHE_HOME). A
-release is installed with the stdlib `venv` and pip, each in its own process group with a timeout, into a
+The cache is `$XDG_CACHE_HOME/tenancy-audit/hermes/<version>-<extras>/` (`~/.cache` without XDG_CACHE_HOME).
+A release is installed with the extras the audit's services need (`EXTRAS`: Hermes' own pins for them, from
+its metadata; a release without such an extra installs without it and the service is `n/a` there). It is
+installed with the stdlib `venv` and pip, each in its own process group with a timeout, into a
 hidden temporary folder that is renamed into place only when pip succeeded: a folder named after a version
 is always a complete install. The venv's scripts name the final path in their `#!` line.
 """
@@ -25,6 +27,16 @@ INSTALL_TIMEOUT = 1200.0
 STALE_SECONDS = 2 * INSTALL_TIMEOUT
 
 
+#: Hermes' extras the service stubs need in the Hermes venv: `mcp` (its MCP client). The memory provider
+#: (mem0 in self-hosted mode) and the web backend (Tavily) need none.
+EXTRAS = ("mcp",)
+
+
+def requirement(version: str) -> str:
+    """What pip installs for a release: `hermes-agent[EXTRAS]==version` (also the bootstrap's, `./tenancy`)."""
+    return f"hermes-agent[{','.join(EXTRAS)}]=={version}"
+
+
 class InstallError(HermesError):
     """pip could not install a release; one line naming the release and pip's reason."""
 
@@ -35,7 +47,7 @@ def cache_root() -> Path:
 
 
 def cached_python(version: str, root: Path | None = None) -> Path:
-    return (root or cache_root()) / version / "bin" / "python"
+    return (root or cache_root()) / f"{version}-{'-'.join(EXTRAS)}" / "bin" / "python"
 
 
 def _last_error(text: str) -> str:
@@ -56,7 +68,7 @@ def _relink_scripts(venv: Path, final: Path) -> None:
 
 
 def _drop_stale(root: Path, version: str) -> None:
-    for tmp in root.glob(f".{version}-*"):
+    for tmp in root.glob(f".{version}-tmp*"):
         if time.time() - tmp.stat().st_mtime > STALE_SECONDS:
             shutil.rmtree(tmp, ignore_errors=True)
 
@@ -73,7 +85,7 @@ def install(version: str, say: Callable[[str], None], *, root: Path | None = Non
     try:
         root.mkdir(parents=True, exist_ok=True)
         _drop_stale(root, version)
-        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{version}-"))
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{version}-tmp"))
     except OSError as exc:
         raise InstallError(f"cannot create the Hermes cache {root}: {exc.strerror or exc}") from None
     started = time.monotonic()
@@ -82,7 +94,7 @@ def install(version: str, say: Callable[[str], None], *, root: Path | None = Non
         env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
         steps = [[sys.executable, "-m", "venv", str(tmp)],
                  [str(tmp / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                  f"hermes-agent=={version}"]]
+                  requirement(version)]]
         for argv in steps:
             left = timeout - (time.monotonic() - started)
             rc, out, err = procs.run(argv, env=env, cwd=tmp, timeout=max(left, 1.0))
@@ -90,7 +102,7 @@ def install(version: str, say: Callable[[str], None], *, root: Path | None = Non
                 raise InstallError(f"installing hermes-agent=={version} took longer than {timeout:.0f}s")
             if rc != 0:
                 raise InstallError(f"pip cannot install hermes-agent=={version}: {_last_error(err or out)}")
-        final = root / version
+        final = python.parent.parent
         _relink_scripts(tmp, final)
         try:
             tmp.rename(final)

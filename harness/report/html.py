@@ -12,7 +12,7 @@ from html import escape
 
 from harness.core.findings import Finding
 from harness.core.severity import docs_url
-from harness.report.result import AuditResult, Group, coverage_tools, groups, matrix
+from harness.report.result import SERVICE_STATES_TEXT, AuditResult, Group, coverage_tools, groups, matrix
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
@@ -42,9 +42,9 @@ code{font:12px/1.4 ui-monospace,monospace;background:#f0f2f5;padding:1px 4px;bor
 .kind,.fp{font-weight:600;white-space:nowrap}
 .muted{color:#6b7383}
 ul.reasons{margin:8px 0 0;padding-left:20px}
-#coverage td{text-align:center}
-#coverage td.driven{color:#1f7a3d}#coverage td.leak{background:#fde4e1;color:#8c1d18;font-weight:600}
-#coverage td.failed{background:#fff4d6;color:#9a6700}#coverage td.not-offered,#coverage td.not-driven{color:#8a93a3}
+#coverage td,#service-coverage td{text-align:center}
+td.driven{color:#1f7a3d}td.leak{background:#fde4e1;color:#8c1d18;font-weight:600}
+td.failed{background:#fff4d6;color:#9a6700}td.not-offered,td.not-driven,td.na{color:#8a93a3}
 """
 
 
@@ -125,18 +125,29 @@ def _timeline(result: AuditResult) -> str:
 def _coverage(result: AuditResult) -> str:
     if not result.coverage:
         return '<p class="muted">No tool battery ran.</p>'
-    tools = coverage_tools(result.coverage)
-    head = "".join(f"<th><code>{escape(t)}</code></th>" for t in tools)
-    rows = []
-    for scenario, row in result.coverage.items():
-        cells = "".join(
-            f'<td class="{escape(row.get(t, "-").replace(" ", "-"))}" data-scenario="{escape(scenario)}" '
-            f'data-tool="{escape(t)}" data-status="{escape(row.get(t, "-"))}">{escape(row.get(t, "-"))}</td>'
-            for t in tools)
-        rows.append(f"<tr><th>{escape(scenario)}</th>{cells}</tr>")
-    return (f'<table id="coverage"><tr><th>scenario \\ tool</th>{head}</tr>{"".join(rows)}</table>'
+    return (_table("coverage", "tool", result.coverage) +
             '<p class="muted">driven: a call\'s result came back; leak: a finding came through the tool; failed: '
             "every call was answered with an error; not offered: this Hermes does not offer the tool there.</p>")
+
+
+def _service_coverage(result: AuditResult) -> str:
+    if not result.services:
+        return '<p class="muted">No service besides the providers ran.</p>'
+    return _table("service-coverage", "service", result.services) + f'<p class="muted">{SERVICE_STATES_TEXT}</p>'
+
+
+def _table(ident: str, what: str, coverage: dict[str, dict[str, str]]) -> str:
+    """scenario x tool (or service): each cell its status, classed by its first word."""
+    names = coverage_tools(coverage)
+    head = "".join(f"<th><code>{escape(t)}</code></th>" for t in names)
+    rows = []
+    for scenario, row in coverage.items():
+        cells = "".join(
+            f'<td class="{escape(row.get(t, "-").split(":")[0].replace(" ", "-").replace("/", ""))}" '
+            f'data-scenario="{escape(scenario)}" data-{what}="{escape(t)}" data-status="{escape(row.get(t, "-"))}">'
+            f'{escape(row.get(t, "-"))}</td>' for t in names)
+        rows.append(f"<tr><th>{escape(scenario)}</th>{cells}</tr>")
+    return f'<table id="{ident}"><tr><th>scenario \\ {what}</th>{head}</tr>{"".join(rows)}</table>'
 
 
 def _notes(result: AuditResult) -> str:
@@ -191,6 +202,8 @@ findings per channel; known ones (in the baseline) in grey.</p>
 {_matrix(result)}
 <h2>Tool coverage</h2>
 {_coverage(result)}
+<h2>Service coverage</h2>
+{_service_coverage(result)}
 <h2>Findings ({len(v.findings)} new in {len(groups(v.findings))} class(es))</h2>
 <p class="muted">One row per class (fingerprint), the most severe first. What each kind means and how to fix it:
 <a href="{escape(docs_url())}">docs/findings.md</a>.</p>

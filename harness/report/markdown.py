@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from harness.core.findings import Finding
 from harness.core.severity import docs_url
-from harness.report.result import AuditResult, Group, coverage_tools, groups, matrix
+from harness.report.result import SERVICE_STATES_TEXT, AuditResult, Group, coverage_tools, groups, matrix
 
 
 def _cell(text: object) -> str:
@@ -95,6 +95,12 @@ def markdown(result: AuditResult) -> str:
                   "| scenario | " + " | ".join(f"`{t}`" for t in tools) + " |", "|---" * (len(tools) + 1) + "|"]
         lines += [f"| {sc} | " + " | ".join(row.get(t, "-") for t in tools) + " |"
                   for sc, row in result.coverage.items()]
+    if result.services:
+        names = coverage_tools(result.services)
+        lines += ["", "## Service coverage", "", SERVICE_STATES_TEXT, "",
+                  "| scenario | " + " | ".join(f"`{t}`" for t in names) + " |", "|---" * (len(names) + 1) + "|"]
+        lines += [f"| {sc} | " + " | ".join(_cell(row.get(t, "-")) for t in names) + " |"
+                  for sc, row in result.services.items()]
     new, known = groups(v.findings), groups(v.known)
     lines += ["", f"## Findings ({len(v.findings)} new in {len(new)} class(es), {len(v.known)} known)", "",
               f"What each kind means and how to fix it: [docs/findings.md]({docs_url()}).", ""]

@@ -29,6 +29,7 @@ class AuditResult:
     not_inspected: list[dict[str, Any]] = field(default_factory=list)
     out: Path | None = None  # the evidence folder the reports were written to (not part of findings.json)
     coverage: dict[str, dict[str, str]] = field(default_factory=dict)  # scenario -> tool -> status
+    services: dict[str, dict[str, str]] = field(default_factory=dict)  # scenario -> service -> status
     plants: list[str] = field(default_factory=list)  # negative controls planted (a leak is the expected outcome)
     warnings: list[str] = field(default_factory=list)  # e.g. a version-1 baseline
 
@@ -57,6 +58,7 @@ class AuditResult:
             "fixed": self.fixed,
             "timeline": self.timeline,
             "coverage": self.coverage,
+            "service_coverage": self.services,
             "fingerprint_version": FINGERPRINT_VERSION,
             "plants": list(self.plants),
             "warnings": list(self.warnings),
@@ -131,11 +133,15 @@ def summary_table(result: AuditResult) -> str:
              for row in table]
     v = result.verdict
     lines += coverage_lines(result.coverage)
+    lines += coverage_lines(result.services, "services")
     return "\n".join([*lines, f"verdict {v.status}: {len(v.findings)} new, {len(v.known)} known finding(s)"])
 
 
-#: The statuses of the coverage table, as the reports name them.
+#: The statuses of the coverage tables, as the reports name them (a service a release lacks: `n/a: <why>`).
 COVERAGE_STATES = ("driven", "leak", "failed", "not offered", "not driven")
+SERVICE_STATES_TEXT = ("driven: the service answered the tenant's requests; leak: a finding names the service; failed: "
+                       "every request was answered with an error; not driven: nothing reached it; n/a: this Hermes "
+                       "cannot use it (the reason follows).")
 
 
 def coverage_tools(coverage: dict[str, dict[str, str]]) -> list[str]:
@@ -143,11 +149,11 @@ def coverage_tools(coverage: dict[str, dict[str, str]]) -> list[str]:
     return list(dict.fromkeys(t for row in coverage.values() for t in row))
 
 
-def coverage_lines(coverage: dict[str, dict[str, str]]) -> list[str]:
-    """The coverage table for the terminal: one line per scenario, one column per tool."""
+def coverage_lines(coverage: dict[str, dict[str, str]], head: str = "tools") -> list[str]:
+    """A coverage table for the terminal: one line per scenario, one column per tool (or service)."""
     if not coverage:
         return []
     tools = coverage_tools(coverage)
-    table = [["tools", *tools], *[[sc, *(row.get(t, "-") for t in tools)] for sc, row in coverage.items()]]
+    table = [[head, *tools], *[[sc, *(row.get(t, "-").split(":")[0] for t in tools)] for sc, row in coverage.items()]]
     widths = [max(len(str(r[i])) for r in table) for i in range(len(table[0]))]
     return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]

@@ -21,7 +21,7 @@ from collections.abc import Collection
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Protocol, Self
+from typing import Any, ClassVar, Protocol, Self
 
 from harness.core.protocol import FLOW_HEADER
 from harness.core.registry import PROVIDER, Tenant
@@ -222,6 +222,32 @@ class HttpStub(Recorder):
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+
+@dataclass
+class JsonApiStub(HttpStub):
+    """A JSON API: every request is checked, routed (`route`) and recorded with the status it got."""
+
+    record_kind: ClassVar[str] = ""  # the canary kind of the tenant's data this service holds and answers with
+
+    def record_text(self) -> str:
+        """What the service holds of its tenant (its record canary), as its answers carry it."""
+        return f"{self.service} record of {self.tenant.name}: {self.tenant.canaries.get(self.record_kind, '')}"
+
+    def route(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        """(status, JSON payload) for one request; `body` is the parsed JSON, None when it is not JSON."""
+        raise NotImplementedError
+
+    def answer(self, handler: JsonHandler, raw: bytes) -> None:
+        if self.check(handler, raw):
+            return
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = None
+        status, payload = self.route(handler.command, handler.path.split("?", 1)[0].rstrip("/"), body)
+        self.record(handler.command, handler.path, handler.header_dict(), raw, status)
+        handler.send_json(status, payload)
 
 
 def stop_all(stubs: Collection[Service]) -> None:
