@@ -40,6 +40,7 @@ from harness.detect.reconcile import EvidenceError, LogSource, read_flows, recon
 from harness.drive import plants, scenarios
 from harness.drive.hermes import HermesError
 from harness.drive.phases import ALL_PHASES
+from harness.drive.services import SERVICES
 from harness.matrix import MatrixOptions, merge_dirs, parse_releases, parse_scenarios, parse_shard, repeat, run_matrix
 from harness.report import baseline, export
 from harness.report.baseline import BaselineError
@@ -122,6 +123,8 @@ def _parser() -> argparse.ArgumentParser:
                      "every cron job must fire (its ticker ticks at start and every 60 s)")
     run.add_argument("--tools", help="tool battery groups, comma-separated (default: all of "
                      f"{','.join(TOOL_GROUPS)}); 'none' keeps only the env probe")
+    run.add_argument("--services", help="services besides each tenant's provider, comma-separated (default: all "
+                     f"of {','.join(SERVICES)}); 'none' stubs the providers only")
     run.add_argument("--stubs", default="observe", choices=MODES,
                      help="observe (default): a stub answers a foreign key too, so later leaks show; "
                      "strict: it answers 401")
@@ -283,7 +286,7 @@ def _step_summary(out: Path | None) -> None:
 
 
 def parse_tools(value: str | None) -> list[str] | None:
-    """`--tools`: None (every group), `none` ([]) or a comma-separated list of groups."""
+    """`--tools` (and `--services`): None (every one), `none` ([]) or a comma-separated list."""
     if value is None:
         return None
     return [] if value.strip() == "none" else [g for g in value.split(",") if g]
@@ -297,7 +300,8 @@ def run_options(a: argparse.Namespace) -> RunOptions:
                       topology=a.topology, plants=a.plant, baseline=a.baseline, out=a.out,
                       hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout,
                       phases=_phases(a.phases), cron_wait=a.cron_wait,
-                      redact=a.redact, stub_fault=a.stub_fault, tools=parse_tools(a.tools), stubs=a.stubs)
+                      redact=a.redact, stub_fault=a.stub_fault, tools=parse_tools(a.tools), stubs=a.stubs,
+                      services=parse_tools(a.services))
 
 
 def matrix_options(a: argparse.Namespace) -> MatrixOptions:

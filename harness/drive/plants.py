@@ -3,7 +3,8 @@
 Each plant copies something of the first tenant (the donor) into the second (the target) before Hermes
 runs; the audit must then report at least the finding kinds listed in `PLANTS`. The plants of the tool
 battery's stores (`TOOL_PLANTS`) must moreover be caught through a tool's result: a `request_leak`
-attributed to one of the tools listed (the file scan alone does not count).
+attributed to one of the tools listed (the file scan alone does not count). The plants of a service's
+settings (`SERVICE_PLANTS`) must be caught through that service: a finding that names it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from harness.capture.proxy import FORWARD_DOMAIN
 from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import Tenant
 from harness.drive.hermes import PROVIDER_ID, PROVIDER_KEY_ENV
+from harness.drive.services import SERVICES
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,26 @@ def _cronjob(c: PlantContext) -> None:
     path.write_text(json.dumps({"jobs": [*jobs, job], "updated_at": now.isoformat()}, indent=2))
 
 
+def _service_key(service: str) -> Callable[[PlantContext], None]:
+    """The donor's credential for `service` under the target's credential variable (its `.env`)."""
+    spec = SERVICES[service]
+
+    def plant(c: PlantContext) -> None:
+        path = c.target_home / ".env"
+        lines = [ln for ln in path.read_text().splitlines() if not ln.startswith(f"{spec.credential_env}=")]
+        path.write_text("\n".join([*lines, f"{spec.credential_env}={c.donor.canaries[spec.credential]}"]) + "\n")
+
+    return plant
+
+
+def _memory_user(c: PlantContext) -> None:
+    """The donor's user id at the memory provider in the target's `mem0.json`."""
+    path = c.target_home / "mem0.json"
+    doc = json.loads(path.read_text())
+    doc["user_id"] = c.donor.canaries["memory_user"]
+    path.write_text(json.dumps(doc))
+
+
 def _bypass(c: PlantContext) -> None:
     _edit_config(c.target_home, lambda cfg: cfg["providers"][PROVIDER_ID].update(base_url=f"{c.target_stub}/v1"))
 
@@ -134,6 +156,18 @@ PLANTS: dict[str, tuple[Callable[[PlantContext], None], frozenset[str]]] = {
     "memory-entry": (_memory_entry, frozenset({"file_leak", "request_leak"})),
     "skill": (_skill, frozenset({"file_leak", "request_leak"})),
     "cronjob": (_cronjob, frozenset({"file_leak", "request_leak"})),
+    "mcp-key": (_service_key("mcp"), frozenset({"wrong_key"})),
+    "mcp-stdio-key": (_service_key("mcp_stdio"), frozenset({"wrong_key"})),
+    "memory-key": (_service_key("memory"), frozenset({"wrong_key"})),
+    "memory-user": (_memory_user, frozenset({"wrong_identity"})),
+    "web-key": (_service_key("web"), frozenset({"wrong_key"})),
+    "aux-key": (_service_key("aux"), frozenset({"wrong_key"})),
+}
+#: Plants of a service's settings: the service whose traffic (or record) must carry the finding, and the
+#: battery group that drives it.
+SERVICE_PLANTS: dict[str, tuple[str, str]] = {
+    "mcp-key": ("mcp", "mcp"), "mcp-stdio-key": ("mcp_stdio", "mcp"), "memory-key": ("memory", "mem0"),
+    "memory-user": ("memory", "mem0"), "web-key": ("web", "web"), "aux-key": ("aux", "vision"),
 }
 #: Plants of the tool battery's stores: the tools through whose result the plant must be caught.
 TOOL_PLANTS: dict[str, frozenset[str]] = {
@@ -147,6 +181,8 @@ def battery_for(name: str) -> list[str]:
     """The battery groups a plant's run needs: those of the tools it must be caught through; none (the env
     probe only) for the other plants, which test the detectors (and a bypass must end inconclusive, which a
     leak the battery finds in Hermes, F8, would turn into a leak)."""
+    if name in SERVICE_PLANTS:
+        return [SERVICE_PLANTS[name][1]]
     tools = TOOL_PLANTS.get(name, frozenset())
     return [group for group, members in TOOL_GROUPS.items() if tools & set(members)]
 #: Plants whose tool only some scenarios offer (the one-shot CLI has no `cronjob`).

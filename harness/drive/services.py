@@ -73,6 +73,7 @@ class ServiceSpec:
     summary: str
     make: Callable[[Tenant, str], Service]  # (tenant, stub mode) -> a stub, not started
     credential: str
+    credential_env: str  # the `.env` variable that holds the credential (the same name in every profile)
     identity: tuple[str, ...] = ()
     data: tuple[str, ...] = ()  # other canary kinds: what its answers hold, what the battery sends it
     proxied: bool = True  # behind the proxy on a listener of its own (else: over stdio)
@@ -128,16 +129,16 @@ def _aux(t: Tenant, where: Where) -> Setup:
 
 SERVICES: dict[str, ServiceSpec] = {s.name: s for s in (
     ServiceSpec("mcp", "an MCP server over streamable HTTP", lambda t, m: McpHttpStub(t, m), "mcp_key",
-                data=("mcp_record", "mcp_note"), feature="mcp", configure=_mcp),
+                "TENANCY_MCP_KEY", data=("mcp_record", "mcp_note"), feature="mcp", configure=_mcp),
     ServiceSpec("mcp_stdio", "an MCP server over stdio", lambda t, m: _NoStub(t), "mcp_stdio_key",
-                data=("mcp_stdio_record",), proxied=False, feature="mcp", configure=_mcp_stdio),
+                STDIO_TOKEN_ENV, data=("mcp_stdio_record",), proxied=False, feature="mcp", configure=_mcp_stdio),
     ServiceSpec("memory", "the mem0 memory provider (self-hosted)", lambda t, m: Mem0Stub(t, m), "memory_key",
-                identity=("memory_user", "memory_agent"), data=("memory_record", "memory_note"), feature="mem0",
-                configure=_memory),
-    ServiceSpec("web", "the Tavily web search API", lambda t, m: TavilyStub(t, m), "web_key",
+                "MEM0_API_KEY", identity=("memory_user", "memory_agent"), data=("memory_record", "memory_note"),
+                feature="mem0", configure=_memory),
+    ServiceSpec("web", "the Tavily web search API", lambda t, m: TavilyStub(t, m), "web_key", "TAVILY_API_KEY",
                 data=("web_record", "web_query"), feature="tavily", configure=_web),
     ServiceSpec("aux", "the auxiliary models (titles, vision)",
-                lambda t, m: StubProvider(t, m, service="aux"), "aux_key", identity=("aux_model",),
+                lambda t, m: StubProvider(t, m, service="aux"), "aux_key", "TENANCY_AUX_KEY", identity=("aux_model",),
                 feature="aux", configure=_aux),
 )}
 
