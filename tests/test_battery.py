@@ -187,5 +187,7 @@ def test_a_plant_runs_the_battery_groups_of_its_tools_only():
     assert plants.battery_for("memory-entry") == ["memory"]
     assert plants.battery_for("skill") == ["skills"]
     assert plants.battery_for("cronjob") == ["cronjob"]
-    for name in set(plants.PLANTS) - set(plants.TOOL_PLANTS):  # the detectors' plants: the env probe only
-        assert plants.battery_for(name) == [], name
+    assert plants.battery_for("memory-key") == ["mem0"]  # a service's plant: the group that drives the service
+    assert plants.battery_for("aux-key") == ["vision"]
+    for name in set(plants.PLANTS) - set(plants.TOOL_PLANTS) - set(plants.SERVICE_PLANTS):
+        assert plants.battery_for(name) == [], name  # the detectors' plants: the env probe only

@@ -16,10 +16,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-# pydantic-settings warns about the SDK's own settings model on import (nothing of ours to fix)
-warnings.filterwarnings("ignore", message="Field 'lifespan' has an incomplete definition")
-from mcp.server.fastmcp import FastMCP  # noqa: E402
-from mcp.server.transport_security import TransportSecuritySettings  # noqa: E402
+from mcp.server.fastmcp import FastMCP
+from mcp.server.transport_security import TransportSecuritySettings
 
 #: The MCP server's name in every profile's config.yaml (the same name everywhere: the collision shape).
 SERVER_NAME = "tenancy"
@@ -51,8 +49,10 @@ def server(notes: Notes, on_call: Callable[[str, dict[str, Any], str], None] | N
     """A FastMCP server with the two tools over `notes`; `on_call(tool, arguments, result)` after each call.
     Stateless with JSON responses: no session id, so Hermes opens no event stream and every call is one
     request and one response through the proxy."""
-    mcp = FastMCP(SERVER_NAME, stateless_http=True, json_response=True, log_level="ERROR",
-                  transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
+    with warnings.catch_warnings():  # pydantic-settings warns about the SDK's own settings model (not ours to fix)
+        warnings.filterwarnings("ignore", message="Field 'lifespan' has an incomplete definition")
+        mcp = FastMCP(SERVER_NAME, stateless_http=True, json_response=True, log_level="ERROR",
+                      transport_security=TransportSecuritySettings(enable_dns_rebinding_protection=False))
 
     def done(tool: str, arguments: dict[str, Any], result: str) -> str:
         if on_call is not None:
