@@ -139,6 +139,10 @@ def kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
         os.killpg(pgid, sig)
 
 
+#: Seconds the descendants of a stopped child that left its group get to exit on their own (`stop_tree`).
+LEAVE = 3.0
+
+
 def descendants(pid: int) -> list[psutil.Process]:
     """Every live descendant of `pid`, also those it started in a session of their own."""
     try:
@@ -151,18 +155,21 @@ def stop_tree(
     proc: subprocess.Popen[Any], grace: float = 30.0, family: Sequence[psutil.Process] = ()
 ) -> list[psutil.Process]:
     """Stop a child, its process group and every descendant, also one that left the group (Hermes starts
-    its slash workers and terminal commands with `start_new_session`): SIGTERM, up to `grace` seconds to
-    exit, then SIGKILL. `family`: descendants seen before the child was asked to stop (an orphan is no
-    longer found under it). Returns the survivors (should be [])."""
+    its slash workers, terminal commands and MCP servers with `start_new_session`): SIGTERM to the group, up to
+    `grace` seconds to exit; the descendants outside it get `LEAVE` seconds to follow their parent on their
+    own (Hermes' stdio MCP watchdog does, within 2 s; a SIGTERM while it waits for its server would hold it
+    for 6 s), then SIGTERM, then SIGKILL at the end of `grace`. `family`: descendants seen before the child was
+    asked to stop (an orphan is no longer found under it). Returns the survivors (should be [])."""
     tree = {p.pid: p for p in [*family, *descendants(proc.pid)]}
     kill_group(proc.pid, signal.SIGTERM)
-    for member in tree.values():
-        with contextlib.suppress(psutil.Error):
-            member.terminate()
     deadline = time.monotonic() + grace
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=grace)
-    _, lingering = psutil.wait_procs(list(tree.values()), timeout=max(0.0, deadline - time.monotonic()))
+    _, lingering = psutil.wait_procs(list(tree.values()), timeout=max(0.0, min(LEAVE, deadline - time.monotonic())))
+    for member in lingering:
+        with contextlib.suppress(psutil.Error):
+            member.terminate()
+    _, lingering = psutil.wait_procs(lingering, timeout=max(0.0, deadline - time.monotonic()))
     kill_group(proc.pid)
     for member in lingering:
         _kill(member)

@@ -53,14 +53,15 @@ _PROC_ID = re.compile(r"proc_[0-9a-f]{6,}")
 #: between (`AIAgent.tool_delay`, not configurable), so every other call gets a model round trip of its own,
 #: which is faster.
 PARALLEL_SAFE = frozenset({"session_search", "skill_view", "skills_list", "web_search", "web_extract",
-                           "vision_analyze", "mcp__tenancy__recall", "mcp__tenancy_stdio__recall"})
+                           "vision_analyze", *TOOL_GROUPS["mcp"]})
 #: The service each service tool group needs (`harness.drive.services`); the MCP group covers two servers.
 GROUP_SERVICES = {"mcp": ("mcp", "mcp_stdio"), "mem0": ("memory",), "web": ("web",), "vision": ("aux",)}
 
 
 def rounds(steps: list[ToolStep]) -> Plan:
     """The steps as rounds: every call that is not parallel-safe in a round of its own, in order, then every
-    parallel-safe call (only reads: they come after the writes) in one last round."""
+    parallel-safe call in one last round (the reads, and the MCP servers' notes: a note and its recall may
+    then come back in either order, which only decides whether the tenant's own note is in the answer)."""
     safe = [s for s in steps if s.tool in PARALLEL_SAFE]
     return [[s] for s in steps if s.tool not in PARALLEL_SAFE] + ([safe] if safe else [])
 
