@@ -88,7 +88,7 @@ def split(
 def entry_of(f: Finding) -> dict[str, Any]:
     return {"fingerprint": f.fingerprint(), "kind": f.kind, "victim": f.victim, "seen_in": f.seen_in,
             "canary": f.canary, "channel": f.channel, "scenario": f.scenario, "phase": f.phase,
-            "example": f.summary()[:200]}
+            "service": f.service, "tool": f.tool, "example": f.summary()[:200]}
 
 
 def _save(path: Path, entries: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
