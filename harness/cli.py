@@ -18,7 +18,7 @@ import mitmproxy.version
 
 import harness
 from harness.capture.proxy import ProxyError
-from harness.capture.services.base import MODES
+from harness.capture.services.base import MODES, ServiceError
 from harness.capture.services.provider import FAULTS
 from harness.core.files import write_private
 from harness.core.findings import (
@@ -58,7 +58,7 @@ from harness.run import (
     run_audit,
 )
 
-ERRORS = (RegistryError, EvidenceError, HermesError, UsageError, BaselineError, MatrixError)
+ERRORS = (RegistryError, EvidenceError, HermesError, UsageError, BaselineError, MatrixError, ServiceError)
 FAIL_ON = ("leak", "inconclusive", "never")
 
 

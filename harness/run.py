@@ -203,6 +203,9 @@ def check_options(opts: RunOptions) -> None:
     unknown = services.check(opts.service_names())
     if unknown:
         raise UsageError(f"unknown service {unknown[0]!r} (choose from {', '.join(SERVICES)}, or none)")
+    for p in opts.plants:
+        if p in plants.SERVICE_PLANTS and plants.SERVICE_PLANTS[p][0] not in opts.service_names():
+            raise UsageError(f"plant {p!r} needs the service {plants.SERVICE_PLANTS[p][0]!r} (--services)")
     if opts.stubs not in MODES:
         raise UsageError(f"unknown stub mode {opts.stubs!r} (choose from {', '.join(MODES)})")
     if opts.tenants < 2:
@@ -336,6 +339,7 @@ def _record(out: Path, scenario: str, ctx: Context, version: str | None, reasons
         "homes": {t.name: Path(t.home).resolve().relative_to(out).as_posix() for t in ctx.registry if t.home},
         "tools": [t for g in ctx.opts.tools for t in TOOL_GROUPS[g]],
         "services": ctx.service_states(),
+        "services_to_drive": ctx.services_to_drive(),
     }
     write_private(out / RECORD, json.dumps(record, indent=2).encode())
     return record
@@ -399,6 +403,9 @@ def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None,
     reasons += check_plants(planted, found)
     coverage = rec.coverage.table(record.get("tools") or [], found)
     service_coverage = rec.coverage.service_table(record.get("services") or {}, found)
+    reasons += [f"service {s} was not driven in scenario {sc}: none of its requests reached its stub"
+                for sc, row in service_coverage.items() for s in record.get("services_to_drive") or []
+                if row.get(s) == "not driven"]
     return AuditResult(Verdict(findings, known, reasons), registry.names(), scenario,
                        _versions(record.get("hermes-agent")), inspected={**rec.inspected, "flows": rec.flows},
                        timeline=record.get("turns", []), fixed=fixed, seconds=seconds,

@@ -318,6 +318,8 @@ def one_line_exit_2(tmp_path: Path, *args: str) -> str:
     (["merge", "bad", "--out", "m"], "not a version-1 matrix.json"),
     (["merge", "good", "--out", "good"], "is one of the shards"),
     (["run", "--runs", "0", "--out", "m"], "--runs"),
+    (["run", "--services", "nope", "--out", "m"], "unknown service 'nope'"),
+    (["run", "--plant", "memory-key", "--services", "mcp", "--out", "m"], "needs the service 'memory'"),
 ])
 def test_bad_matrix_input_is_one_line_and_exit_2(tmp_path, args, needle):
     (tmp_path / "file").write_text("x")

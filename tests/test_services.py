@@ -342,3 +342,25 @@ def test_the_aux_stub_is_the_provider_kind_under_its_own_credential(tmp_path):
     reg = registry_with_services(tmp_path)
     stub = StubProvider(reg["alpha"], service="aux")
     assert stub.expected == reg["alpha"].canaries["aux_key"]
+
+
+def test_a_stub_that_cannot_start_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
+    """A service stub that does not come up is a ServiceError naming it; the CLI makes it one line, exit 2."""
+    from harness import cli
+    from harness.capture.services.base import ServiceError
+
+    import uvicorn
+
+    reg = registry_with_services(tmp_path)
+    with monkeypatch.context() as m:
+        m.setattr(uvicorn.Server, "run", lambda self, sockets=None: None)  # the server thread ends, never serving
+        with pytest.raises(ServiceError, match="the mcp stub of tenant 'alpha' did not start within 5 s"):
+            McpHttpStub(reg["alpha"]).start(timeout=5)
+
+    def refuse(opts):
+        raise ServiceError("the web stub of tenant 'alpha' cannot listen on 127.0.0.1: Address already in use")
+
+    monkeypatch.setattr(cli, "run_audit", refuse)
+    assert cli.main(["run", "--out", str(tmp_path / "ev")]) == 2
+    err = capsys.readouterr().err
+    assert err == "tenancy-audit: the web stub of tenant 'alpha' cannot listen on 127.0.0.1: Address already in use\n"

@@ -245,8 +245,8 @@ def _scan_rpc(data: bytes, registry: Registry, matcher: Matcher, label: str, pha
 
 def _records(folder: Path, registry: Registry, matcher: Matcher, phases: list[Phase],
              rec: Reconciliation) -> None:
-    """The records of the servers not behind the proxy (`detect.records`): findings, and their calls counted
-    as their service's use."""
+    """The records of the servers not behind the proxy (`detect.records`): findings, and their starts and calls
+    counted as their service's use."""
     for record in records.read(folder, registry):
         if record.unreadable:
             rec.reasons.append(f"service record {record.path} unreadable: {record.unreadable}")
@@ -256,7 +256,7 @@ def _records(folder: Path, registry: Registry, matcher: Matcher, phases: list[Ph
         for when, finding in records.check(record, registry, matcher, skipped):
             rec.findings += _tag([finding], _phase_of(when, phases))
         rec.skip(skipped)
-        for line in record.calls():
+        for line in record.lines:  # its start (the tenant's Hermes launched it) and every call
             phase = _phase_of(line.time, phases)
             rec.coverage.used(phase.scenario if phase else "run", record.service, True)
 

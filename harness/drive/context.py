@@ -122,13 +122,26 @@ class Context:
         return want
 
     def services(self) -> list[str]:
-        """The services this run drives: those asked for that the release supports."""
-        return [s for s in self.opts.services if getattr(self.features, SERVICES[s].feature)]
+        """The services this run drives: those asked for that the release and the topology support."""
+        return [s for s, state in self.service_states().items() if state == "on"]
 
     def service_states(self) -> dict[str, str]:
-        """Every service asked for: `on` when the release supports it, else `n/a: <why>`."""
-        return {s: "on" if s in self.services() else f"n/a: {SERVICE_LACKS[SERVICES[s].feature]}"
-                for s in self.opts.services}
+        """Every service asked for: `on`, or `n/a: <why>` (the release lacks it, or the topology)."""
+        states = {}
+        for name in self.opts.services:
+            spec = SERVICES[name]
+            if not getattr(self.features, spec.feature):
+                states[name] = f"n/a: {SERVICE_LACKS[spec.feature]}"
+            elif self.proxy.topology == "forward" and spec.forward:
+                states[name] = f"n/a: {spec.forward}"
+            else:
+                states[name] = "on"
+        return states
+
+    def services_to_drive(self) -> list[str]:
+        """The services each scenario must drive: those on that every turn drives, or whose battery group ran
+        (a service on that none of a scenario's requests reached makes the run inconclusive)."""
+        return [s for s in self.services() if SERVICES[s].passive or SERVICES[s].group in self.opts.tools]
 
     def extra_config(self, tenant: str) -> dict[str, Any]:
         if tenant == self.sandbox.launch and self.gateway_port:

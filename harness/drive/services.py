@@ -78,6 +78,9 @@ class ServiceSpec:
     data: tuple[str, ...] = ()  # other canary kinds: what its answers hold, what the battery sends it
     proxied: bool = True  # behind the proxy on a listener of its own (else: over stdio)
     feature: str = ""  # the `drive.features.Features` field a release needs for it
+    group: str = ""  # the battery group whose tools drive it
+    passive: bool = False  # every turn drives it, tools or not (a connection, a prefetch, a server's start)
+    forward: str = ""  # why it cannot be audited in the forward topology ("" when it can)
     configure: Callable[[Tenant, Where], Setup] = lambda t, w: Setup()
 
     def kinds(self) -> tuple[str, ...]:
@@ -129,17 +132,20 @@ def _aux(t: Tenant, where: Where) -> Setup:
 
 SERVICES: dict[str, ServiceSpec] = {s.name: s for s in (
     ServiceSpec("mcp", "an MCP server over streamable HTTP", lambda t, m: McpHttpStub(t, m), "mcp_key",
-                "TENANCY_MCP_KEY", data=("mcp_record", "mcp_note"), feature="mcp", configure=_mcp),
+                "TENANCY_MCP_KEY", data=("mcp_record", "mcp_note"), feature="mcp", group="mcp", passive=True,
+                configure=_mcp),
     ServiceSpec("mcp_stdio", "an MCP server over stdio", lambda t, m: _NoStub(t), "mcp_stdio_key",
-                STDIO_TOKEN_ENV, data=("mcp_stdio_record",), proxied=False, feature="mcp", configure=_mcp_stdio),
+                STDIO_TOKEN_ENV, data=("mcp_stdio_record",), proxied=False, feature="mcp", group="mcp", passive=True,
+                configure=_mcp_stdio),
     ServiceSpec("memory", "the mem0 memory provider (self-hosted)", lambda t, m: Mem0Stub(t, m), "memory_key",
                 "MEM0_API_KEY", identity=("memory_user", "memory_agent"), data=("memory_record", "memory_note"),
-                feature="mem0", configure=_memory),
+                feature="mem0", group="mem0", passive=True, configure=_memory,
+                forward="Hermes' mem0 client gives httpx a transport of its own, which ignores HTTPS_PROXY"),
     ServiceSpec("web", "the Tavily web search API", lambda t, m: TavilyStub(t, m), "web_key", "TAVILY_API_KEY",
-                data=("web_record", "web_query"), feature="tavily", configure=_web),
+                data=("web_record", "web_query"), feature="tavily", group="web", configure=_web),
     ServiceSpec("aux", "the auxiliary models (titles, vision)",
                 lambda t, m: StubProvider(t, m, service="aux"), "aux_key", "TENANCY_AUX_KEY", identity=("aux_model",),
-                feature="aux", configure=_aux),
+                feature="aux", group="vision", configure=_aux),
 )}
 
 

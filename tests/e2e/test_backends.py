@@ -17,6 +17,7 @@ import pytest
 
 from harness.core.protocol import BATTERY_TOOLS
 from harness.drive.phases import ALL_PHASES
+from harness.drive.services import SERVICES
 
 pytestmark = pytest.mark.e2e
 
@@ -54,6 +55,8 @@ def test_scenario_reproduces_its_baseline_and_catches_an_unknown_plant(tenancy_a
     assert all(t["ok"] for t in audit.doc["timeline"] if t["phase"] != "cron"), audit.doc["timeline"]
     coverage = audit.doc["coverage"][scenario]
     assert set(coverage) == set(BATTERY_TOOLS) and set(coverage.values()) <= {"driven", "leak"}, coverage
+    services = audit.doc["service_coverage"][scenario]  # every service was driven (Hermes 0.19.0 leaks at each)
+    assert set(services) == set(SERVICES) and set(services.values()) <= {"driven", "leak"}, services
     if scenario in TICKERS:  # a due job seeded in every profile; the backend's ticker must fire each
         cron = [t for t in audit.doc["timeline"] if t["phase"] == "cron"]
         assert {t["tenant"] for t in cron} == {"default", "alpha", "beta"}

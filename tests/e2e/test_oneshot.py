@@ -12,7 +12,8 @@ import pytest
 from harness.core.protocol import BATTERY_TOOLS
 from harness.core.registry import load
 from harness.detect.matcher import Matcher
-from harness.drive.plants import PLANTS, SCENARIO, TOOL_PLANTS, TOPOLOGY, battery_for
+from harness.drive.plants import PLANTS, SCENARIO, SERVICE_PLANTS, TOOL_PLANTS, TOPOLOGY, battery_for
+from harness.drive.services import SERVICES
 from harness.pytest_plugin import assert_isolated
 
 pytestmark = pytest.mark.e2e
@@ -31,6 +32,9 @@ def test_clean_two_tenant_audit(tenancy_audit):
     assert set(coverage) == set(BATTERY_TOOLS)
     assert coverage.pop("cronjob") == "not offered"
     assert set(coverage.values()) <= {"driven", "leak"}, coverage
+    # every service each tenant holds credentials for was driven, and found isolated
+    assert audit.doc["service_coverage"] == {"oneshot": dict.fromkeys(SERVICES, "driven")}
+    assert list((audit.out / "services").glob("mcp_stdio-alpha-*.jsonl")), "alpha's stdio MCP server never started"
     assert audit.doc["known"], "Hermes 0.19.0's session_search reads other profiles (F8): the battery must see it"
     assert audit.doc["versions"]["hermes-agent"]
     # every tenant's turn produced an env snapshot on its own route, and every turn completed
@@ -59,6 +63,10 @@ def test_planted_leak_is_caught(tenancy_audit, plant):
         assert audit.code == 3 and audit.verdict == "inconclusive"  # a bypass proves nothing, but never "clean"
     else:
         assert audit.code == 1 and audit.verdict == "leak"
+    if plant in SERVICE_PLANTS:  # caught through the service's own traffic (or the stdio server's record)
+        service = SERVICE_PLANTS[plant][0]
+        assert any(f.kind in expected and f.service == service and f.victim == "default" and f.seen_in == "alpha"
+                   for f in audit.findings), plant
     if plant in TOOL_PLANTS:  # caught through the tool's result, not only by the file scan
         assert any(f.kind == "request_leak" and f.tool in TOOL_PLANTS[plant] and f.victim == "default"
                    and f.seen_in == "alpha" for f in audit.findings), plant
@@ -77,14 +85,26 @@ def test_a_tool_plant_needs_the_battery(tenancy_audit):
     assert any("not caught through a tool result" in r for r in audit.doc["reasons"]), audit.doc["reasons"]
 
 
+def test_a_service_plant_needs_its_service_driven(tenancy_audit):
+    """Without the battery's web step (`--tools none`) the planted web key reaches no request: only the file
+    scan sees it in the `.env`, the plant is reported as not caught through its service, and the run is not
+    conclusive about it."""
+    audit = tenancy_audit(plants=["web-key"], tools=[])
+    assert any("not caught through its service web" in r for r in audit.doc["reasons"]), audit.doc["reasons"]
+    assert audit.doc["service_coverage"]["oneshot"]["web"] == "not driven"
+
+
 def test_forward_topology_clean(tenancy_audit):
-    """HTTPS_PROXY + TLS terminated with the project's CA; tenants at <name>.llm.test (the env probe only)."""
+    """HTTPS_PROXY + TLS terminated with the project's CA; tenants at <name>.llm.test, their services at
+    <service>.<name>.llm.test (the env probe only). mem0's client ignores the proxy: n/a, with the reason."""
     audit = tenancy_audit(topology="forward", tools=[])
     assert_isolated(audit)
     assert audit.code == 0
     ledger = (audit.out / "ledger.jsonl").read_text().splitlines()
     hosts = {json.loads(line)["host"] for line in ledger}
-    assert hosts == {"default.llm.test", "alpha.llm.test"}
+    assert hosts == {"default.llm.test", "alpha.llm.test", "mcp.default.llm.test", "mcp.alpha.llm.test"}
+    coverage = audit.doc["service_coverage"]["oneshot"]
+    assert coverage["memory"].startswith("n/a: Hermes' mem0 client") and coverage["mcp"] == "driven"
     assert audit.doc["inspected"]["env"] >= 2
 
 

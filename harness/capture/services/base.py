@@ -31,6 +31,10 @@ from harness.detect.flows import credential_of
 MODES = ("observe", "strict")
 
 
+class ServiceError(RuntimeError):
+    """A stub could not start; the message is one line naming the tenant and service."""
+
+
 @dataclass
 class StubRequest:
     """What a stub saw: enough to prove who sent it and whether it passed the proxy."""
@@ -202,7 +206,11 @@ class HttpStub(Recorder):
         return True
 
     def start(self) -> Self:
-        self._server = _Server(self)
+        try:
+            self._server = _Server(self)
+        except OSError as exc:
+            raise ServiceError(f"the {self.service} stub of tenant {self.tenant.name!r} cannot listen on 127.0.0.1: "
+                               f"{exc.strerror or exc}") from None
         # A short poll interval: `stop()` (shutdown) waits up to one interval, 0.5 s by default, per stub.
         threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True,
                          name=f"stub-{self.service}-{self.tenant.name}").start()

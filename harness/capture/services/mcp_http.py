@@ -17,7 +17,7 @@ from typing import Any, ClassVar, Self
 import uvicorn
 
 from harness.capture.services import mcp_tools
-from harness.capture.services.base import Recorder
+from harness.capture.services.base import Recorder, ServiceError
 
 PATH = "/mcp"
 Scope = dict[str, Any]
@@ -79,7 +79,12 @@ class McpHttpStub(Recorder):
         app = _Recording(self, mcp_tools.server(self.notes).streamable_http_app())
         sock = socket.socket()
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind(("127.0.0.1", 0))
+        try:
+            sock.bind(("127.0.0.1", 0))
+        except OSError as exc:
+            sock.close()
+            raise ServiceError(f"the {self.service} stub of tenant {self.tenant.name!r} cannot listen on "
+                               f"127.0.0.1: {exc.strerror or exc}") from None
         self._port = sock.getsockname()[1]
         self._server = uvicorn.Server(uvicorn.Config(app, log_level="error", access_log=False, lifespan="on"))
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True,
@@ -89,7 +94,8 @@ class McpHttpStub(Recorder):
         while not self._server.started:
             if not self._thread.is_alive() or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"the {self.service} stub of {self.tenant.name} did not start")
+                raise ServiceError(f"the {self.service} stub of tenant {self.tenant.name!r} did not start within "
+                                   f"{timeout:g} s")
             time.sleep(0.01)
         return self
 
