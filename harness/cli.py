@@ -184,6 +184,7 @@ def _parser() -> argparse.ArgumentParser:
     mx.add_argument("--runs", type=int, default=1, help="runs per release and scenario (default 1)")
     mx.add_argument("--tools", help="tool battery groups, as for run ('none': the env probe only)")
     mx.add_argument("--phases", help="multi-profile phases, as for run (all: every phase, cron included)")
+    mx.add_argument("--services", help="services besides the providers, as for run ('none': the providers only)")
     mx.add_argument("--shard", help="I/N: run only this share of the release x scenario x run cells")
     mx.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
     mx.add_argument("--out", type=Path, required=True, help="matrix folder: matrix.json/.md/.html, evidence per run")
@@ -308,6 +309,7 @@ def matrix_options(a: argparse.Namespace) -> MatrixOptions:
     """`matrix`'s options from its arguments (UsageError for a malformed release, scenario or shard)."""
     return MatrixOptions(releases=parse_releases(a.hermes), scenarios=parse_scenarios(a.scenario), runs=a.runs,
                          out=a.out, tools=parse_tools(a.tools), phases=_phases(a.phases),
+                         services=parse_tools(a.services),
                          shard=parse_shard(a.shard) if a.shard else None,
                          timeout=a.timeout, force=a.force, quiet=a.quiet)
 

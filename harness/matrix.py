@@ -31,6 +31,7 @@ from harness.drive import features, install
 from harness.drive.hermes import Hermes, HermesError, Sandbox
 from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
 from harness.drive.scenarios import SCENARIOS
+from harness.drive.services import SERVICES
 from harness.report import matrix
 from harness.report.matrix import NA, Cell, MatrixError, Plan, class_of
 from harness.report.matrix_pages import render_html, render_markdown
@@ -49,6 +50,7 @@ class MatrixOptions:
     out: Path
     tools: list[str] | None = None
     phases: list[str] = field(default_factory=list)  # none: each scenario's default phases
+    services: list[str] | None = None  # None: every service
     shard: tuple[int, int] | None = None
     timeout: float = 180.0
     force: bool = False
@@ -56,16 +58,18 @@ class MatrixOptions:
 
     @property
     def plan(self) -> Plan:
-        return plan_of(list(self.releases), self.scenarios, self.runs, self.tools, self.phases)
+        return plan_of(list(self.releases), self.scenarios, self.runs, self.tools, self.phases, self.services)
 
 
 def plan_of(releases: list[str], scenarios: list[str], runs: int, tools: list[str] | None,
-            phases: list[str]) -> Plan:
+            phases: list[str], services: list[str] | None = None) -> Plan:
     """The plan of these runs. Phases are recorded in run order, each once, and the default as None, so that
-    two spellings of the same runs merge."""
+    two spellings of the same runs merge; services in their table's order, every one as None."""
     ordered = tuple(p for p in ALL_PHASES if p in phases)
+    chosen = None if services is None else tuple(s for s in SERVICES if s in services)
     return Plan(tuple(releases), tuple(scenarios), runs, None if tools is None else tuple(tools),
-                None if not ordered or ordered == DEFAULT_PHASES else ordered)
+                None if not ordered or ordered == DEFAULT_PHASES else ordered,
+                None if chosen == tuple(SERVICES) else chosen)
 
 
 def parse_releases(spec: str) -> dict[str, Path | None]:
@@ -142,9 +146,11 @@ def cell_of(result: AuditResult, release: str, scenario: str, run: int, root: Pa
         reason = reason.replace(f"{result.out}/", "")  # paths relative to the cell's evidence folder
     not_offered = {s: sorted(t for t, state in row.items() if state == "not offered")
                    for s, row in result.coverage.items()}
+    services_na = {s: state.removeprefix(f"{NA}: ") for row in result.services.values() for s, state in row.items()
+                   if state.startswith(NA)}
     return Cell(release, scenario, run, result.verdict.status, reason[:300],
                 sum(1 for e in result.timeline if e.get("ok")), classes,
-                {s: tools for s, tools in not_offered.items() if tools},
+                {s: tools for s, tools in not_offered.items() if tools}, services_na,
                 result.out.relative_to(root).as_posix() if result.out is not None else None)
 
 
@@ -187,7 +193,7 @@ def _run_cell(opts: MatrixOptions, rel: Release, scenario: str, run: int) -> Cel
         return Cell(rel.version, scenario, run, NA, reason)
     run_opts = RunOptions(scenario=scenario, tenants=2 if scenario == "oneshot" else 3, hermes_python=rel.python,
                           out=opts.out / rel.version / scenario / f"run-{run}", force=True, quiet=True,
-                          timeout=opts.timeout, tools=opts.tools, phases=list(opts.phases))
+                          timeout=opts.timeout, tools=opts.tools, phases=list(opts.phases), services=opts.services)
     try:
         result = run_audit(run_opts)
     except (HermesError, ProxyError, EvidenceError) as exc:
@@ -200,7 +206,8 @@ def check_matrix_options(opts: MatrixOptions) -> None:
     if opts.runs < 1:
         raise UsageError("--runs must be at least 1")
     for scenario in opts.scenarios:
-        check_options(RunOptions(scenario=scenario, tenants=3, tools=opts.tools, phases=list(opts.phases)))
+        check_options(RunOptions(scenario=scenario, tenants=3, tools=opts.tools, phases=list(opts.phases),
+                                 services=opts.services))
 
 
 def run_matrix(opts: MatrixOptions) -> dict[str, Any]:
@@ -264,6 +271,6 @@ def repeat(opts: RunOptions, runs: int) -> tuple[dict[str, Any], list[AuditResul
         progress(opts.quiet, f"run {i}/{runs}: {result.verdict.status}")
     release = results[0].versions.get("hermes-agent", "?")
     cells = [cell_of(r, release, opts.scenario, i, root) for i, r in enumerate(results, 1)]
-    doc = matrix.document(plan_of([release], [opts.scenario], runs, opts.tools, opts.phases), cells)
+    doc = matrix.document(plan_of([release], [opts.scenario], runs, opts.tools, opts.phases, opts.services), cells)
     write_matrix(root, doc)
     return doc, results

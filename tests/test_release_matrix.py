@@ -356,7 +356,8 @@ def test_run_runs_n_reports_seen_k_of_n_per_class(tmp_path, monkeypatch, capsys)
     assert f"seen 2/3 (95% CI {round(wilson(2, 3)[0] * 100)}-{round(wilson(2, 3)[1] * 100)}%)" in out, out
     assert LEAK.fingerprint() in out
     doc = json.loads((tmp_path / "rate" / "matrix.json").read_text())
-    assert doc["plan"] == {"releases": ["0.19.0"], "scenarios": ["oneshot"], "runs": 3, "tools": None, "phases": None}
+    assert doc["plan"] == {"releases": ["0.19.0"], "scenarios": ["oneshot"], "runs": 3, "tools": None, "phases": None,
+                           "services": None}
     assert [c["evidence"] for c in doc["cells"]] == ["run-1", "run-2", "run-3"]
     assert cli.main(["run", "--runs", "3", "--out", str(tmp_path / "rate")]) == 2  # holds a matrix: --force
 

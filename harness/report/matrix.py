@@ -48,9 +48,9 @@ def release_key(release: str) -> tuple[int, Version | str]:
 
 
 def class_of(f: Finding) -> dict[str, Any]:
-    """A finding class as the matrix lists it: the fingerprint's fields, its severity and tool."""
+    """A finding class as the matrix lists it: the fingerprint's fields, its severity, tool and service."""
     return {"kind": f.kind, "victim": f.victim, "seen_in": f.seen_in, "canary": f.canary, "channel": f.channel,
-            "scenario": f.scenario, "phase": f.phase, "severity": severity(f), "tool": f.tool}
+            "scenario": f.scenario, "phase": f.phase, "severity": severity(f), "tool": f.tool, "service": f.service}
 
 
 @dataclass
@@ -65,6 +65,7 @@ class Cell:
     turns_ok: int = 0  # completed turns: a run that completed none drove nothing
     classes: dict[str, dict[str, Any]] = field(default_factory=dict)  # fingerprint -> class_of
     not_offered: dict[str, list[str]] = field(default_factory=dict)  # scenario -> tools no request advertised
+    services_na: dict[str, str] = field(default_factory=dict)  # service -> why the release cannot use it
     evidence: str | None = None  # the run's evidence folder, relative to the matrix folder that ran it
 
     @property
@@ -92,6 +93,7 @@ class Plan:
     runs: int
     tools: tuple[str, ...] | None = None  # battery groups (None: every group)
     phases: tuple[str, ...] | None = None  # multi-profile phases (None: each scenario's default)
+    services: tuple[str, ...] | None = None  # services besides the provider (None: every one)
 
     def cell_keys(self) -> list[tuple[str, str, int]]:
         """Every cell of the plan in a fixed order: releases by version, scenarios as given, runs 1..N."""
@@ -101,14 +103,17 @@ class Plan:
     def to_dict(self) -> dict[str, Any]:
         return {"releases": sorted(self.releases, key=release_key), "scenarios": list(self.scenarios),
                 "runs": self.runs, "tools": None if self.tools is None else list(self.tools),
-                "phases": None if self.phases is None else list(self.phases)}
+                "phases": None if self.phases is None else list(self.phases),
+                "services": None if self.services is None else list(self.services)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
         try:
             tools, phases = data["tools"], data.get("phases")  # a matrix from before --phases has none
+            services = data.get("services", ())  # a matrix from before the services stubbed none
             return cls(tuple(data["releases"]), tuple(data["scenarios"]), int(data["runs"]),
-                       None if tools is None else tuple(tools), None if phases is None else tuple(phases))
+                       None if tools is None else tuple(tools), None if phases is None else tuple(phases),
+                       None if services is None else tuple(services))
         except (KeyError, TypeError, ValueError) as exc:
             raise MatrixError(f"matrix: malformed plan ({type(exc).__name__}: {exc})") from None
 
@@ -132,6 +137,10 @@ def row_cell(cls: dict[str, Any], release: str, cells: list[Cell], fingerprint: 
     tool = cls.get("tool")
     if not k and tool and all(tool in c.not_offered.get(cls["scenario"], []) for c in drove):
         return {"state": NA, "reason": f"hermes-agent {release} does not offer the tool {tool}"}
+    service = cls.get("service")
+    if not k and service and all(service in c.services_na for c in drove):
+        return {"state": NA, "reason": f"hermes-agent {release} cannot use the service {service}: "
+                                       f"{drove[0].services_na[service]}"}
     return {"state": "seen" if k else "not seen", "seen": k, "runs": n,
             "interval": list(wilson(k, n)) if n > 1 else None}
 
