@@ -114,6 +114,7 @@ def test_another_tenants_credential_is_wrong_key_at_that_service(tmp_path):
     report = inspect(reg, "memory", [("X-API-Key", reg["default"].canaries["memory_key"])], {"query": "q"})
     assert kinds(report) == [("wrong_key", "default", "memory_key", "memory")]
     assert report.findings[0].location == "flow:f1:request.headers.x-api-key"
+    assert report.findings[0].evidence == "x-api-key: <default:memory_key>"
 
 
 def test_a_credential_in_the_body_counts_once(tmp_path):
@@ -122,6 +123,7 @@ def test_a_credential_in_the_body_counts_once(tmp_path):
     report = inspect(reg, "web", [], {"query": "q", "api_key": reg["default"].canaries["web_key"]})
     assert kinds(report) == [("wrong_key", "default", "web_key", "web")]
     assert report.findings[0].location == "flow:f1:request.body.api_key"
+    assert report.findings[0].evidence == "api_key: <default:web_key>"
 
 
 def test_the_tenants_other_secret_is_misused(tmp_path):

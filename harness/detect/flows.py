@@ -313,12 +313,14 @@ def _wrong_key(matcher: Matcher, tenant: Tenant, service: str, bearer: str | Non
                        evidence=f"Bearer <unknown, {len(bearer)} chars>", detail="unknown bearer")
     canary = next(k for k, v in owner.secrets().items() if v == bearer)
     skip.add((owner.name, canary))
+    held_in = location.rsplit(":", 1)[-1].removeprefix("request.")  # `headers.x-api-key`, `body.api_key`
+    shown = f"Bearer {bearer}" if held_in == "headers.authorization" else f"{held_in.split('.', 1)[1]}: {bearer}"
     if owner is not tenant:
         detail = "bearer is another tenant's secret"
     else:
         detail = "bearer is not the tenant's key" if provider else f"bearer is not the tenant's {service} credential"
     return Finding("wrong_key", owner.name, tenant.name, canary, "request", location,
-                   evidence=matcher.redact_text(f"Bearer {bearer}"), detail=detail)
+                   evidence=matcher.redact_text(shown), detail=detail)
 
 
 def _as_identity(f: Finding, identity: tuple[str, ...], service: str) -> Finding:
