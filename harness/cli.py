@@ -468,7 +468,7 @@ def cmd_selftest(a: argparse.Namespace) -> int:
         result = run_audit(RunOptions(plants=[name], out=out, hermes_python=a.hermes_python, quiet=True,
                                       topology=topology, scenario=scenario, tenants=2,
                                       phases=["turns"] if scenario != "oneshot" else [],
-                                      tools=plants.battery_for(name)))
+                                      tools=plants.battery_for(name), services=plants.services_for(name)))
         code = result.verdict.exit_code
         kinds = {f.kind for f in result.verdict.findings}
         missed = [r for r in result.verdict.reasons if r.startswith(f"plant {name} ")]

@@ -348,10 +348,10 @@ def test_the_aux_stub_is_the_provider_kind_under_its_own_credential(tmp_path):
 
 def test_a_stub_that_cannot_start_is_one_line_and_exit_2(tmp_path, monkeypatch, capsys):
     """A service stub that does not come up is a ServiceError naming it; the CLI makes it one line, exit 2."""
+    import uvicorn
+
     from harness import cli
     from harness.capture.services.base import ServiceError
-
-    import uvicorn
 
     reg = registry_with_services(tmp_path)
     with monkeypatch.context() as m:

@@ -185,6 +185,12 @@ def battery_for(name: str) -> list[str]:
         return [SERVICE_PLANTS[name][1]]
     tools = TOOL_PLANTS.get(name, frozenset())
     return [group for group, members in TOOL_GROUPS.items() if tools & set(members)]
+def services_for(name: str) -> list[str]:
+    """The services a plant's run needs: its own for a service's plant, none for the others (they test the
+    detectors, which the services only slow down)."""
+    return [SERVICE_PLANTS[name][0]] if name in SERVICE_PLANTS else []
+
+
 #: Plants whose tool only some scenarios offer (the one-shot CLI has no `cronjob`).
 SCENARIO = {"cronjob": "tui"}
 #: Plants that only show in one topology (an unowned host is visible only through the forward proxy).

@@ -142,7 +142,7 @@ def test_mitmdump_killed_mid_run_is_inconclusive_and_its_flows_read_back(tmp_pat
     ({"timeout": 1}, "killed after 1s timeout"),
 ], ids=["stub-500", "stub-hang", "sse-dropped", "hermes-timeout"])
 def test_driver_failure_is_inconclusive_never_clean(tenancy_audit, options, cause):
-    audit = tenancy_audit(tools=[], **options)  # the env probe only: every turn fails anyway
+    audit = tenancy_audit(tools=[], services=[], **options)  # the env probe only: every turn fails anyway
     assert audit.code == 3 and audit.verdict == "inconclusive"
     shortfalls = [f for f in audit.findings if f.kind == "shortfall"]
     assert {f.victim for f in shortfalls} == {"default", "alpha"}, audit.doc["findings"]

@@ -12,7 +12,7 @@ import pytest
 from harness.core.protocol import BATTERY_TOOLS
 from harness.core.registry import load
 from harness.detect.matcher import Matcher
-from harness.drive.plants import PLANTS, SCENARIO, SERVICE_PLANTS, TOOL_PLANTS, TOPOLOGY, battery_for
+from harness.drive.plants import PLANTS, SCENARIO, SERVICE_PLANTS, TOOL_PLANTS, TOPOLOGY, battery_for, services_for
 from harness.drive.services import SERVICES
 from harness.pytest_plugin import assert_isolated
 
@@ -55,7 +55,8 @@ def test_clean_two_tenant_audit(tenancy_audit):
 def test_planted_leak_is_caught(tenancy_audit, plant):
     scenario = SCENARIO.get(plant, "oneshot")
     audit = tenancy_audit(plants=[plant], topology=TOPOLOGY.get(plant, "reverse"), scenario=scenario,
-                          phases=[] if scenario == "oneshot" else ["turns"], tools=battery_for(plant))
+                          phases=[] if scenario == "oneshot" else ["turns"], tools=battery_for(plant),
+                          services=services_for(plant))
     expected = PLANTS[plant][1]
     assert expected <= audit.kinds, f"{plant}: expected {sorted(expected)}, got {sorted(audit.kinds)}"
     assert not [r for r in audit.doc["reasons"] if r.startswith("plant ")]
@@ -81,7 +82,7 @@ def test_planted_leak_is_caught(tenancy_audit, plant):
 def test_a_tool_plant_needs_the_battery(tenancy_audit):
     """Without the battery (`--tools none`) a planted memory entry shows only in the file scan and the system
     prompt: the plant is reported as not caught through its tool, and the run is not conclusive about it."""
-    audit = tenancy_audit(plants=["memory-entry"], tools=[])
+    audit = tenancy_audit(plants=["memory-entry"], tools=[], services=[])
     assert any("not caught through a tool result" in r for r in audit.doc["reasons"]), audit.doc["reasons"]
 
 
@@ -89,7 +90,7 @@ def test_a_service_plant_needs_its_service_driven(tenancy_audit):
     """Without the battery's web step (`--tools none`) the planted web key reaches no request: only the file
     scan sees it in the `.env`, the plant is reported as not caught through its service, and the run is not
     conclusive about it."""
-    audit = tenancy_audit(plants=["web-key"], tools=[])
+    audit = tenancy_audit(plants=["web-key"], tools=[], services=["web"])
     assert any("not caught through its service web" in r for r in audit.doc["reasons"]), audit.doc["reasons"]
     assert audit.doc["service_coverage"]["oneshot"]["web"] == "not driven"
 
@@ -109,6 +110,6 @@ def test_forward_topology_clean(tenancy_audit):
 
 
 def test_forward_topology_catches_a_crossed_route(tenancy_audit):
-    audit = tenancy_audit(topology="forward", plants=["route"], tools=[])  # the env probe only: faster
+    audit = tenancy_audit(topology="forward", plants=["route"], tools=[], services=[])  # the env probe only: faster
     assert audit.code == 1
     assert {"wrong_key", "wrong_model", "request_leak"} <= audit.kinds
