@@ -31,7 +31,7 @@ from harness.capture.services.provider import StubProvider
 from harness.core.files import REPO, seal, write_private
 from harness.core.findings import Finding, Verdict
 from harness.core.procs import ProcessSet, reap_stale
-from harness.core.protocol import TOOL_GROUPS
+from harness.core.protocol import OUT_OF_SCOPE, TOOL_GROUPS
 from harness.core.registry import PROVIDER, Registry, load, mint
 from harness.detect.reconcile import EvidenceError, LogSource, Phase, reconcile
 from harness.detect.stream import DEFAULT_LIMITS, Limits
@@ -402,7 +402,7 @@ def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None,
         warnings += [base.warning] if base.warning else []
     planted = {name: frozenset(kinds) for name, kinds in (record.get("plants") or {}).items()}
     reasons += check_plants(planted, found)
-    coverage = rec.coverage.table(record.get("tools") or [], found)
+    coverage = rec.coverage.table(record.get("tools") or [], found, OUT_OF_SCOPE)
     service_coverage = rec.coverage.service_table(record.get("services") or {}, found)
     reasons += [f"service {s} was not driven in scenario {sc}: none of its requests reached its stub"
                 for sc, row in service_coverage.items() for s in record.get("services_to_drive") or []
@@ -467,7 +467,7 @@ def write_homes(ctx: Context) -> None:
     for t in ctx.registry:
         where = {s: services.Where(ctx.proxy.service_url(t.name, s) if SERVICES[s].proxied else "",
                                    ctx.registry_path, ctx.out / SERVICE_RECORDS) for s in active}
-        extra = services.setup(t, active, where)
+        extra = services.setup(t, active, where, second=t.name == ctx.registry.names()[1])
         home = ctx.sandbox.home_of(t.name)
         write_home(t, home, ctx.proxy.base_url(t.name), launch=t.name == ctx.sandbox.launch,
                    extra_config=services.merged(ctx.extra_config(t.name), extra.config), extra_env=extra.env)

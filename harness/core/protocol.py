@@ -20,14 +20,29 @@ TOOL_GROUPS: dict[str, tuple[str, ...]] = {
     "todo": ("todo",),
     "cronjob": ("cronjob",),
     "session_search": ("session_search",),
+    "code": ("execute_code",),
+    "delegate": ("delegate_task",),
+    "files": ("write_file", "patch", "read_file", "search_files"),
+    "projects": ("project_create", "project_list", "project_switch"),
+    "terminals": ("read_terminal", "close_terminal"),
     # the services' tools (`harness.drive.services`): each group runs where its service is on
     "mcp": ("mcp__tenancy__remember", "mcp__tenancy__recall", "mcp__tenancy_stdio__remember",
             "mcp__tenancy_stdio__recall"),
-    "mem0": ("mem0_add", "mem0_search"),
+    "mem0": ("mem0_add", "mem0_search", "mem0_update", "mem0_delete"),
     "web": ("web_search", "web_extract"),
     "vision": ("vision_analyze",),
 }
 BATTERY_TOOLS: tuple[str, ...] = tuple(t for tools in TOOL_GROUPS.values() for t in tools)
+_BROWSER = "needs a browser session on real web pages (the sandbox has no network to browse)"
+#: Tools Hermes 0.19.0 offers that the battery does not drive, and why: the coverage table says `out of scope`
+#: with the reason. docs/tools.md lists them; the e2e tests fail on an offered tool that is in neither the
+#: battery nor this list, and on an entry no scenario offers any more (the list only shrinks).
+OUT_OF_SCOPE: dict[str, str] = {
+    **{f"browser_{name}": _BROWSER for name in ("back", "click", "console", "get_images", "navigate", "press",
+                                                "scroll", "snapshot", "type", "vision")},
+    "clarify": "asks the person at the terminal and waits for an answer; it reads and writes nothing of a profile",
+    "text_to_speech": "its provider (edge by default) needs Microsoft's servers; no TTS stub yet (docs/services.md)",
+}
 #: What redaction leaves in place of a canary (`placeholder`); a redacted registry holds these instead of
 #: the secrets.
 PLACEHOLDER_PATTERN = r"<[a-z][a-z0-9_-]{0,31}:[a-z][a-z0-9_]{0,63}>"
@@ -37,6 +52,24 @@ PLACEHOLDER = re.compile(f"^{PLACEHOLDER_PATTERN}$")
 def placeholder(tenant: str, kind: str) -> str:
     """`<tenant:kind>`: the text that replaces a redacted canary."""
     return f"<{tenant}:{kind}>"
+
+
+#: The goal of the battery's `delegate_task` starts so: a stub answers a conversation whose user message holds
+#: it with the subagent's plan (the env probe), not with its tenant's main plan.
+SUBAGENT_MARKER = "TENANCY-SUBAGENT"
+
+
+def probe_code() -> str:
+    """The env probe as Python (for `execute_code`): the same lines as `probe_command` prints."""
+    return (
+        "import base64, os\n"
+        "lines = sorted(f'{k}={v}' for k, v in os.environ.items())\n"
+        f"print({PROBE_BEGIN!r})\n"
+        "print('\\n'.join(lines))\n"
+        "print('ENVB64=' + base64.b64encode(('\\n'.join(lines) + '\\n').encode()).decode())\n"
+        "print('CWD=' + os.getcwd())\n"
+        f"print({PROBE_END!r})\n"
+    )
 
 
 def probe_command(shell_state: str) -> str:

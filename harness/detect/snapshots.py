@@ -21,6 +21,8 @@ from harness.core.registry import Registry, Tenant
 from harness.detect.matcher import Matcher
 from harness.detect.tools import call_names
 
+#: The tools whose results hold the probe's output: the shell command and its Python twin (`probe_code`).
+PROBE_TOOLS = ("terminal", "execute_code")
 _B64_LINE = re.compile(r"^ENVB64=([A-Za-z0-9+/=]*)\s*$", re.M)
 _CWD_LINE = re.compile(r"^CWD=(.*)$", re.M)
 
@@ -36,6 +38,7 @@ class EnvSnapshot:
     cwd: str | None
     plain: str
     decoded: bytes
+    tool: str = "terminal"
 
     @property
     def location(self) -> str:
@@ -66,7 +69,8 @@ def extract(tenant: Tenant, flow_id: str, body: dict[str, Any]) -> list[EnvSnaps
     found = []
     names = call_names(messages)
     for m in messages:
-        if m.get("role") != "tool" or names.get(str(m.get("tool_call_id")), "terminal") != "terminal":
+        tool = names.get(str(m.get("tool_call_id")), "terminal")
+        if m.get("role") != "tool" or tool not in PROBE_TOOLS:
             continue  # another tool's result may quote a probe's output (a session transcript): not a snapshot
         text = _tool_text(m)
         if PROBE_BEGIN not in text:
@@ -80,7 +84,7 @@ def extract(tenant: Tenant, flow_id: str, body: dict[str, Any]) -> list[EnvSnaps
             decoded = b""
         call_id = str(m.get("tool_call_id") or hash(text))
         found.append(EnvSnapshot(tenant.name, flow_id, call_id, origin, cwd.group(1).strip() if cwd else None,
-                                 section, decoded))
+                                 section, decoded, tool))
     return found
 
 
@@ -93,7 +97,7 @@ def check(snapshot: EnvSnapshot, registry: Registry, matcher: Matcher, **where: 
         findings.append(Finding(
             "wrong_cwd", tenant.name, tenant.name, "workdir", "env", snapshot.location, "plain",
             matcher.redact_text(f"CWD={snapshot.cwd}"), detail=f"{snapshot.origin}: not its own workdir",
-            tool="terminal", **where,
+            tool=snapshot.tool, **where,
         ))
     seen: set[tuple[str, str]] = set()
     for data, encoding in ((snapshot.decoded, "base64"), (snapshot.plain.encode(), None)):
@@ -104,6 +108,6 @@ def check(snapshot: EnvSnapshot, registry: Registry, matcher: Matcher, **where: 
             findings.append(Finding(
                 "env_leak", hit.tenant, tenant.name, hit.kind, "env", snapshot.location,
                 encoding or hit.encoding, matcher.snippet(data, hit), detail=f"{snapshot.origin} tool subprocess",
-                tool="terminal", **where,
+                tool=snapshot.tool, **where,
             ))
     return findings

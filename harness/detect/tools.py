@@ -170,13 +170,16 @@ class Coverage:
             per = bucket.setdefault(scenario, {})
             per[tool] = per.get(tool, 0) + 1
 
-    def table(self, tools: tuple[str, ...] | list[str], findings: list[Finding]) -> dict[str, dict[str, str]]:
-        """scenario -> tool -> `leak`, `driven`, `failed`, `not offered` or `not driven`."""
+    def table(self, tools: tuple[str, ...] | list[str], findings: list[Finding],
+              out_of_scope: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
+        """scenario -> tool -> `leak`, `driven`, `failed`, `not offered`, `not driven` or `out of scope: <why>`:
+        every tool of `tools` (the battery's), then every other tool a request of the scenario offered."""
         leaks = {(f.scenario, f.tool) for f in findings if f.tool and f.kind not in ("shortfall", "bypass")}
+        out_of_scope = out_of_scope or {}
         out: dict[str, dict[str, str]] = {}
         for scenario in sorted(self.offered):
             row = {}
-            for tool in tools:
+            for tool in [*tools, *sorted(self.offered[scenario] - set(tools))]:
                 ok = self.ok.get(scenario, {}).get(tool, 0)
                 bad = self.errors.get(scenario, {}).get(tool, 0)
                 if (scenario, tool) in leaks:
@@ -187,6 +190,8 @@ class Coverage:
                     row[tool] = "failed"
                 elif tool not in self.offered[scenario]:
                     row[tool] = "not offered"
+                elif tool in out_of_scope:
+                    row[tool] = f"out of scope: {out_of_scope[tool]}"
                 else:
                     row[tool] = "not driven"
             out[scenario] = row

@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.capture.services.provider import Plan, StubProvider, ToolStep, probe_step
-from harness.core.protocol import TOOL_GROUPS
-from harness.core.registry import Tenant, new_tag
+from harness.core.protocol import SUBAGENT_MARKER, TOOL_GROUPS, probe_code
+from harness.core.registry import TAG_MARKER, Tenant, new_tag
 from harness.detect.decode import loads
 from harness.detect.tools import call_names
 from harness.drive.context import Context
@@ -42,6 +42,8 @@ KINDS = {
     "todo_item": "todo",
     "cron_job": "cronjob",
     "title": "title",
+    "file_note": "filenote",
+    "file_patch": "filepatch",
 }
 #: A word every tenant's transcript holds (the prompt), for `session_search` by query.
 COMMON_WORD = "environment"
@@ -151,7 +153,44 @@ def write_plan(ctx: Context, tenant: str) -> Plan:
                   ToolStep("web_extract", {"urls": [extract_url(tenant, sc)]})]
     if "vision" in on:
         reads.append(ToolStep("vision_analyze", {"image_url": image_path(t), "question": "What does it show?"}))
+    if "mem0" in on:  # the record's id is the stub's (`<tenant>-record`): its own, so the call succeeds
+        writes.append(ToolStep("mem0_update", {"memory_id": f"{tenant}-record", "text": f"{c['memory_note']} ({sc})"}))
+    if "code" in on:
+        writes.append(ToolStep("execute_code", {"code": probe_code()}))
+    if "delegate" in on:
+        writes.append(ToolStep("delegate_task", {"goal": subagent_goal(tenant)}))
+    if "files" in on:
+        own = f"{home_path(ctx, tenant)}/{FILE_PREFIX}{tenant}-own.txt"
+        writes += [ToolStep("write_file", {"path": own, "content": f"{c['file_note']} ({sc})\n"}),
+                   ToolStep("patch", {"mode": "replace", "path": own, "old_string": c["file_note"],
+                                      "new_string": c["file_patch"]})]
+        # its own files: the launch profile's home holds every other profile's, so search its workdir
+        reads += [ToolStep("read_file", {"path": f"{home_path(ctx, tenant)}/SOUL.md"}),
+                  ToolStep("search_files", {"pattern": TAG_MARKER, "path": c["workdir"]})]
+    if "projects" in on:
+        writes.append(ToolStep("project_create", {"name": project_name(tenant, sc), "path": c["workdir"]}))
+        reads.append(ToolStep("project_list", {}))
+    if "terminals" in on:
+        reads += [ToolStep("read_terminal", {}), ToolStep("close_terminal", {"process_id": "proc_000000"})]
     return rounds(writes + reads)
+
+
+#: What the battery's files are called (`detect.tools` attributes a file so named to `write_file`).
+FILE_PREFIX = "tenancy-file-"
+
+
+def home_path(ctx: Context, tenant: str) -> str:
+    """A tenant's Hermes home as a tool argument: relative to the shared HOME (`~/.hermes/profiles/NAME`), so a
+    call naming another tenant's home carries no canary of it."""
+    return "~/" + ctx.sandbox.home_of(tenant).relative_to(ctx.sandbox.home).as_posix()
+
+
+def subagent_goal(tenant: str) -> str:
+    return f"{SUBAGENT_MARKER} of {tenant}: run the environment probe and report"
+
+
+def project_name(tenant: str, scenario: str) -> str:
+    return f"tenancy-{tenant}-{scenario}"
 
 
 def extract_url(tenant: str, scenario: str) -> str:
@@ -200,6 +239,18 @@ def lookup_plan(ctx: Context, tenant: str, other: Refs) -> Plan:
         steps.append(ToolStep("mem0_search", {"query": COMMON_WORD}))
     if "web" in on:
         steps.append(ToolStep("web_search", {"query": f"tenancy lookup by {tenant}"}))
+    if "mem0" in on:  # another tenant's record by id (at an isolated service: not found)
+        steps.append(ToolStep("mem0_delete", {"memory_id": f"{o}-record"}))
+    if "files" in on:  # another tenant's home, read, searched and written to (by design not a sandbox)
+        theirs = home_path(ctx, o)
+        mine = f"{theirs}/{FILE_PREFIX}{tenant}-in-{o}.txt"
+        steps += [ToolStep("read_file", {"path": f"{theirs}/SOUL.md"}),
+                  ToolStep("search_files", {"pattern": TAG_MARKER, "path": theirs}),
+                  ToolStep("write_file", {"path": mine, "content": f"{t.canaries['file_note']} ({sc})\n"})]
+    if "projects" in on:
+        steps += [ToolStep("project_list", {}), ToolStep("project_switch", {"project": project_name(o, sc)})]
+    if "terminals" in on:
+        steps += [ToolStep("close_terminal", {"process_id": p}) for p in other.processes[:1]]
     if "session_search" in on:
         steps += [ToolStep("session_search", {"profile": o}),
                   ToolStep("session_search", {"query": COMMON_WORD, "profile": o})]

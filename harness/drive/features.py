@@ -43,6 +43,7 @@ services = {
     "tavily": source_has("plugins.web.tavily.provider", "TAVILY_BASE_URL")
               or source_has("tools.web_tools", "TAVILY_BASE_URL"),
     "aux": source_has("agent.auxiliary_client", "key_env"),
+    "delegation": source_has("tools.delegate_tool", "configured_base_url"),
 }
 tui = has("tui_gateway.entry") and has("tui_gateway.server")
 if tui:
@@ -68,6 +69,7 @@ class Features:
     mem0: bool = True  # the mem0 memory provider in self-hosted mode (`plugins/memory/mem0`, `MEM0_HOST`/host)
     tavily: bool = True  # the Tavily web backend at a configurable `TAVILY_BASE_URL`
     aux: bool = True  # auxiliary models with their own endpoint and `key_env`
+    delegation: bool = True  # a `delegation:` block with its own `base_url` for subagents
 
 
 #: Why a service is `n/a` on a release that lacks its feature.
@@ -76,6 +78,7 @@ SERVICE_LACKS = {
     "mem0": "no mem0 memory provider in self-hosted mode (plugins/memory/mem0)",
     "tavily": "no Tavily web backend with a configurable TAVILY_BASE_URL",
     "aux": "no auxiliary model settings with their own endpoint and key_env",
+    "delegation": "no delegation block with a base_url of its own",
 }
 
 
@@ -116,7 +119,7 @@ def _ask(hermes: Hermes) -> Features:
                                 timeout=120)
     return Features(oneshot=found["oneshot"], usage_file=found["usage_file"], serve=rc == 0,
                     multiplex=found["multiplex"], tui=found["tui"], mcp=found["mcp"], mem0=found["mem0"],
-                    tavily=found["tavily"], aux=found["aux"])
+                    tavily=found["tavily"], aux=found["aux"], delegation=found["delegation"])
 
 
 def missing(features: Features, scenario: str) -> str | None:

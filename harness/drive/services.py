@@ -15,7 +15,10 @@ identity kinds the tenant has at that service, the data kinds its answers or the
   `mem0.json`, `MEM0_API_KEY`), tools `mem0_*` and every turn's prefetch and sync;
 - `web`: the Tavily web backend (`TAVILY_BASE_URL`, `TAVILY_API_KEY`), tools `web_search`, `web_extract`;
 - `aux`: the auxiliary models for titles and vision (`auxiliary.*` with `key_env: TENANCY_AUX_KEY` and a model
-  of the tenant's own), the `vision_analyze` tool and every session's title.
+  of the tenant's own), the `vision_analyze` tool and every session's title;
+- `delegation`: the subagents' model (a `delegation:` block with its own `base_url`, `model` and
+  `api_key: ${TENANCY_DELEGATION_KEY}`), as a user who gives subagents a cheaper model configures it; every
+  tenant but the second has one (the second's subagents use its own provider, so both shapes are driven).
 """
 
 from __future__ import annotations
@@ -81,6 +84,7 @@ class ServiceSpec:
     group: str = ""  # the battery group whose tools drive it
     passive: bool = False  # every turn drives it, tools or not (a connection, a prefetch, a server's start)
     forward: str = ""  # why it cannot be audited in the forward topology ("" when it can)
+    but_second: bool = False  # not configured for the second tenant (which then shows the service's absence)
     configure: Callable[[Tenant, Where], Setup] = lambda t, w: Setup()
 
     def kinds(self) -> tuple[str, ...]:
@@ -119,6 +123,12 @@ def _web(t: Tenant, where: Where) -> Setup:
                  env={"TAVILY_API_KEY": t.canaries["web_key"], "TAVILY_BASE_URL": where.url})
 
 
+def _delegation(t: Tenant, where: Where) -> Setup:
+    return Setup(config={"delegation": {"base_url": f"{where.url}/v1", "model": t.canaries["delegation_model"],
+                                        "api_key": "${TENANCY_DELEGATION_KEY}"}},
+                 env={"TENANCY_DELEGATION_KEY": t.canaries["delegation_key"]})
+
+
 def image_name(tenant: str) -> str:
     return f"tenancy-{tenant}.png"
 
@@ -146,6 +156,10 @@ SERVICES: dict[str, ServiceSpec] = {s.name: s for s in (
     ServiceSpec("aux", "the auxiliary models (titles, vision)",
                 lambda t, m: StubProvider(t, m, service="aux"), "aux_key", "TENANCY_AUX_KEY", identity=("aux_model",),
                 feature="aux", group="vision", configure=_aux),
+    ServiceSpec("delegation", "the subagents' model (a delegation block)",
+                lambda t, m: StubProvider(t, m, service="delegation"), "delegation_key", "TENANCY_DELEGATION_KEY",
+                identity=("delegation_model",), feature="delegation", group="delegate", but_second=True,
+                configure=_delegation),
 )}
 
 
@@ -192,10 +206,12 @@ def attach(registry: Registry, name: str, tenant: str, route: dict[str, Any] | N
     registry.validate()
 
 
-def setup(tenant: Tenant, names: list[str], where: dict[str, Where]) -> Setup:
-    """Everything the services `names` add to one profile, merged."""
+def setup(tenant: Tenant, names: list[str], where: dict[str, Where], *, second: bool = False) -> Setup:
+    """Everything the services `names` add to one profile, merged (`second`: the run's second tenant)."""
     merged = Setup()
     for name in names:
+        if second and SERVICES[name].but_second:
+            continue
         part = SERVICES[name].configure(tenant, where[name])
         _merge(merged.config, part.config)
         merged.env.update(part.env)

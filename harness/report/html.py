@@ -12,7 +12,15 @@ from html import escape
 
 from harness.core.findings import Finding
 from harness.core.severity import docs_url
-from harness.report.result import SERVICE_STATES_TEXT, AuditResult, Group, coverage_tools, groups, matrix
+from harness.report.result import (
+    SERVICE_STATES_TEXT,
+    AuditResult,
+    Group,
+    coverage_tools,
+    groups,
+    matrix,
+    reasons_of,
+)
 
 CSS = """
 body{font:14px/1.45 system-ui,sans-serif;margin:0;color:#1d2330;background:#f6f7f9}
@@ -127,7 +135,8 @@ def _coverage(result: AuditResult) -> str:
         return '<p class="muted">No tool battery ran.</p>'
     return (_table("coverage", "tool", result.coverage) +
             '<p class="muted">driven: a call\'s result came back; leak: a finding came through the tool; failed: '
-            "every call was answered with an error; not offered: this Hermes does not offer the tool there.</p>")
+            "every call was answered with an error; not offered: this Hermes does not offer the tool there; out of "
+            "scope: offered, not driven, for the reason given.</p>")
 
 
 def _service_coverage(result: AuditResult) -> str:
@@ -137,17 +146,18 @@ def _service_coverage(result: AuditResult) -> str:
 
 
 def _table(ident: str, what: str, coverage: dict[str, dict[str, str]]) -> str:
-    """scenario x tool (or service): each cell its status, classed by its first word."""
-    names = coverage_tools(coverage)
-    head = "".join(f"<th><code>{escape(t)}</code></th>" for t in names)
+    """tool (or service) x scenario: each cell its status, classed by its first word; why, where it says."""
+    scenarios, reasons = list(coverage), reasons_of(coverage)
+    head = "".join(f"<th>{escape(sc)}</th>" for sc in scenarios)
     rows = []
-    for scenario, row in coverage.items():
+    for name in coverage_tools(coverage):
         cells = "".join(
-            f'<td class="{escape(row.get(t, "-").split(":")[0].replace(" ", "-").replace("/", ""))}" '
-            f'data-scenario="{escape(scenario)}" data-{what}="{escape(t)}" data-status="{escape(row.get(t, "-"))}">'
-            f'{escape(row.get(t, "-"))}</td>' for t in names)
-        rows.append(f"<tr><th>{escape(scenario)}</th>{cells}</tr>")
-    return f'<table id="{ident}"><tr><th>scenario \\ {what}</th>{head}</tr>{"".join(rows)}</table>'
+            f'<td class="{escape(state.split(":")[0].replace(" ", "-").replace("/", ""))}" '
+            f'data-scenario="{escape(sc)}" data-{what}="{escape(name)}" data-status="{escape(state)}">'
+            f'{escape(state.split(": ")[0])}</td>' for sc in scenarios for state in [coverage[sc].get(name, "-")])
+        why = f'<td class="why">{escape(reasons.get(name, ""))}</td>'
+        rows.append(f"<tr><th><code>{escape(name)}</code></th>{cells}{why}</tr>")
+    return f'<table id="{ident}"><tr><th>{what} \\ scenario</th>{head}<th>why</th></tr>{"".join(rows)}</table>'
 
 
 def _notes(result: AuditResult) -> str:

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 from harness.core.findings import Finding
 from harness.core.severity import docs_url
-from harness.report.result import SERVICE_STATES_TEXT, AuditResult, Group, coverage_tools, groups, matrix
+from harness.report.result import (
+    SERVICE_STATES_TEXT,
+    AuditResult,
+    Group,
+    coverage_tools,
+    groups,
+    matrix,
+    reasons_of,
+)
 
 
 def _cell(text: object) -> str:
@@ -16,6 +24,16 @@ def _cell(text: object) -> str:
 
 def _code(text: str) -> str:
     return "`" + text.replace("`", "'") + "`"
+
+
+def _coverage_table(coverage: dict[str, dict[str, str]], what: str) -> list[str]:
+    """One row per tool (or service), one column per scenario, and why where a state has a reason."""
+    scenarios, reasons = list(coverage), reasons_of(coverage)
+    lines = [f"| {what} | " + " | ".join(scenarios) + " | why |", "|---" * (len(scenarios) + 2) + "|"]
+    for name in coverage_tools(coverage):
+        states = [coverage[sc].get(name, "-").split(": ")[0] for sc in scenarios]
+        lines.append(f"| `{name}` | " + " | ".join(states) + f" | {_cell(reasons.get(name, ''))} |")
+    return lines
 
 
 def _banner(result: AuditResult) -> list[str]:
@@ -88,19 +106,12 @@ def markdown(result: AuditResult) -> str:
         lines += ["## Warnings", "", *[f"- {w}" for w in result.warnings], ""]
     lines += _matrix(result)
     if result.coverage:
-        tools = coverage_tools(result.coverage)
         lines += ["", "## Tool coverage", "", "What each scenario drove: `driven` (a call's result came back), `leak` "
                   "(a finding came through the tool), `failed` (every call answered with an error), `not offered` "
-                  "(this Hermes does not offer the tool there).", "",
-                  "| scenario | " + " | ".join(f"`{t}`" for t in tools) + " |", "|---" * (len(tools) + 1) + "|"]
-        lines += [f"| {sc} | " + " | ".join(row.get(t, "-") for t in tools) + " |"
-                  for sc, row in result.coverage.items()]
+                  "(this Hermes does not offer the tool there), `out of scope` (offered, not driven: the reason is "
+                  "in the last column).", "", *_coverage_table(result.coverage, "tool")]
     if result.services:
-        names = coverage_tools(result.services)
-        lines += ["", "## Service coverage", "", SERVICE_STATES_TEXT, "",
-                  "| scenario | " + " | ".join(f"`{t}`" for t in names) + " |", "|---" * (len(names) + 1) + "|"]
-        lines += [f"| {sc} | " + " | ".join(_cell(row.get(t, "-")) for t in names) + " |"
-                  for sc, row in result.services.items()]
+        lines += ["", "## Service coverage", "", SERVICE_STATES_TEXT, "", *_coverage_table(result.services, "service")]
     new, known = groups(v.findings), groups(v.known)
     lines += ["", f"## Findings ({len(v.findings)} new in {len(new)} class(es), {len(v.known)} known)", "",
               f"What each kind means and how to fix it: [docs/findings.md]({docs_url()}).", ""]

@@ -150,10 +150,22 @@ def coverage_tools(coverage: dict[str, dict[str, str]]) -> list[str]:
 
 
 def coverage_lines(coverage: dict[str, dict[str, str]], head: str = "tools") -> list[str]:
-    """A coverage table for the terminal: one line per scenario, one column per tool (or service)."""
+    """A coverage table for the terminal: one line per tool (or service), one column per scenario; a state's
+    reason (`out of scope: ...`, `n/a: ...`) is left to the reports."""
     if not coverage:
         return []
-    tools = coverage_tools(coverage)
-    table = [[head, *tools], *[[sc, *(row.get(t, "-").split(":")[0] for t in tools)] for sc, row in coverage.items()]]
+    scenarios = list(coverage)
+    table = [[head, *scenarios],
+             *[[t, *(coverage[sc].get(t, "-").split(":")[0] for sc in scenarios)] for t in coverage_tools(coverage)]]
     widths = [max(len(str(r[i])) for r in table) for i in range(len(table[0]))]
     return ["  ".join(str(c).ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in table]
+
+
+def reasons_of(coverage: dict[str, dict[str, str]]) -> dict[str, str]:
+    """tool (or service) -> the reason its state gives somewhere (`out of scope: WHY`, `n/a: WHY`), once."""
+    out: dict[str, str] = {}
+    for row in coverage.values():
+        for name, state in row.items():
+            if ": " in state:
+                out.setdefault(name, state.split(": ", 1)[1])
+    return out

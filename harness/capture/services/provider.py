@@ -8,7 +8,8 @@ The default plan is one `terminal` call running the environment probe. Anything 
 gets `aux_text`.
 
 The same kind serves a tenant's auxiliary models (service `aux`: titles, vision), answering every request
-with `aux_text`. Recording and the credential check (observe or strict) are `base.Recorder`'s.
+with `aux_text`, and its subagents' models (service `delegation`: a profile's `delegation:` block).
+Recording and the credential check (observe or strict) are `base.Recorder`'s.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from harness.capture.services.base import HttpStub, JsonHandler
-from harness.core.protocol import LOCAL_PROBES, probe_command
+from harness.core.protocol import LOCAL_PROBES, SUBAGENT_MARKER, probe_command
 from harness.core.registry import Tenant
 
 FAULTS = frozenset({"", "500", "hang", "drop"})
@@ -59,6 +60,13 @@ def fit(step: ToolStep, tools: list[Any]) -> dict[str, Any] | None:
 Plan = list[list[ToolStep]]
 
 
+def _last_user_text(messages: list[Any]) -> str:
+    for m in reversed(messages):
+        if isinstance(m, dict) and m.get("role") == "user":
+            return json.dumps(m.get("content"))
+    return ""
+
+
 def _round_index(messages: list[Any]) -> int:
     """How many tool-call rounds the conversation holds since its last user message."""
     n = 0
@@ -73,11 +81,13 @@ def _round_index(messages: list[Any]) -> int:
 def answer_for(tenant: Tenant, body: dict[str, Any], plan: Plan | None = None,
                aux_text: str | None = None) -> dict[str, Any]:
     """The assistant message the stub answers a chat completion with: the plan's next round of offered
-    steps as parallel tool calls, else text."""
+    steps as parallel tool calls, else text. A subagent's conversation (its task names `SUBAGENT_MARKER`)
+    gets the env probe only, whatever the plan."""
     messages = body.get("messages") or []
     tools = body.get("tools")
     if tools:
-        rounds = plan if plan is not None else [[probe_step(tenant)]]
+        subagent = SUBAGENT_MARKER in _last_user_text(messages)
+        rounds = plan if plan is not None and not subagent else [[probe_step(tenant)]]
         offered = [calls for r in rounds if (calls := [(s.tool, a) for s in r if (a := fit(s, tools)) is not None])]
         i = _round_index(messages)
         if i < len(offered):
