@@ -304,6 +304,7 @@ def _tenants(opts: RunOptions, names: list[str], sandbox: Sandbox, stubs: dict[s
         stubs[t.name] = StubProvider(t, opts.stubs, fault=opts.stub_fault).start()
         t.upstream = stubs[t.name].url
         t.home = str(sandbox.home_of(t.name))
+        registry.add_canary(t.name, "home", t.home)  # a path of it elsewhere is a finding (`wrong_path` in an env)
         for name in wanted:
             stub = service_stubs[(t.name, name)] = SERVICES[name].make(t, opts.stubs).start()
             services.attach(registry, name, t.name, route(t.name, name) if name in proxied else None, stub.url)

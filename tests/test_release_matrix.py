@@ -413,7 +413,7 @@ def test_phases_spelt_otherwise_make_the_same_plan_and_an_old_shard_merges():
 
 
 def test_a_scenario_needs_only_its_own_features():
-    old = Features(usage_file=False, serve=False, multiplex=False, tui=True, mcp=False, mem0=False)
+    old = Features(usage_file=False, serve=False, multiplex=False, tui=True, mcp=False, mem0=False, delegation=False)
     assert missing(old, "serve") == "scenario serve: no `hermes serve`"
     assert missing(old, "gateway") == "scenario gateway: no multiplexed gateway (gateway.multiplex_profiles)"
     assert missing(old, "oneshot") is None and missing(old, "tui") is None  # --usage-file is not needed
@@ -436,7 +436,7 @@ class _Install:
         self.children += 1
         if argv[1] == "-c":
             return 0, json.dumps({"oneshot": True, "usage_file": False, "multiplex": False, "tui": True, "mcp": False,
-                                  "mem0": False, "tavily": True, "aux": True}), ""
+                                  "mem0": False, "tavily": True, "aux": True, "delegation": False}), ""
         return 2, "", "invalid choice: 'serve'"
 
 
@@ -444,7 +444,7 @@ def test_a_release_is_probed_once_per_python_and_version(tmp_path, monkeypatch):
     monkeypatch.setattr(features, "_probed", {})
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     hermes = _Install(tmp_path / "venv" / "bin" / "python")
-    old = Features(usage_file=False, serve=False, multiplex=False, tui=True, mcp=False, mem0=False)
+    old = Features(usage_file=False, serve=False, multiplex=False, tui=True, mcp=False, mem0=False, delegation=False)
     assert features.probe(hermes, "0.16.0") == old and hermes.children == 2
     same = _Install(tmp_path / "venv" / "bin" / ".." / "bin" / "python")  # the same install, spelt otherwise
     assert features.probe(same, "0.16.0") == old and same.children == 0

@@ -14,7 +14,7 @@ import junitparser
 import pytest
 
 from harness.core.findings import KINDS, Finding, Verdict
-from harness.core.registry import mint
+from harness.core.registry import load, mint
 from harness.core.severity import POSSIBLE, severity
 from harness.drive.hermes import Sandbox
 from harness.report import sarif
@@ -115,9 +115,10 @@ def test_sarif_is_valid_and_points_into_the_evidence_folder(audit):
     assert [r["ruleId"] for r in results] == [f"{f.kind}/{severity(f)}" for f in findings]
     assert [r["partialFingerprints"]["tenancyFingerprint/v2"] for r in results] == [f.fingerprint() for f in findings]
     phys = [r["locations"][0]["physicalLocation"] for r in results]
+    home = Path(load(out / "registry.yaml")["default"].home).relative_to(out).as_posix()
     assert [p["artifactLocation"]["uri"] for p in phys] == [
-        "flows.mitm", "flows.mitm", "sandbox/home/.hermes/profiles/alpha/memories/MEMORY.md",
-        "sandbox/home/.hermes/profiles/alpha/state.db", "logs/oneshot-alpha-0.log", "logs/rpc-serve.jsonl",
+        "flows.mitm", "flows.mitm", f"{home}/profiles/alpha/memories/MEMORY.md",
+        f"{home}/profiles/alpha/state.db", "logs/oneshot-alpha-0.log", "logs/rpc-serve.jsonl",
         "flows.mitm", "stubs.jsonl", "findings.json", "flows.mitm"]
     assert all(p["artifactLocation"]["uriBaseId"] == "EVIDENCE" for p in phys)
     assert phys[2]["region"] == {"byteOffset": 33}

@@ -15,6 +15,7 @@ KINDS = frozenset(
         "response_leak",
         "env_leak",
         "wrong_cwd",
+        "wrong_path",
         "file_leak",
         "text_leak",
         "egress",

@@ -57,6 +57,14 @@ class RegistryError(ValueError):
     """The registry file is missing, malformed or violates a rule; the message is one line."""
 
 
+#: Kinds whose value is a path of the tenant's (its Hermes home, its terminal cwd, a cwd set mid-scenario).
+PATH_KINDS = frozenset({"home", "workdir", "workdir_set"})
+
+
+def is_path_kind(kind: str) -> bool:
+    return re.sub(r"_\d+$", "", kind) in PATH_KINDS
+
+
 def is_secret_kind(kind: str) -> bool:
     """Keys are secrets; so is any canary minted later whose kind ends in `key` (or `key_N`: a second one of
     that kind, see `Registry.free_kind`)."""
@@ -241,7 +249,8 @@ class Registry:
         for value in values:
             for idx, _, _ in automaton.find_matches_as_indexes(value, overlapping=True):
                 inner = values[idx]
-                if inner != value and owner[inner][0] != owner[value][0]:
+                # a directory of another tenant's path is allowed (the scanner reports the longer match)
+                if inner != value and owner[inner][0] != owner[value][0] and not value.startswith(inner + "/"):
                     (name, kind), (oname, okind) = owner[value], owner[inner]
                     raise RegistryError(
                         f"registry: tenant {name!r}: canary {kind!r} contains tenant {oname!r} canary {okind!r}"

@@ -20,16 +20,17 @@ SECURITY_SEVERITY = {"critical": "9.5", "high": "8.0", "medium": "5.5", "low": "
 HIGH_CANARIES = frozenset({"memory", "soul", "cron_prompt", "shell_state", "env_marker", "transcript", "tool_data",
                            "tool_output"})
 #: Canary kinds that identify a tenant without being secret or private (paths, models, titles, settings).
-MEDIUM_CANARIES = frozenset({"workdir", "workdir_set", "model", "title", "profile_name", "settings"})
+MEDIUM_CANARIES = frozenset({"workdir", "workdir_set", "home", "model", "title", "profile_name", "settings",
+                             "memory_user", "memory_agent", "aux_model", "delegation_model"})
 #: Finding kinds without a canary.
 KIND_SEVERITY = {"egress": "high", "profile_bleed": "medium", "bypass": "low", "shortfall": "low"}
 _LEAKS = ("critical", "high", "medium")
 #: The severities each finding kind can have (SARIF has one rule per kind and severity).
 POSSIBLE = {"wrong_key": ("critical", "medium"), "wrong_model": ("medium",), "wrong_identity": _LEAKS,
-            "request_leak": _LEAKS,
-            "response_leak": _LEAKS, "env_leak": _LEAKS, "wrong_cwd": ("medium",), "file_leak": _LEAKS,
-            "text_leak": _LEAKS, "egress": ("high",), "route_auth": ("critical", "medium"),
-            "profile_bleed": ("high", "medium"), "bypass": ("low",), "shortfall": ("low",)}
+            "request_leak": _LEAKS, "response_leak": _LEAKS, "env_leak": _LEAKS, "wrong_cwd": ("medium",),
+            "wrong_path": ("medium",), "file_leak": _LEAKS, "text_leak": _LEAKS, "egress": ("high",),
+            "route_auth": ("critical", "medium"), "profile_bleed": ("high", "medium"), "bypass": ("low",),
+            "shortfall": ("low",)}
 #: How sure a finding of each kind is: canaries carry 48 random bits, so a hit is never a coincidence;
 #: a profile bleed is inferred from what a backend reports or changes.
 PRECISION = {"profile_bleed": "high", "shortfall": "high"}

@@ -338,6 +338,22 @@ class _Unescaped:
         return start, end
 
 
+def _outermost(found: list[tuple[Canary, str, int, int]]) -> list[tuple[Canary, str, int, int]]:
+    """The matches without those inside a longer match of another tenant's canary: `/home/.hermes` (the launch
+    profile's home) found inside `/home/.hermes/profiles/alpha` is alpha's home, not the launch profile's."""
+    kept = []
+    reach: tuple[str, int, int] = ("", -1, 0)  # the tenant, end and length of the furthest-reaching match so far
+    for m in sorted(found, key=lambda m: (m[2], -m[3])):
+        canary, _, start, end = m
+        tenant, reach_end, reach_len = reach
+        if end <= reach_end and end - start < reach_len and canary.tenant != tenant:
+            continue
+        kept.append(m)
+        if end > reach_end:
+            reach = (canary.tenant, end, end - start)
+    return kept
+
+
 class Matcher:
     """Find every canary of the given set in a bytes buffer, in every encoding, in one pass."""
 
@@ -359,6 +375,10 @@ class Matcher:
         self.longest = max(max(map(len, self._patterns), default=0), self._doubles.longest)
         #: No pattern holds SEPARATOR, so no match can cross one: buffers joined by it may share a scan.
         self.separable = not any(SEPARATOR in p for p in self._patterns)
+        #: A canary is a directory of another tenant's path canary (the launch profile's home holds every other
+        #: profile's home): a match of it inside a match of the longer one is the longer one's (`_outermost`).
+        values = {c.value for c in self.canaries}
+        self._nested = any(v.startswith(w + "/") for v in values for w in values if v != w)
         # A DFA scans about twice as fast as the default NFA but costs ~16 KB per pattern to build. That
         # size is also why the DFA only makes the full passes: a short buffer or a window touches a few
         # of its states, scattered over megabytes, and in a busy proxy most of them are out of the cache
@@ -457,6 +477,8 @@ class Matcher:
             for canary, _, s, e in found:
                 spans.setdefault(canary, []).append((s, e))
             found += [m for m in escaped if not any(s < m[3] and m[2] < e for s, e in spans.get(m[0], ()))]
+        if self._nested and len(found) > 1:
+            found = _outermost(found)
         if found and exclude is not None:
             found = [m for m in found if m[0].tenant != exclude]
         if not found:  # the common case (every header line, most bodies): nothing more to build

@@ -199,6 +199,9 @@ def reconcile(
         rec.inspected["log"] += 1
         rec.findings += log.findings
         rec.skip(log.not_inspected)
+    for name, snaps in rec.snapshots.items():  # the positive control of the path check
+        if not any(snapshots.shows_home(s) for s in snaps):
+            rec.reasons.append(f"no env snapshot of {name} shows a HERMES_HOME: a wrong home would not be seen")
     for name, wanted in (expect_snapshots or {}).items():
         got = len(rec.snapshots.get(name, []))
         if got < wanted:

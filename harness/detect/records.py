@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.findings import Finding
-from harness.core.registry import Registry
+from harness.core.registry import Registry, is_path_kind
 from harness.detect import scan
 from harness.detect.matcher import Matcher
 from harness.detect.stream import NotInspected
@@ -108,8 +108,9 @@ def check(record: Record, registry: Registry, matcher: Matcher,
         parts = [(f"env.{k}", f"{k}={v}") for k, v in env.items()]
         parts += [("argv", json.dumps(start.event.get("argv"))), ("cwd", str(start.event.get("cwd")))]
         for part, text in parts:
-            findings += _scan(text, registry, tenant.name, matcher, f"{where}:{part}", "env_leak", "env",
-                              record.service, None, not_inspected)
+            findings += [replace(f, kind="wrong_path") if is_path_kind(f.canary or "") else f for f in _scan(
+                text, registry, tenant.name, matcher, f"{where}:{part}", "env_leak", "env", record.service, None,
+                not_inspected)]
         found += [(start.time, f) for f in findings]
     server = SERVER_NAMES[record.service]
     for line in record.calls():

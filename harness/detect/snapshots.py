@@ -17,7 +17,7 @@ from typing import Any
 
 from harness.core.findings import Finding
 from harness.core.protocol import PROBE_BEGIN, PROBE_END
-from harness.core.registry import Registry, Tenant
+from harness.core.registry import Registry, Tenant, is_path_kind
 from harness.detect.matcher import Matcher
 from harness.detect.tools import call_names
 
@@ -89,7 +89,8 @@ def extract(tenant: Tenant, flow_id: str, body: dict[str, Any]) -> list[EnvSnaps
 
 
 def check(snapshot: EnvSnapshot, registry: Registry, matcher: Matcher, **where: Any) -> list[Finding]:
-    """The tool ran in the tenant's own cwd and saw no other tenant's canary (plain or in the b64 dump)."""
+    """The tool ran in the tenant's own cwd and saw no other tenant's canary (plain or in the b64 dump); another
+    tenant's path (its home, its workdir) in the environment is `wrong_path`."""
     tenant = registry[snapshot.tenant]
     findings = []
     own_dirs = [v for k, v in tenant.canaries.items() if k.startswith("workdir")]
@@ -106,8 +107,14 @@ def check(snapshot: EnvSnapshot, registry: Registry, matcher: Matcher, **where: 
                 continue
             seen.add((hit.tenant, hit.kind))
             findings.append(Finding(
-                "env_leak", hit.tenant, tenant.name, hit.kind, "env", snapshot.location,
+                "wrong_path" if is_path_kind(hit.kind) else "env_leak", hit.tenant, tenant.name, hit.kind, "env",
+                snapshot.location,
                 encoding or hit.encoding, matcher.snippet(data, hit), detail=f"{snapshot.origin} tool subprocess",
                 tool=snapshot.tool, **where,
             ))
     return findings
+
+
+def shows_home(snapshot: EnvSnapshot) -> bool:
+    """The snapshot has a `HERMES_HOME` (what lets the path check see a wrong home at all)."""
+    return any(line.startswith(b"HERMES_HOME=") for line in snapshot.decoded.splitlines())

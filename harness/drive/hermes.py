@@ -19,7 +19,7 @@ from typing import Any
 import yaml
 
 from harness.core.procs import ProcessSet
-from harness.core.registry import Tenant
+from harness.core.registry import Tenant, new_tag
 
 PROVIDER_KEY_ENV = "TENANT_PROVIDER_KEY"
 PROVIDER_ID = "tenantprov"
@@ -87,14 +87,16 @@ def hermetic_env(home: Path, hermes_python: Path, extra: dict[str, str] | None =
 
 @dataclass
 class Sandbox:
-    """The throw-away HOME every Hermes child of one run shares, plus the tenants' terminal cwds."""
+    """The throw-away HOME every Hermes child of one run shares, plus the tenants' terminal cwds. HOME's name
+    holds a random tag, so every tenant's home path is a canary (`home`) that no other text can hold."""
 
     root: Path
     launch: str = "default"
+    tag: str = field(default_factory=new_tag)
 
     @property
     def home(self) -> Path:
-        return self.root / "home"
+        return self.root / f"home-{self.tag}"
 
     @property
     def hermes_root(self) -> Path:

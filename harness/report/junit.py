@@ -15,7 +15,7 @@ INVARIANTS = {
     "own identity at every service": {"wrong_identity"},
     "no foreign canary in requests": {"request_leak", "egress"},
     "no foreign canary in responses": {"response_leak"},
-    "tool env and cwd are its own": {"env_leak", "wrong_cwd"},
+    "tool env and cwd are its own": {"env_leak", "wrong_cwd", "wrong_path"},
     "no foreign canary in its files": {"file_leak"},
     "no secret in logs and streams": {"text_leak"},
     "routes open only to their own key": {"route_auth"},

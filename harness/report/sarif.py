@@ -28,6 +28,7 @@ RULES = {
     "response_leak": "A response carried another tenant's canary.",
     "env_leak": "A tool subprocess saw another tenant's canary in its environment.",
     "wrong_cwd": "A tool subprocess ran in a working directory that is not its tenant's.",
+    "wrong_path": "A tool subprocess's environment names another tenant's home or working directory.",
     "file_leak": "A tenant's files hold another tenant's canary.",
     "text_leak": "A log or RPC stream carried a canary where it must not appear.",
     "egress": "A request went to a host that no tenant owns.",
