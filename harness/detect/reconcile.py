@@ -176,7 +176,8 @@ def reconcile(
         if not home.exists():
             rec.reasons.append(f"home of tenant {name!r} is missing: {home}")
             continue
-        result = scan.scan_tree(home, registry, name, matcher=matcher, limits=limits)
+        others = [h for n, h in (homes or {}).items() if n != name]  # where they are now, not where they ran
+        result = scan.scan_tree(home, registry, name, exclude=others, matcher=matcher, limits=limits)
         rec.findings += [replace(f, tool=f.tool or tool_for_file(f.location)) for f in result.findings]
         rec.inspected["file"] += result.files
         rec.reasons += [f"unreadable file {p}" for p in result.unreadable]
