@@ -50,6 +50,7 @@ class Finding:
     detail: str = ""
     tool: str | None = None  # the tool whose result, arguments or writes carried it, when known
     service: str | None = None  # the tenant's service (other than its provider) whose traffic carried it
+    time: float | None = None  # when the evidence shows it (a flow's start, an RPC frame); None: a file, a log
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
