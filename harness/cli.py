@@ -163,7 +163,7 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--out", type=Path)
 
     bl = sub.add_parser("baseline", help="run a scenario N times and write its findings as a baseline (or --upgrade "
-                                         "a version-1 baseline)")
+                                         "an older baseline)")
     bl.add_argument("--scenario", default="oneshot", choices=sorted(scenarios.SCENARIOS))
     bl.add_argument("--runs", type=int, default=3, help="runs; findings missing from some run are intermittent "
                     "(each entry keeps its rate: seen, runs)")
@@ -172,7 +172,7 @@ def _parser() -> argparse.ArgumentParser:
     bl.add_argument("--evidence", type=Path, help="keep the runs' evidence folders here")
     bl.add_argument("--out", type=Path, help="the baseline file to write (default with --upgrade: in place)")
     bl.add_argument("--upgrade", type=Path, metavar="FILE",
-                    help="convert a version-1 baseline to version 2 instead of running (inexact: prefer regenerating)")
+                    help="convert a version-2 (exact) or version-1 (inexact) baseline to version 3 instead of running")
 
     mx = sub.add_parser("matrix", parents=[fail_on], help="run the audit against several Hermes releases and "
                         "tabulate each finding class per release")
@@ -240,11 +240,18 @@ def _print_findings(findings: list[Finding]) -> None:
 
 
 def _print_result(result: AuditResult) -> None:
+    """One line per new incident (findings.json and report.md have every class and occurrence), then what the
+    baseline knows, why the run is not conclusive, and the verdict."""
     v = result.verdict
-    _print_findings(v.findings)
+    new = [row for row in result.incidents if row.new]
+    for row in new:
+        print(row.line())
+    if v.findings:
+        print(f"{len(v.findings)} new finding(s) in {len(groups(v.findings))} class(es) under {len(new)} "
+              "incident(s): every class and occurrence is in report.md and findings.json")
     if v.known:
-        print(f"known: {len(v.known)} finding(s) in {len(groups(v.known))} class(es) listed in the baseline "
-              "(reported, not failing)")
+        print(f"known: {len(v.known)} finding(s) in {len(groups(v.known))} class(es), "
+              f"{len(result.incidents) - len(new)} incident(s) wholly listed in the baseline (reported, not failing)")
     for reason in v.reasons:
         print(f"inconclusive: {reason}")
     for n in result.not_inspected:
@@ -253,8 +260,8 @@ def _print_result(result: AuditResult) -> None:
     for warning in result.warnings:
         print(f"warning: {warning}")
     control = "; negative control (planted: " + ", ".join(result.plants) + ")" if result.plants else ""
-    print(f"verdict: {v.status} ({len(v.findings)} new in {len(groups(v.findings))} class(es), {len(v.known)} known, "
-          f"{result.inspected.get('flows', 0)} flows{control})")
+    print(f"verdict: {v.status} ({len(new)} new incident(s); {len(v.findings)} new in {len(groups(v.findings))} "
+          f"class(es), {len(v.known)} known, {result.inspected.get('flows', 0)} flows{control})")
     if result.out is not None:
         print(f"evidence: {result.out}")
     if v.findings or v.known:
@@ -485,11 +492,14 @@ def cmd_selftest(a: argparse.Namespace) -> int:
 def cmd_baseline(a: argparse.Namespace) -> int:
     if a.upgrade is not None:
         dest = a.out or a.upgrade
+        old = baseline.load(a.upgrade).version
         written, dropped = baseline.upgrade(a.upgrade, dest)
-        print(f"wrote {dest}: {written} entries (version {baseline.VERSION})"
-              + (f", {dropped} dropped (their example names no direction)" if dropped else ""))
-        print("tenancy-audit: an upgraded entry keeps only its example's direction; regenerate the baseline "
-              "(tenancy-audit baseline --scenario S --runs N --out FILE) for an exact one", file=sys.stderr)
+        print(f"wrote {dest}: {written} entries (version {baseline.VERSION}, from version {old})"
+              + (f", {dropped} dropped (no direction named, or malformed)" if dropped else ""))
+        if old == 1:
+            print("tenancy-audit: an entry upgraded from version 1 keeps only its example's direction; regenerate "
+                  "the baseline (tenancy-audit baseline --scenario S --runs N --out FILE) for an exact one",
+                  file=sys.stderr)
         return 0
     if a.out is None:
         raise UsageError("baseline: pass --out FILE (or --upgrade FILE)")

@@ -286,7 +286,7 @@ def test_a_baseline_keeps_each_entrys_rate_and_intermittent_still_means_k_lt_n(t
     assert (by_kind["request_leak"]["seen"], by_kind["request_leak"]["runs"]) == (3, 3)
     assert by_kind["request_leak"]["intermittent"] is False
     assert (by_kind["env_leak"]["seen"], by_kind["env_leak"]["intermittent"]) == (2, True)
-    assert load(tmp_path / "b.json").version == 2
+    assert load(tmp_path / "b.json").version == 3
 
 
 # --- bad input through the CLI ------------------------------------------------------------------------------

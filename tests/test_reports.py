@@ -113,7 +113,7 @@ def test_sarif_is_valid_and_points_into_the_evidence_folder(audit):
     results = run["results"]
     findings = result.verdict.findings + result.verdict.known
     assert [r["ruleId"] for r in results] == [f"{f.kind}/{severity(f)}" for f in findings]
-    assert [r["partialFingerprints"]["tenancyFingerprint/v2"] for r in results] == [f.fingerprint() for f in findings]
+    assert [r["partialFingerprints"]["tenancyFingerprint/v3"] for r in results] == [f.fingerprint() for f in findings]
     phys = [r["locations"][0]["physicalLocation"] for r in results]
     assert [p["artifactLocation"]["uri"] for p in phys] == [
         "flows.mitm", "flows.mitm", "sandbox/home/.hermes/profiles/alpha/memories/MEMORY.md",

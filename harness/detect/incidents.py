@@ -120,7 +120,8 @@ class Incident:
 
     @property
     def scenarios(self) -> list[str]:
-        return list(dict.fromkeys(f.scenario for f in self.findings if f.scenario))
+        """The scenarios it crossed in, in order."""
+        return list(dict.fromkeys(f.scenario for f in self.crossings if f.scenario))
 
     def summary(self) -> dict[str, Any]:
         """The incident as `findings.json` lists it: its first hop, reach and classes (fingerprint ->
