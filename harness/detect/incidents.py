@@ -106,8 +106,14 @@ class Incident:
         return list(dict.fromkeys(f.kind for f in self.crossings))
 
     @property
+    def worst(self) -> Finding:
+        """Its most severe crossing (the earliest of them): what crossed at its worst."""
+        return min(self.crossings, key=lambda f: rank(severity(f)))
+
+    @property
     def severity(self) -> str:
-        return min((severity(f) for f in self.findings), key=rank)
+        """How bad what crossed is: its most severe crossing's severity."""
+        return severity(self.worst)
 
     @property
     def canaries(self) -> list[str]:

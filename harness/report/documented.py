@@ -54,7 +54,8 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F1": (Clause(("provider",), ("wrong_key", "wrong_model"), direction="launch -> other"),),
     "F2": (Clause(("tool terminal",), ("wrong_cwd",)), Clause(("tool terminal",), scenarios=("gateway",)),
            Clause(("request",), ("request_leak",), ("workdir*",))),
-    "F3": (Clause(("rpc",), ("profile_bleed", "text_leak")),),
+    "F3": (Clause(("rpc",), ("profile_bleed",)),
+           Clause(("rpc",), ("text_leak",), ("model", "profile_name"), direction="launch -> other")),
     "F4": (Clause(("route",), ("route_auth",)),),
     "F5": (Clause(("file logs/*", "file state.db*"), ("file_leak",), direction="other -> launch"),),
     "F6": (Clause(("shortfall",), phases=("cron",)),),
@@ -62,7 +63,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
            Clause(("file .env", "file config.yaml"), ("file_leak",), direction="other -> launch")),
     "F8": (Clause(("tool session_search",)),),
     "F9": (Clause(("tool process",)),),
-    "F10": (Clause(("tool terminal",), ("env_leak",), ("tui", "serve")),),
+    "F10": (Clause(("tool terminal",), ("env_leak",), scenarios=("tui", "serve")),),
     "F11": (Clause(("service mcp", "service mcp_stdio", "tool mcp__*")),),
     "F12": (Clause(("service memory",), ("wrong_key", "wrong_identity"), direction="launch -> other"),),
     "F13": (Clause(("service web", "tool web_*")),),
@@ -71,8 +72,8 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
 
 
 def text(number: str) -> str:
-    """An F-number's signature as docs/hermes-findings.md writes it: its clauses, `|` between them."""
-    return " | ".join(c.text() for c in SIGNATURES[number])
+    """An F-number's signature as docs/hermes-findings.md writes it: each clause in backticks, `or` between them."""
+    return " or ".join(f"`{c.text()}`" for c in SIGNATURES[number])
 
 
 def documented(incident: Incident) -> list[str]:

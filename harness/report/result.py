@@ -100,6 +100,11 @@ class IncidentRow:
     def spread(self) -> str:
         return ", ".join(f"{ch} {n}" for ch, n in spread_counts(self.incident.spread).items()) or "none"
 
+    def classes(self) -> list[tuple[str, Group]]:
+        """Its finding classes, the most severe first, each a `crossing` or `spread` class (as its first one is)."""
+        crossing = {id(f) for f in self.incident.crossings}
+        return [("crossing" if id(g.first) in crossing else "spread", g) for g in groups(self.incident.findings)]
+
     def line(self) -> str:
         """The incident on one line: severity, F-numbers (or new), victim -> recipient, entry point, the first
         hop's kind, scenario/phase and location, how many canary kinds, how far it spread."""
@@ -181,7 +186,9 @@ def summary_table(result: AuditResult) -> str:
     v = result.verdict
     lines += coverage_lines(result.coverage)
     lines += coverage_lines(result.services, "services")
-    return "\n".join([*lines, f"verdict {v.status}: {len(v.findings)} new, {len(v.known)} known finding(s)"])
+    incidents = sum(row.new for row in result.incidents)
+    return "\n".join([*lines, f"verdict {v.status}: {incidents} new incident(s); {len(v.findings)} new, "
+                              f"{len(v.known)} known finding(s)"])
 
 
 #: The statuses of the coverage tables, as the reports name them (a service a release lacks: `n/a: <why>`).
