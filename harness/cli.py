@@ -339,20 +339,21 @@ MATRIX_EXIT = {"clean": EXIT_CLEAN, "leak": EXIT_LEAK, "inconclusive": EXIT_INCO
 
 
 def _print_matrix(doc: dict[str, Any], fail_on: str) -> int:
-    """One line per finding class (`seen k/N ...` per release; an n/a's reason is in matrix.md), the verdict;
-    returns the exit code."""
+    """One line per incident (`seen k/N ...` per release; an n/a's reason, and every finding class, are in
+    matrix.md), the verdict; returns the exit code."""
     releases = doc["plan"]["releases"]
 
     def text(cell: dict[str, Any]) -> str:
         return NA if cell["state"] == NA else cell_text(cell)
 
-    for row in doc["rows"]:
+    for row in doc["incidents"]:
         where = f"{row['scenario']}/{row['phase']}" if row["scenario"] else "-"
         cells = "; ".join(f"{r}: {text(row['cells'][r])}" if len(releases) > 1 else text(row["cells"][r])
                           for r in releases)
-        print(f"{row['severity']:<8} {row['kind']}: {row['victim'] or '-'} -> {row['seen_in'] or '-'} "
-              f"{row['canary'] or '-'} ({row['channel']}) {where}: {cells} [{row['fingerprint']}]")
-    print(f"verdict: {doc['status']} ({len(doc['rows'])} class(es) over {len(doc['cells'])} run(s))")
+        print(f"{row['severity']:<8} {','.join(row['documented']) or 'new':<7} {row['audit']} {row['entry']}: "
+              f"{row['kinds'][0]} {row['victim'] or '-'} -> {row['seen_in'] or '-'} at {where}: {cells} [{row['id']}]")
+    print(f"verdict: {doc['status']} ({len(doc['incidents'])} incident(s), {len(doc['rows'])} class(es) over "
+          f"{len(doc['cells'])} run(s); every class is in matrix.md)")
     return _failing(MATRIX_EXIT[doc["status"]], fail_on)
 
 
