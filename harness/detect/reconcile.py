@@ -113,10 +113,12 @@ def _flow_phase(flow: http.HTTPFlow, phases: list[Phase]) -> Phase | None:
 
 
 def _tag(findings: list[Finding], phase: Phase | None, when: float) -> list[Finding]:
-    """The findings labelled with the phase they happened in and stamped with when (the order incidents need)."""
-    if phase is not None:
-        findings = [f.labelled(phase.scenario, phase.name) for f in findings]
-    return [replace(f, time=when) for f in findings]
+    """The findings labelled with the phase they happened in (where they have none) and stamped with when (the
+    order incidents need)."""
+    if phase is None:
+        return [replace(f, time=when) for f in findings]
+    return [replace(f, scenario=f.scenario or phase.scenario, phase=f.phase or phase.name, time=when)
+            for f in findings]
 
 
 def reconcile(
