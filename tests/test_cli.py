@@ -299,6 +299,30 @@ def test_two_tools_that_leak_the_same_data_in_the_same_phase_are_two_incidents(t
     assert len({f.fingerprint_v2() for f in found}) == 1 and len({f.fingerprint() for f in found}) == 2
 
 
+def test_reconcile_of_a_folder_gives_the_same_incidents_every_time(two_tools):
+    record = run_module.read_record(two_tools)
+    first, again = (run_module.evaluate(two_tools, record, None).to_dict() for _ in range(2))
+    assert first["incidents"] == again["incidents"] and first["findings"] == again["findings"]
+    assert len(first["incidents"]) == 2
+
+
+def test_upgrading_a_v2_baseline_keeps_each_entrys_tool_and_service_and_drops_a_malformed_one(tmp_path):
+    tooled = Finding("request_leak", "default", "alpha", "memory", "request", "x", scenario="tui", phase="turns",
+                     tool="process")
+    plain = Finding("wrong_key", "default", "alpha", "key", "request", "x", scenario="tui", phase="turns")
+    older = {k: v for k, v in baseline.entry_of(plain).items() if k not in ("tool", "service")}  # before they were kept
+    entries = [{**baseline.entry_of(tooled), "fingerprint": tooled.fingerprint_v2()},
+               {**older, "fingerprint": plain.fingerprint_v2()}, {"fingerprint": "0" * 16, "kind": "bogus"}]
+    (tmp_path / "b2.json").write_text(json.dumps({"version": 2, "entries": entries}))
+    assert baseline.upgrade(tmp_path / "b2.json", tmp_path / "b3.json") == (2, 1)
+    up = baseline.load(tmp_path / "b3.json")
+    assert up.version == 3 and set(up.entries) == {tooled.fingerprint(), plain.fingerprint()}
+    assert up.entries[tooled.fingerprint()]["tool"] == "process" and "upgraded from version 2 (exact)" in \
+        json.loads((tmp_path / "b3.json").read_text())["note"]
+    with pytest.raises(baseline.BaselineError, match="already version 3"):
+        baseline.upgrade(tmp_path / "b3.json", tmp_path / "b4.json")
+
+
 def test_a_baseline_of_one_tools_incident_reports_the_other_tools_as_new(tmp_path, two_tools):
     _, doc = reconcile_json(tmp_path, str(two_tools))
     searched = [Finding.from_dict(f) for f in doc["findings"] if f["tool"] == "session_search"]

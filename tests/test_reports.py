@@ -218,7 +218,7 @@ def test_markdown_is_one_row_per_class_with_occurrences_folded(audit):
     incidents, rows = rows[:6], rows[6:]
     assert [r.split(" | ")[1:3] for r in incidents] == [[row.label, "failing" if row.new else "known"]
                                                         for row in result.incidents]
-    assert "| high | new | failing | default -> alpha | `request` | request_leak at oneshot/turns, " in md
+    assert "| high | new | failing | default → alpha | `request` | request_leak at oneshot/turns, " in md
     assert "| request 1, file 2, log 1 |" in md
     assert len(rows) == 8 == len(groups(result.verdict.findings)) + 1  # request_leak x2 and file_leak x2: a class
     assert rows[0].startswith("| critical | [text_leak]")  # each, the known class; the worst first

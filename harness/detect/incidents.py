@@ -155,17 +155,21 @@ def _order(f: Finding) -> tuple[Any, ...]:
     """Evidence order: time, crossings before copies at the same moment, then the finding itself (a total order,
     so the input's order never matters)."""
     return (_when(f), f.kind in COPIES, f.location, f.kind, f.victim or "", f.seen_in or "", f.canary or "",
-            f.channel, f.encoding or "", f.tool or "", f.service or "")
+            f.channel, f.encoding or "", f.tool or "", f.service or "", f.scenario or "", f.phase or "", f.detail,
+            f.evidence)
+
+
+def _late(f: Finding) -> bool:
+    """A copy judged once every timed crossing is known: read at the end, or relayed before the provider saw it."""
+    return f.kind in COPIES and (f.channel in _AT_END or f.channel == "rpc")
 
 
 def build(findings: Iterable[Finding]) -> list[Incident]:
     """The incidents of a run's findings, in the order of their first hops."""
     found = sorted(findings, key=_order)
-    late = [f for f in found if f.kind in COPIES and f.channel in (*_AT_END, "rpc")]
-    early = [f for f in found if not (f.kind in COPIES and f.channel in (*_AT_END, "rpc"))]
     incidents: dict[str, Incident] = {}
     crossed: dict[tuple[str | None, str | None, str | None], list[tuple[Finding, Incident]]] = {}
-    for f in early + late:  # the copies read at the end, or relayed early, once every timed crossing is known
+    for f in [f for f in found if not _late(f)] + [f for f in found if _late(f)]:
         source = next((inc for c, inc in crossed.get(_source(f), ()) if explains(c, f)), None)
         if source is not None:
             source.spread.append(f)

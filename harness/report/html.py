@@ -140,7 +140,7 @@ def _incidents(result: AuditResult) -> str:
         rows.append(f'<tr class="{"new" if row.new else "known"}" data-incident="{i.id}" data-severity="{i.severity}" '
                     f'data-new="{str(row.new).lower()}" data-documented="{escape(row.label)}">'
                     f'<td class="sev {i.severity}">{i.severity}</td><td>{escape(row.label)}</td>'
-                    f"<td>{escape(row.direction()).replace('-&gt;', '&rarr;')}</td>"
+                    f"<td>{escape(row.direction('→'))}</td>"
                     f"<td><code>{escape(i.entry)}</code></td><td>{escape(f.kind)} at {escape(where)}"
                     f"<div><code>{escape(f.location)}</code></div>{evidence}</td>"
                     f"<td>{len(i.canaries)}</td><td>{escape(row.spread())}{_incident_details(row)}</td>"

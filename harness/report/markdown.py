@@ -65,9 +65,10 @@ def _incidents(rows: list[IncidentRow]) -> list[str]:
     for row in rows:
         i, f = row.incident, row.incident.first
         where = f"{f.scenario}/{f.phase}" if f.scenario else "-"
-        lines.append(f"| {i.severity} | {row.label} | {'failing' if row.new else 'known'} | {_cell(row.direction())} | "
-                     f"`{_cell(i.entry)}` | {f.kind} at {_cell(where)}, {_code(f.location)} | {len(i.canaries)} | "
-                     f"{_cell(row.spread())} | `{i.id}` |")
+        status = "failing" if row.new else "known"
+        lines.append(f"| {i.severity} | {row.label} | {status} | {_cell(row.direction('→'))} | `{_cell(i.entry)}` | "
+                     f"{f.kind} at {_cell(where)}, {_code(f.location)} | {len(i.canaries)} | {_cell(row.spread())} "
+                     f"| `{i.id}` |")
     lines.append("")
     for row in rows:
         i = row.incident

@@ -92,10 +92,10 @@ class IncidentRow:
     def label(self) -> str:
         return ",".join(self.documented) or "new"
 
-    def direction(self) -> str:
+    def direction(self, arrow: str = "->") -> str:
         """The first hop's victim -> recipient, and how many more directions crossed the same way."""
         f, more = self.incident.first, len(self.incident.directions) - 1
-        return f"{f.victim or '-'} -> {f.seen_in or '-'}" + (f" (+{more})" if more else "")
+        return f"{f.victim or '-'} {arrow} {f.seen_in or '-'}" + (f" (+{more})" if more else "")
 
     def spread(self) -> str:
         return ", ".join(f"{ch} {n}" for ch, n in spread_counts(self.incident.spread).items()) or "none"
