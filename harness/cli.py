@@ -494,12 +494,17 @@ def cmd_baseline(a: argparse.Namespace) -> int:
     if a.upgrade is not None:
         dest = a.out or a.upgrade
         old = baseline.load(a.upgrade).version
-        written, dropped = baseline.upgrade(a.upgrade, dest)
-        print(f"wrote {dest}: {written} entries (version {baseline.VERSION}, from version {old})"
-              + (f", {dropped} dropped (no direction named, or malformed)" if dropped else ""))
+        done = baseline.upgrade(a.upgrade, dest)
+        print(f"wrote {dest}: {done.written} entries (version {baseline.VERSION}, from version {old})"
+              + (f", {done.dropped} dropped (no direction named, or malformed)" if done.dropped else ""))
+        regenerate = ("regenerate the baseline (tenancy-audit baseline --scenario S --runs N --out FILE) for an "
+                      "exact one")
         if old == 1:
-            print("tenancy-audit: an entry upgraded from version 1 keeps only its example's direction; regenerate "
-                  "the baseline (tenancy-audit baseline --scenario S --runs N --out FILE) for an exact one",
+            print(f"tenancy-audit: an entry upgraded from version 1 keeps only its example's direction; {regenerate}",
+                  file=sys.stderr)
+        if done.untooled:
+            print(f"tenancy-audit: {done.untooled} entries name no tool or service (written before baselines kept "
+                  f"them) and are taken to have none, so a class that had one is new now; {regenerate}",
                   file=sys.stderr)
         return 0
     if a.out is None:

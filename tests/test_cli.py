@@ -314,11 +314,13 @@ def test_upgrading_a_v2_baseline_keeps_each_entrys_tool_and_service_and_drops_a_
     entries = [{**baseline.entry_of(tooled), "fingerprint": tooled.fingerprint_v2()},
                {**older, "fingerprint": plain.fingerprint_v2()}, {"fingerprint": "0" * 16, "kind": "bogus"}]
     (tmp_path / "b2.json").write_text(json.dumps({"version": 2, "entries": entries}))
-    assert baseline.upgrade(tmp_path / "b2.json", tmp_path / "b3.json") == (2, 1)
+    assert baseline.upgrade(tmp_path / "b2.json", tmp_path / "b3.json") == baseline.Upgrade(2, 1, 1)
     up = baseline.load(tmp_path / "b3.json")
     assert up.version == 3 and set(up.entries) == {tooled.fingerprint(), plain.fingerprint()}
-    assert up.entries[tooled.fingerprint()]["tool"] == "process" and "upgraded from version 2 (exact)" in \
+    assert up.entries[tooled.fingerprint()]["tool"] == "process" and "upgraded from version 2 (inexact" in \
         json.loads((tmp_path / "b3.json").read_text())["note"]
+    done = cli_run(tmp_path, "baseline", "--upgrade", str(tmp_path / "b2.json"), "--out", str(tmp_path / "b5.json"))
+    assert done.returncode == 0 and "1 entries name no tool or service" in done.stderr, done
     with pytest.raises(baseline.BaselineError, match="already version 3"):
         baseline.upgrade(tmp_path / "b3.json", tmp_path / "b4.json")
 

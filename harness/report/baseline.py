@@ -141,24 +141,35 @@ def _class_of(entry: dict[str, Any], version: int) -> Finding | None:
         return None
 
 
-def upgrade(src: Path, dest: Path) -> tuple[int, int]:
+@dataclass
+class Upgrade:
+    """What `upgrade` wrote: `written` entries; `dropped` ones (a version-1 example naming no direction, a
+    malformed entry); `untooled` version-2 entries that name no tool or service field at all (written before
+    entries kept them), taken to have none: exact only if their class had none."""
+
+    written: int
+    dropped: int
+    untooled: int
+
+
+def upgrade(src: Path, dest: Path) -> Upgrade:
     """Convert a version-1 or version-2 baseline to version 3. From version 2 it is exact: each entry keeps its
-    class and the service and tool it names (none when it names none). From version 1 it is inexact by nature (an
-    entry stood for every direction; only its example's is kept): regenerating is better. Returns (entries
-    written, version-1 entries dropped: a version-1 example that names no direction, a malformed entry)."""
+    class and the service and tool it names. From version 1 it is inexact by nature (an entry stood for every
+    direction; only its example's is kept): regenerating is better."""
     base = load(src)
     if base.version == VERSION:
         raise BaselineError(f"baseline: {src} is already version {VERSION}")
-    entries, dropped = [], 0
+    entries, dropped, untooled = [], 0, 0
     for entry in base.entries.values():
         f = _class_of(entry, base.version)
         if f is None:
             dropped += 1
             continue
+        untooled += base.version == 2 and not {"tool", "service"} <= set(entry)
         kept = {k: entry[k] for k in ("example", "seen", "runs") if k in entry}
         entries.append({**entry_of(f), **kept, "intermittent": bool(entry.get("intermittent"))})
     doc = json.loads(Path(src).read_text(encoding="utf-8"))
-    how = "one direction per entry: regenerate for an exact one" if base.version == 1 else "exact"
+    how = "exact" if base.version == 2 and not untooled else "inexact: regenerate for an exact one"
     note = f"{doc.get('note', '')}; upgraded from version {base.version} ({how})"
     _save(dest, entries, note.lstrip("; "))
-    return len(entries), dropped
+    return Upgrade(len(entries), dropped, untooled)
