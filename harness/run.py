@@ -395,7 +395,8 @@ def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None,
     found = [f if f.scenario else replace(f, scenario=scenario, phase=f.phase or "end") for f in rec.findings + live]
     reasons = [*record.get("reasons", []), *rec.reasons]
     findings, known, fixed = found, [], []
-    warnings = []
+    warnings = [f"service {name} was not audited, {state}" for name, state in (record.get("services") or {}).items()
+                if state != "on"]
     if base is not None:
         ran = {(ph.scenario, ph.name) for ph in phases} | {(scenario, "end")}  # files: at the end
         findings, known, fixed = baselines.split(found, base, ran)

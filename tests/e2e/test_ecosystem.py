@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -164,9 +165,9 @@ def test_export_har_and_flows_hold_no_canary(planted, tmp_path, capsys):
     for e in entries:
         assert {"startedDateTime", "time", "request", "response", "cache", "timings"} <= set(e)
         assert {"method", "url", "httpVersion", "cookies", "headers", "queryString"} <= set(e["request"])
-        for h in e["request"]["headers"]:
-            if h["name"].lower() == "authorization":
-                assert h["value"] in ("Bearer <default:key>", "Bearer <alpha:key>", "<redacted>"), h["value"]
+        for h in e["request"]["headers"]:  # every credential header: a placeholder of a secret kind
+            if h["name"].lower() in ("authorization", "x-api-key", "api-key"):
+                assert re.fullmatch(r"(Bearer )?<(default|alpha):\w*key>|<redacted>", h["value"]), h["value"]
     assert sum(1 for e in entries if e.get("comment", "").startswith("tenancy: ")) == sum(
         1 for e in entries if e["_tenancy"]["flagged"]) > 0
     redacted, _ = read_flows(mitm_path)
