@@ -91,18 +91,18 @@ def layer_starts(window: bytes, *, top: bool, min_bytes: int) -> list[Start]:
     `min_bytes`: the fewest bytes a run must decode to (no layer shorter than a canary can hold one)."""
     # Runs are text: not looked for in binary data (NUL bytes in its first 4 KiB: raw SQLite pages, archives,
     # compressed or random bytes, whose text is scanned where it is decoded, as a cell, a member or a stream);
-    # a wrapped block not in a window with no line break either (memchr: most SQLite cells).
+    # a wrapped block not in a window with no line break, real or escaped, either (memchr: most SQLite cells).
     text = window.count(0, 0, 4096) < 4
     starts, escapes = _magic_starts(window, text)
     starts += _json_strings(window, escapes)
     if text:
-        if b"\n" in window:
+        if b"\n" in window or b"\\" in window:
             starts += _wrapped_blocks(window)
         if len(window) >= min_bytes:
             starts += _runs(window, min_bytes)
             if b"%" in window:
                 starts += _url_runs(window, min_bytes)
-    if top and not any(s.pos == 0 for s in starts):
+    if top and not any(s.pos == 0 and s.codec not in codecs.TEXT for s in starts):  # no magic number says what it is
         starts += [Start(0, codec, 1, BARE) for codec in _headerless(window)]
     if len(starts) < 2:
         return starts
@@ -242,10 +242,10 @@ def _wrapped_blocks(window: bytes) -> list[Start]:
     for pos, end in _breaks(window):
         if pos <= block_end:
             continue
-        line_start = _line_start(window, pos)
-        if line_start is None:
+        line = _line(window, pos)
+        if line is None:
             continue
-        starts.append(Start(_block_start(window, line_start), "base64", end, MAGIC))
+        starts.append(Start(_block_start(window, *line), "base64", end, MAGIC))
         m = codecs.B64_BLOCK.match(window, pos)
         block_end = m.end() if m else pos
     return starts
@@ -267,9 +267,10 @@ def _breaks(window: bytes) -> list[tuple[int, int]]:
     return sorted(out)
 
 
-def _line_start(window: bytes, brk: int) -> int | None:
-    """Where the line ending at the break `brk` starts, if it is MIN_LINE to LINE_LOOKBACK base64
-    characters (`brk` is the break's LF or the backslash of its `\\n`; a CR or `\\r` before it is skipped)."""
+def _line(window: bytes, brk: int) -> tuple[int, int] | None:
+    """Where the line ending at the break `brk` starts, and its length, if it is MIN_LINE to LINE_LOOKBACK
+    base64 characters (`brk` is the break's LF or the backslash of its `\\n`; a CR or `\\r` before it is
+    skipped)."""
     end = brk
     while end > 0 and window[end - 1] in b"\r\\":  # the CR of CRLF, or backslashes of a nested `\\n`
         end -= 1
@@ -282,12 +283,13 @@ def _line_start(window: bytes, brk: int) -> int | None:
         start -= 1
     if start == lo and lo > 0:
         return None  # longer than any wrapped line: not a line of a wrapped block
-    return start if end - start >= MIN_LINE else None
+    return (start, end - start) if end - start >= MIN_LINE else None
 
 
-def _block_start(window: bytes, line_start: int) -> int:
+def _block_start(window: bytes, line_start: int, width: int) -> int:
     """The block's first character: walk back over the lines before `line_start` while each is a whole
-    line of base64 characters (the one before an empty line, or text, is not part of the block)."""
+    line of `width` base64 characters, as an encoder wraps them (the one before an empty line, a shorter
+    or longer line, or text, is not part of the block)."""
     while True:
         m = _BREAK_BEFORE.search(window, max(0, line_start - 8), line_start)
         if m is None:
@@ -299,8 +301,8 @@ def _block_start(window: bytes, line_start: int) -> int:
             start += 1  # the letter of an escaped break (`\\n`) before the line: the line starts after it
         elif start > 0 and window[start - 1] not in _BLOCK_OPENERS:
             return line_start  # the line starts in the middle of text
-        if start >= m.start():
-            return line_start  # an empty line
+        if m.start() - start != width:
+            return line_start  # an empty line, or one of another width: not the block's
         line_start = start
 
 

@@ -1,0 +1,322 @@
+"""Composition by construction: a canary inside any chain of up to three supported layers, in any order, is
+found in a buffer, a file, an HTTP body and a saved flow file; the same chain around a near miss (one
+character changed, the tail cut) gives nothing.
+
+Property-based (hypothesis, derandomized: the same examples on every run): a random canary of a minted
+registry at a random offset in random bytes, inside a random chain of layers with random parameters (base64
+alphabet and wrap width and line break, hex case, percent-encoding style, chunk size, zip method), in a
+random line of text. `test_every_pair_of_layers` is the hand-written table: every ordered pair, always.
+"""
+
+from __future__ import annotations
+
+import base64
+import bz2
+import gzip
+import io
+import json
+import lzma
+import os
+import sqlite3
+import tarfile
+import tempfile
+import urllib.parse
+import zipfile
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+import brotli
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mitmproxy import http
+from mitmproxy import io as mitmio
+from mitmproxy.test import tflow
+
+from harness.core.registry import TAG_MARKER, Registry, mint
+from harness.detect.flows import inspect_flow
+from harness.detect.matcher import Matcher, matcher_for
+from harness.detect.reconcile import read_flows
+from harness.detect.stream import NotInspected, scan_bytes, scan_file
+
+try:
+    from compression import zstd  # type: ignore[import-not-found]
+except ImportError:
+    from backports import zstd
+
+VICTIM = "bob"
+#: Every example of every test is the same on every run; the whole file takes well under a minute.
+SETTINGS = settings(derandomize=True, max_examples=150, deadline=timedelta(seconds=10),
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# -- the layers -------------------------------------------------------------------------------------------
+
+
+def _deflate(data: bytes) -> bytes:
+    c = zlib.compressobj(wbits=-15)
+    return c.compress(data) + c.flush()
+
+
+def _chunked(data: bytes, size: int) -> bytes:
+    return b"".join(b"%x\r\n%s\r\n" % (len(data[i : i + size]), data[i : i + size])
+                    for i in range(0, len(data), size)) + b"0\r\n\r\n"
+
+
+def _zip(data: bytes, method: int) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", method) as zf:
+        zf.writestr("notes/member.txt", data)
+    return buf.getvalue()
+
+
+def _tar(data: bytes) -> bytes:
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tf:
+        info = tarfile.TarInfo("home/member.txt")
+        info.size = len(data)
+        tf.addfile(info, io.BytesIO(data))
+    return buf.getvalue()
+
+
+def _sqlite(data: bytes) -> bytes:
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "state.db"
+        conn = sqlite3.connect(db)
+        conn.execute("CREATE TABLE messages (id INTEGER PRIMARY KEY, content BLOB)")
+        conn.execute("INSERT INTO messages (content) VALUES (?)", (data,))
+        conn.commit()
+        conn.close()
+        return db.read_bytes()
+
+
+def _base64(data: bytes, urlsafe: bool, width: int | None, brk: bytes) -> bytes:
+    text = (base64.urlsafe_b64encode if urlsafe else base64.b64encode)(data)
+    return text if width is None else brk.join(text[i : i + width] for i in range(0, len(text), width))
+
+
+def _url(data: bytes, style: str) -> bytes:
+    if style == "quote":
+        return urllib.parse.quote_from_bytes(data, safe="").encode()
+    if style == "plus":
+        return urllib.parse.quote_plus(data).encode()
+    return "".join(f"%{b:02X}" for b in data).encode()
+
+
+@dataclass(frozen=True)
+class Layer:
+    """One layer of a chain: a supported kind and the parameters it was drawn with."""
+
+    kind: str
+    params: tuple[object, ...]
+    encode: Callable[[bytes], bytes] = field(compare=False, repr=False)
+
+    def __repr__(self) -> str:
+        return self.kind + (repr(self.params) if self.params else "")
+
+
+#: Layers whose stream has no magic number: found where a stream (a file, a decoded layer, a member) starts.
+AT_A_START = frozenset({"deflate", "lzma", "br", "chunked", "sqlite"})
+FIXED: dict[str, Callable[[bytes], bytes]] = {
+    "gzip": gzip.compress,
+    "zlib": zlib.compress,
+    "deflate": _deflate,
+    "xz": lzma.compress,
+    "lzma": lambda d: lzma.compress(d, format=lzma.FORMAT_ALONE),
+    "bz2": bz2.compress,
+    "zstd": zstd.compress,
+    "br": brotli.compress,
+    "json": lambda d: json.dumps(d.decode("latin-1")).encode(),  # binary data written as a JSON string
+    "tar": _tar,
+    "sqlite": _sqlite,
+}
+KINDS = sorted([*FIXED, "base64", "hex", "url", "chunked", "zip"])
+
+
+@st.composite
+def layers(draw: st.DrawFn, anywhere: bool = False) -> Layer:
+    """A layer of any kind (`anywhere`: of a kind found anywhere in a stream, not only at its start)."""
+    kind = draw(st.sampled_from([k for k in KINDS if not anywhere or k not in AT_A_START]))
+    if kind in FIXED:
+        return Layer(kind, (), FIXED[kind])
+    if kind == "base64":
+        urlsafe = draw(st.booleans())
+        width = draw(st.none() | st.integers(16, 120))
+        brk = draw(st.sampled_from([b"\n", b"\r\n", b"\\n"]))
+        return Layer(kind, (urlsafe, width, brk), lambda d: _base64(d, urlsafe, width, brk))
+    if kind == "hex":
+        upper = draw(st.booleans())
+        return Layer(kind, (upper,), lambda d: d.hex().upper().encode() if upper else d.hex().encode())
+    if kind == "url":
+        style = draw(st.sampled_from(["quote", "plus", "every byte"]))
+        return Layer(kind, (style,), lambda d: _url(d, style))
+    if kind == "chunked":
+        size = draw(st.integers(1, 64))
+        return Layer(kind, (size,), lambda d: _chunked(d, size))
+    method = draw(st.sampled_from([zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED]))
+    return Layer(kind, (method,), lambda d: _zip(d, method))
+
+
+#: A line of a log: printable text (no byte of it is a base64 character next to the layer: a separator is).
+TEXT = st.binary(max_size=80).map(lambda b: bytes(0x20 + c % 95 for c in b))
+SEPARATORS = st.sampled_from([b" ", b"\n", b'"', b"=", b": ", b",", b"\t"])
+
+
+@dataclass(frozen=True)
+class Plant:
+    """A canary (or a near miss) at a random offset in random bytes, inside a chain of layers (outermost first),
+    in a line of text when the outermost layer can be found anywhere."""
+
+    chain: tuple[Layer, ...]
+    before: bytes
+    after: bytes
+    line: tuple[bytes, bytes]
+
+    def wrap(self, value: str) -> bytes:
+        data = self.before + value.encode() + self.after
+        for layer in reversed(self.chain):
+            data = layer.encode(data)
+        if self.chain[0].kind in AT_A_START:
+            return data
+        return self.line[0] + data + self.line[1]
+
+
+@st.composite
+def plants(draw: st.DrawFn, min_layers: int = 1, anywhere: bool = False) -> Plant:
+    """A plant in a chain of `min_layers` to 3 layers (`anywhere`: the outermost is found anywhere in a
+    stream, as in an HTTP body, whose own encoding its headers name)."""
+    chain = (draw(layers(anywhere)), *draw(st.lists(layers(), min_size=min_layers - 1, max_size=2)))
+    before = draw(st.binary(max_size=200))
+    after = draw(st.binary(max_size=40))
+    line = (draw(TEXT) + draw(SEPARATORS), draw(SEPARATORS) + draw(TEXT))
+    return Plant(chain, before, after, line)
+
+
+# -- the registry -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def registry(tmp_path_factory: pytest.TempPathFactory) -> Registry:
+    names = ["alice", "bob", "carol"]
+    reg = mint(names, tmp_path_factory.mktemp("reg") / "work", {n: {"host": f"{n}.llm.test"} for n in names})
+    for t in reg:
+        tag = t.key.rsplit("-", 1)[1]
+        reg.add_canary(t.name, "share_link", f"https://share.test/{t.name}/{tag}?a=1&b=~x y+z")
+    return reg
+
+
+@pytest.fixture(scope="module")
+def m(registry: Registry) -> Matcher:
+    return matcher_for(registry)
+
+
+CANARY_KINDS = st.sampled_from(["key", "model", "api_server_key", "memory", "workdir", "share_link"])
+
+
+def canary(registry: Registry, kind: str) -> str:
+    value = registry[VICTIM].all_canaries()[kind]
+    assert TAG_MARKER in value
+    return value
+
+
+def near_miss(value: str, draw: st.DrawFn) -> str:
+    """`value` with one character changed, or its tail cut."""
+    if draw(st.booleans()):
+        return value[: len(value) - draw(st.integers(1, 6))]
+    i = draw(st.integers(0, len(value) - 1))
+    return value[:i] + ("x" if value[i] != "x" else "y") + value[i + 1 :]
+
+
+def found(hits: list, kind: str) -> bool:
+    return (VICTIM, kind) in {(h.tenant, h.kind) for h in hits}
+
+
+def cut(entries: list[NotInspected]) -> list[NotInspected]:
+    """The entries a limit made (depth, size, time): none for three layers. (A database that cannot be read,
+    such as a fragment of one seen in another's raw pages, is listed too, but is no limit.)"""
+    return [n for n in entries if n.reason.startswith(("depth cap", "decompression", "time budget"))]
+
+
+# -- properties -------------------------------------------------------------------------------------------
+
+
+@SETTINGS
+@given(plant=plants(), kind=CANARY_KINDS)
+def test_a_canary_in_any_chain_is_found_in_a_buffer_and_a_file(m: Matcher, registry: Registry, plant: Plant,
+                                                                kind: str) -> None:
+    data = plant.wrap(canary(registry, kind))
+    skipped: list[NotInspected] = []
+    assert found(scan_bytes(data, m, not_inspected=skipped), kind)
+    assert cut(skipped) == []  # three layers are within every bound
+    with tempfile.NamedTemporaryFile(suffix=".log") as fh:
+        fh.write(data)
+        fh.flush()
+        assert found(scan_file(fh.name, m), kind)
+
+
+@SETTINGS
+@given(plant=plants(), kind=CANARY_KINDS, data=st.data())
+def test_a_near_miss_in_any_chain_is_not_found(m: Matcher, registry: Registry, plant: Plant, kind: str,
+                                               data: st.DataObject) -> None:
+    near = near_miss(canary(registry, kind), data.draw)
+    hits = scan_bytes(plant.wrap(near), m)
+    assert [h for h in hits if h.tenant == VICTIM] == []
+
+
+def _flow(body: bytes) -> http.HTTPFlow:
+    flow = tflow.tflow(resp=True)
+    flow.request.host = "alice.llm.test"
+    flow.request.headers["host"] = "alice.llm.test"
+    flow.response.headers.clear()
+    flow.response.raw_content = body
+    return flow
+
+
+@settings(SETTINGS, max_examples=60)
+@given(plant=plants(min_layers=3, anywhere=True), kind=CANARY_KINDS)
+def test_three_layers_are_found_in_a_body_and_a_flow_file(m: Matcher, registry: Registry, plant: Plant,
+                                                           kind: str) -> None:
+    body = plant.wrap(canary(registry, kind))
+    flow = _flow(body)
+    report = inspect_flow(registry, m, flow)
+    assert report.request.tenant == "alice"
+    assert (VICTIM, kind) in {(f.victim, f.canary) for f in report.findings}
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "flows.mitm"
+        with path.open("wb") as fh:
+            mitmio.FlowWriter(fh).add(flow)
+        (saved,), reason = read_flows(path)
+        assert reason is None
+        report = inspect_flow(registry, m, saved)
+        assert (VICTIM, kind) in {(f.victim, f.canary) for f in report.findings}
+        assert cut(report.not_inspected) == []
+
+
+# -- the hand-written table -------------------------------------------------------------------------------
+
+PAIR_LAYERS = {**{k: Layer(k, (), f) for k, f in FIXED.items()},
+               "base64": Layer("base64", (), base64.b64encode),
+               "base64url": Layer("base64url", (), base64.urlsafe_b64encode),
+               "wrapped": Layer("wrapped", (), base64.encodebytes),
+               "wrapped-json": Layer("wrapped-json", (), lambda d: base64.encodebytes(d).replace(b"\n", b"\\n")),
+               "hex": Layer("hex", (), lambda d: d.hex().encode()),
+               "url": Layer("url", (), lambda d: _url(d, "quote")),
+               "chunked": Layer("chunked", (), lambda d: _chunked(d, 7)),
+               "zip": Layer("zip", (), lambda d: _zip(d, zipfile.ZIP_DEFLATED)),
+               "zip-stored": Layer("zip-stored", (), lambda d: _zip(d, zipfile.ZIP_STORED))}
+
+
+@pytest.mark.parametrize("inner", sorted(PAIR_LAYERS))
+@pytest.mark.parametrize("outer", sorted(PAIR_LAYERS))
+def test_every_pair_of_layers(m: Matcher, registry: Registry, outer: str, inner: str) -> None:
+    """Every ordered pair, in a file of its own (a layer without a magic number is at its start), around
+    text that compresses (the canary deep in it) and around a near miss."""
+    text = b"".join(b'{"i": %d, "msg": "tool call ok"}\n' % i for i in range(40))
+    value = canary(registry, "memory")
+    plant = Plant((PAIR_LAYERS[outer], PAIR_LAYERS[inner]), text + b"remember ", os.urandom(8).hex().encode() + text,
+                  (b"", b""))
+    assert found(scan_bytes(plant.wrap(value), m), "memory")
+    assert not found(scan_bytes(plant.wrap(value[:-1] + chr(ord(value[-1]) ^ 1)), m), "memory")
