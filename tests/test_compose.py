@@ -37,10 +37,11 @@ from mitmproxy import io as mitmio
 from mitmproxy.test import tflow
 
 from harness.core.registry import TAG_MARKER, Registry, mint
+from harness.detect import containers
 from harness.detect.flows import inspect_flow
 from harness.detect.matcher import Matcher, matcher_for
 from harness.detect.reconcile import read_flows
-from harness.detect.stream import NotInspected, scan_bytes, scan_file
+from harness.detect.stream import Limits, NotInspected, scan_bytes, scan_file
 
 try:
     from compression import zstd  # type: ignore[import-not-found]
@@ -49,7 +50,7 @@ except ImportError:
 
 VICTIM = "bob"
 #: Every example of every test is the same on every run; the whole file takes well under a minute.
-SETTINGS = settings(derandomize=True, max_examples=150, deadline=timedelta(seconds=10),
+SETTINGS = settings(derandomize=True, database=None, max_examples=300, deadline=timedelta(seconds=10),
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 
@@ -275,7 +276,7 @@ def _flow(body: bytes) -> http.HTTPFlow:
     return flow
 
 
-@settings(SETTINGS, max_examples=60)
+@settings(SETTINGS, max_examples=100)
 @given(plant=plants(min_layers=3, anywhere=True), kind=CANARY_KINDS)
 def test_three_layers_are_found_in_a_body_and_a_flow_file(m: Matcher, registry: Registry, plant: Plant,
                                                            kind: str) -> None:
@@ -320,3 +321,52 @@ def test_every_pair_of_layers(m: Matcher, registry: Registry, outer: str, inner:
                   (b"", b""))
     assert found(scan_bytes(plant.wrap(value), m), "memory")
     assert not found(scan_bytes(plant.wrap(value[:-1] + chr(ord(value[-1]) ^ 1)), m), "memory")
+
+
+# -- bounds, fast paths, the request line -----------------------------------------------------------------
+
+
+def test_the_time_budget_stops_decoding_and_is_listed(m: Matcher, registry: Registry) -> None:
+    data = b"blob=" + base64.b64encode(gzip.compress(b"x" * 100 + canary(registry, "key").encode())) + b";"
+    skipped: list[NotInspected] = []
+    assert not found(scan_bytes(data, m, limits=Limits(seconds=0), not_inspected=skipped), "key")
+    assert [(n.path, n.partial) for n in skipped] == [("bytes@5:base64", True)]
+    assert skipped[0].reason.startswith("time budget (0 s per file) spent")
+    assert found(scan_bytes(data, m), "key")  # the control: time was the cause
+
+
+def test_past_the_depth_cap_a_run_is_listed_only_if_it_shows_more(m: Matcher, registry: Registry) -> None:
+    """A run of hex digits decodes to something whatever it is: past the cap it is listed only if what it
+    decodes to shows a layer with a magic number (or a canary in an encoding of its own)."""
+    one = Limits(depth=1)
+    garbage = gzip.compress(b"sha256=" + os.urandom(40).hex().encode() + b"\n")
+    skipped: list[NotInspected] = []
+    assert scan_bytes(garbage, m, limits=one, not_inspected=skipped) == [] and skipped == []
+    hidden = gzip.compress(b"blob=" + gzip.compress(canary(registry, "key").encode()).hex().encode() + b"\n")
+    assert scan_bytes(hidden, m, limits=one, not_inspected=skipped) == []
+    assert [(n.path, n.reason) for n in skipped] == [("bytes@0:gzip@5:hex", "depth cap (1 nested containers)")]
+    assert found(scan_bytes(hidden, m), "key")  # the control
+
+
+def test_the_text_gate_of_streams_without_a_magic_number_changes_nothing(m: Matcher, registry: Registry,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Raw deflate and brotli are tried only where a stream's first 32 bytes are not all text: the reference,
+    trying them everywhere, finds the same in every pair of layers."""
+    value = canary(registry, "soul")
+    corpus = [Plant((PAIR_LAYERS[a], PAIR_LAYERS[b]), b"soul: ", b"\n", (b"", b"")).wrap(value)
+              for a in PAIR_LAYERS for b in PAIR_LAYERS]
+    corpus += [b"plain text, no layer at all, " + value.encode(), json.dumps({"soul": value}).encode()]
+    fast = [scan_bytes(data, m) for data in corpus]
+    monkeypatch.setattr(containers, "_TEXT", b"")
+    assert [scan_bytes(data, m) for data in corpus] == fast
+
+
+def test_base64_in_a_query_string(m: Matcher, registry: Registry) -> None:
+    """The request line is scanned with its layers too: brotli in base64 in a percent-encoded query."""
+    token = urllib.parse.quote(base64.b64encode(brotli.compress(canary(registry, "memory").encode())), safe="")
+    flow = _flow(b"{}")
+    flow.request.path = f"/v1/chat/completions?state={token}&x=1"
+    report = inspect_flow(registry, m, flow)
+    (finding,) = [f for f in report.findings if f.victim == VICTIM]
+    assert (finding.canary, finding.encoding) == ("memory", "url/base64/br")
+    assert finding.location == f"flow:{flow.id}:request.path@27:url@0:base64@0:br@0"

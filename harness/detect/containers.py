@@ -94,7 +94,8 @@ def layer_starts(window: bytes, *, top: bool, min_bytes: int) -> list[Start]:
     # a wrapped block not in a window with no line break, real or escaped, either (memchr: most SQLite cells).
     text = window.count(0, 0, 4096) < 4
     starts, escapes = _magic_starts(window, text)
-    starts += _json_strings(window, escapes)
+    if escapes:
+        starts += _json_strings(window, escapes)
     if text:
         if b"\n" in window or b"\\" in window:
             starts += _wrapped_blocks(window)
@@ -214,7 +215,7 @@ def _hex_run(length: int) -> re.Pattern[bytes]:
     return re.compile(rb"[0-9a-fA-F]{%d,}" % length)
 
 
-_PERCENT = re.compile(rb"%[0-9a-fA-F]{2}")
+_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
 _URL_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~!*'()+/-")
 
 
@@ -222,15 +223,17 @@ def _url_runs(window: bytes, min_bytes: int) -> list[Start]:
     """The percent-encoded runs (holding an escape) that decode to `min_bytes` or more, from their first
     character (looked for up to LINE_LOOKBACK bytes before their first escape)."""
     starts = []
-    m = _PERCENT.search(window)
-    while m is not None:
-        first, lo = m.start(), max(0, m.start() - LINE_LOOKBACK)
-        while first > lo and window[first - 1] in _URL_CHARS:
-            first -= 1
-        end = codecs.URL_RUN.match(window, first).end()  # type: ignore[union-attr]  # `*` matches anywhere
-        if end - first - 2 * window.count(b"%", first, end) >= min_bytes:
-            starts.append(Start(first, "url", m.end(), RUN))
-        m = _PERCENT.search(window, max(end, m.end()))
+    pos = window.find(b"%")
+    while pos >= 0:
+        if pos + 2 < len(window) and window[pos + 1] in _HEX_DIGITS and window[pos + 2] in _HEX_DIGITS:
+            first, lo = pos, max(0, pos - LINE_LOOKBACK)
+            while first > lo and window[first - 1] in _URL_CHARS:
+                first -= 1
+            end = codecs.URL_RUN.match(window, first).end()  # type: ignore[union-attr]  # `*` matches anywhere
+            if end - first - 2 * window.count(b"%", first, end) >= min_bytes:
+                starts.append(Start(first, "url", pos + 3, RUN))
+            pos = max(pos + 1, end)
+        pos = window.find(b"%", pos + 1)
     return starts
 
 
@@ -317,6 +320,6 @@ def _headerless(window: bytes) -> list[str]:
     out = ["deflate", "br"] if window[:32].translate(None, _TEXT) else []
     if window.startswith(b"\x5d\x00\x00"):
         out.append("lzma")
-    if _CHUNK_LINE.match(window):
+    if window and window[0] in _HEX_DIGITS and _CHUNK_LINE.match(window):
         out.append("chunked")
     return out

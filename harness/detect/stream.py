@@ -338,7 +338,7 @@ class _Scan:
         names = [d[0] for d in cur.description][1 if rowid_col else 0 :]
         shortest = self.matcher.shortest
         for n, row in enumerate(cur):
-            if self._late((*layers, (f"sqlite:{table}", None))):
+            if n % 256 == 0 and self._late((*layers, (f"sqlite:{table}", None))):
                 return
             rowid = row[0] if rowid_col else n
             for column, value in zip(names, row[1:] if rowid_col else row, strict=True):
