@@ -103,7 +103,7 @@ def layer_starts(window: bytes, *, top: bool, min_bytes: int) -> list[Start]:
             starts += _runs(window, min_bytes)
             if b"%" in window:
                 starts += _url_runs(window, min_bytes)
-    if top and not any(s.pos == 0 and s.codec not in codecs.TEXT for s in starts):  # no magic number says what it is
+    if top and not (starts and any(s.pos == 0 and s.codec not in codecs.TEXT for s in starts)):  # no magic number
         starts += [Start(0, codec, 1, BARE) for codec in _headerless(window)]
     if len(starts) < 2:
         return starts
@@ -196,23 +196,29 @@ _B64_MAP = bytes(c in _B64_CHARS for c in range(256))
 def _runs(window: bytes, min_bytes: int) -> list[Start]:
     """The runs of base64 characters that decode to `min_bytes` or more, and the runs of hex digits inside
     them that do, from their first character (`bytes.translate` and `bytes.find`: C speed)."""
+    length, probe, hex_run = _run_probes(min_bytes)
+    if len(window) < length:
+        return []
     marks = window.translate(_B64_MAP)
-    length = -(-min_bytes * 4 // 3)
-    hex_run = _hex_run(2 * min_bytes)
+    pos = marks.find(probe)
+    if pos < 0:
+        return []
     starts = []
-    pos = marks.find(b"\x01" * length)
     while pos >= 0:
         end = marks.find(b"\x00", pos + length)
         end = len(window) if end < 0 else end
         starts.append(Start(pos, "base64", pos + length, RUN))
         starts += [Start(m.start(), "hex", m.start() + 2 * min_bytes, RUN) for m in hex_run.finditer(window, pos, end)]
-        pos = marks.find(b"\x01" * length, end)
+        pos = marks.find(probe, end)
     return starts
 
 
 @functools.lru_cache(maxsize=16)
-def _hex_run(length: int) -> re.Pattern[bytes]:
-    return re.compile(rb"[0-9a-fA-F]{%d,}" % length)
+def _run_probes(min_bytes: int) -> tuple[int, bytes, re.Pattern[bytes]]:
+    """For runs that decode to `min_bytes`: the base64 characters they hold, the string of 1s `_B64_MAP`
+    makes of them, and a regex for the hex digits they hold."""
+    length = -(-min_bytes * 4 // 3)
+    return length, b"\x01" * length, re.compile(rb"[0-9a-fA-F]{%d,}" % (2 * min_bytes))
 
 
 _HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
