@@ -10,6 +10,7 @@ random line of text. `test_every_pair_of_layers` is the hand-written table: ever
 
 from __future__ import annotations
 
+import argparse
 import base64
 import bz2
 import gzip
@@ -370,3 +371,14 @@ def test_base64_in_a_query_string(m: Matcher, registry: Registry) -> None:
     (finding,) = [f for f in report.findings if f.victim == VICTIM]
     assert (finding.canary, finding.encoding) == ("memory", "url/base64/br")
     assert finding.location == f"flow:{flow.id}:request.path@27:url@0:base64@0:br@0"
+
+
+def test_the_time_budget_is_an_option() -> None:
+    from harness import cli
+
+    parser = argparse.ArgumentParser()
+    cli._limit_options(parser)
+    assert cli._limits(parser.parse_args([])).seconds == Limits().seconds
+    assert cli._limits(parser.parse_args(["--max-seconds", "2.5"])).seconds == 2.5
+    with pytest.raises(cli.UsageError):
+        cli._limits(parser.parse_args(["--max-seconds", "-1"]))
