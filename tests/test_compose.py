@@ -14,10 +14,10 @@ import argparse
 import base64
 import bz2
 import gzip
+import hashlib
 import io
 import json
 import lzma
-import os
 import sqlite3
 import tarfile
 import tempfile
@@ -318,7 +318,7 @@ def test_every_pair_of_layers(m: Matcher, registry: Registry, outer: str, inner:
     text that compresses (the canary deep in it) and around a near miss."""
     text = b"".join(b'{"i": %d, "msg": "tool call ok"}\n' % i for i in range(40))
     value = canary(registry, "memory")
-    plant = Plant((PAIR_LAYERS[outer], PAIR_LAYERS[inner]), text + b"remember ", os.urandom(8).hex().encode() + text,
+    plant = Plant((PAIR_LAYERS[outer], PAIR_LAYERS[inner]), text + b"remember ", b"0123456789abcdef" + text,
                   (b"", b""))
     assert found(scan_bytes(plant.wrap(value), m), "memory")
     assert not found(scan_bytes(plant.wrap(value[:-1] + chr(ord(value[-1]) ^ 1)), m), "memory")
@@ -340,7 +340,7 @@ def test_past_the_depth_cap_a_run_is_listed_only_if_it_shows_more(m: Matcher, re
     """A run of hex digits decodes to something whatever it is: past the cap it is listed only if what it
     decodes to shows a layer with a magic number (or a canary in an encoding of its own)."""
     one = Limits(depth=1)
-    garbage = gzip.compress(b"sha256=" + os.urandom(40).hex().encode() + b"\n")
+    garbage = gzip.compress(b"sha256=" + hashlib.sha256(b"a file").hexdigest().encode() + b"\n")
     skipped: list[NotInspected] = []
     assert scan_bytes(garbage, m, limits=one, not_inspected=skipped) == [] and skipped == []
     hidden = gzip.compress(b"blob=" + gzip.compress(canary(registry, "key").encode()).hex().encode() + b"\n")
@@ -364,13 +364,14 @@ def test_the_text_gate_of_streams_without_a_magic_number_changes_nothing(m: Matc
 
 def test_base64_in_a_query_string(m: Matcher, registry: Registry) -> None:
     """The request line is scanned with its layers too: brotli in base64 in a percent-encoded query."""
-    token = urllib.parse.quote(base64.b64encode(brotli.compress(canary(registry, "memory").encode())), safe="")
+    state = b"x" * 200 + canary(registry, "memory").encode() + b"y" * 200  # compressed: no literal of it in the stream
+    token = urllib.parse.quote(base64.b64encode(brotli.compress(state)), safe="")
     flow = _flow(b"{}")
     flow.request.path = f"/v1/chat/completions?state={token}&x=1"
     report = inspect_flow(registry, m, flow)
     (finding,) = [f for f in report.findings if f.victim == VICTIM]
     assert (finding.canary, finding.encoding) == ("memory", "url/base64/br")
-    assert finding.location == f"flow:{flow.id}:request.path@27:url@0:base64@0:br@0"
+    assert finding.location == f"flow:{flow.id}:request.path@27:url@0:base64@0:br@200"
 
 
 def test_the_time_budget_is_an_option() -> None:
