@@ -47,7 +47,7 @@ import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -58,6 +58,8 @@ from harness.detect.matcher import Hit, Matcher
 #: Bytes read per window (each window also holds the last `Matcher.longest` bytes of the one before).
 WINDOW = 4 << 20
 SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Characters of evidence on either side of a hit.
+SNIPPET_WIDTH = 48
 #: Layers that re-encode bytes which are scanned raw too (a canary their raw bytes show is reported there).
 TRANSFORMS = frozenset({*codecs.TEXT, *codecs.KEEPING})
 
@@ -95,13 +97,36 @@ class NotInspected:
         return f"{self.path}: {self.reason} ({self.bytes_read} bytes read)"
 
 
+class Snippet:
+    """The redacted text around a hit (`Matcher.snippet`), made the first time it is asked for: most hits are
+    never reported (another tenant's in a tenant's own home, a decoded layer's that its raw bytes show)."""
+
+    __slots__ = ("_context", "_hit", "_matcher", "_text")
+
+    def __init__(self, matcher: Matcher, window: bytes, hit: Hit) -> None:
+        reach = SNIPPET_WIDTH + matcher.longest  # all that `Matcher.snippet` reads around the hit
+        lo = max(0, hit.start - reach)
+        self._matcher, self._context = matcher, bytes(window[lo : hit.end + reach])
+        self._hit = replace(hit, start=hit.start - lo, end=hit.end - lo)
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = self._matcher.snippet(self._context, self._hit, SNIPPET_WIDTH)
+        return self._text
+
+
 @dataclass(frozen=True)
 class ScanHit:
     """One canary occurrence, with the containers it was found in."""
 
     hit: Hit
     layers: tuple[Layer, ...] = ()
-    evidence: str = ""
+    snippet: Snippet | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def evidence(self) -> str:
+        return "" if self.snippet is None else str(self.snippet)
 
     @property
     def tenant(self) -> str:
@@ -193,7 +218,7 @@ class _Scan:
         for hit in self.matcher.find(window):
             if owned_from < base + hit.end <= limit:
                 self.hits.append(ScanHit(replace(hit, start=base + hit.start, end=base + hit.end), layers,
-                                         self.matcher.snippet(window, hit)))
+                                         Snippet(self.matcher, window, hit)))
         for start in containers.layer_starts(window, top=top, min_bytes=self.min_bytes):
             at = base + start.pos
             if not owned_from < base + start.seen <= limit or at < max(skip.get(start.codec, 0), skip.get("*", 0)):
