@@ -38,7 +38,7 @@ from mitmproxy import io as mitmio
 from mitmproxy.test import tflow
 
 from harness.core.registry import TAG_MARKER, Registry, mint
-from harness.detect import containers
+from harness.detect import codecs, containers
 from harness.detect.flows import inspect_flow
 from harness.detect.matcher import Matcher, matcher_for
 from harness.detect.reconcile import read_flows
@@ -349,16 +349,22 @@ def test_past_the_depth_cap_a_run_is_listed_only_if_it_shows_more(m: Matcher, re
     assert found(scan_bytes(hidden, m), "key")  # the control
 
 
-def test_the_text_gate_of_streams_without_a_magic_number_changes_nothing(m: Matcher, registry: Registry,
-                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
-    """Raw deflate and brotli are tried only where a stream's first 32 bytes are not all text: the reference,
-    trying them everywhere, finds the same in every pair of layers."""
+def test_the_fast_paths_find_what_the_full_path_does(m: Matcher, registry: Registry,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two fast paths decide from a stream's first bytes: raw deflate and brotli are tried only where its
+    first 32 bytes are not all text, and a zlib, raw deflate or brotli stream is decoded only if its first 64
+    bytes decode. The full path (both off) finds the same in every pair of layers, in text and in binary data
+    full of zlib magic numbers."""
     value = canary(registry, "soul")
     corpus = [Plant((PAIR_LAYERS[a], PAIR_LAYERS[b]), b"soul: ", b"\n", (b"", b"")).wrap(value)
               for a in PAIR_LAYERS for b in PAIR_LAYERS]
-    corpus += [b"plain text, no layer at all, " + value.encode(), json.dumps({"soul": value}).encode()]
+    noise = hashlib.sha256(b"noise").digest() * 256
+    corpus += [b"plain text, no layer at all, " + value.encode(), json.dumps({"soul": value}).encode(),
+               noise.replace(b"\x00", b"x\x9c") + zlib.compress(value.encode()) + noise.replace(b"\x01", b"x\xda")]
     fast = [scan_bytes(data, m) for data in corpus]
+    assert all(found(hits, "soul") for hits in fast)
     monkeypatch.setattr(containers, "_TEXT", b"")
+    monkeypatch.setattr(codecs, "plausible", lambda codec, head: True)
     assert [scan_bytes(data, m) for data in corpus] == fast
 
 

@@ -90,6 +90,30 @@ def decode(codec: str, chunks: Iterable[Chunk], progress: Progress) -> Iterator[
         progress.error = f"{type(exc).__name__}: {exc}"
 
 
+#: Codecs whose decoder, on an error in a stream's first bytes, yields nothing at all (no recovery).
+_CHECKED = {"zlib": 15, "deflate": -15, "br": 0}
+#: Bytes `plausible` decodes.
+HEAD = 64
+
+
+def plausible(codec: str, head: bytes | memoryview) -> bool:
+    """False if the stream of `codec` that starts with `head` (its first HEAD bytes) certainly decodes to
+    nothing: its decoder fails on them. Cheaper than `decode`, which would fail on them too (errors in these
+    decoders are monotonic in the input); most zlib magic numbers and streams without one in binary data
+    are chance."""
+    wbits = _CHECKED.get(codec)
+    try:
+        if wbits is None:
+            return True
+        if wbits:
+            zlib.decompressobj(wbits).decompress(head, 1 << 16)
+        else:
+            brotli.Decompressor().process(head, output_buffer_limit=1 << 16)
+    except (zlib.error, brotli.error):
+        return False
+    return True
+
+
 def _decompressor(codec: str):  # type: ignore[no-untyped-def]
     if codec == "xz":
         return lzma.LZMADecompressor(lzma.FORMAT_XZ, memlimit=DECODER_MEMORY)

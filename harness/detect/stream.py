@@ -234,7 +234,7 @@ class _Scan:
         returns where it ended in its parent, for a text layer or a chunked body."""
         codec = start.codec
         child = (*layers, (codec, at))
-        if self._late(child):
+        if not codecs.plausible(codec, memoryview(window)[start.pos : start.pos + codecs.HEAD]) or self._late(child):
             return None
 
         def source() -> Iterator[memoryview | bytes]:
