@@ -97,7 +97,7 @@ def layer_starts(window: bytes, *, top: bool, min_bytes: int) -> list[Start]:
     if escapes:
         starts += _json_strings(window, escapes)
     if text:
-        if b"\n" in window or b"\\" in window:
+        if b"\n" in window or (b"\\" in window and b"\\n" in window):
             starts += _wrapped_blocks(window)
         if len(window) >= min_bytes:
             starts += _runs(window, min_bytes)
