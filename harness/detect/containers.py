@@ -113,6 +113,20 @@ def layer_starts(window: bytes, *, top: bool, min_bytes: int) -> list[Start]:
     return sorted(first.values(), key=lambda s: (s.pos, s.codec not in codecs.KEEPING, s.codec))
 
 
+#: Joins values that `may_start` looks at together: no layer, run or string holds it.
+SEPARATOR = b"\x01"
+
+
+def may_start(values: list[bytes], min_bytes: int) -> bool:
+    """False if no layer can start in any of `values` (text without a NUL byte), each a stream of its own,
+    told by one pass over them joined by SEPARATOR: `layer_starts` finds nothing there, no value's first bytes
+    may start a format without a magic number, and no CR may end a chunk-size line."""
+    joined = SEPARATOR.join(values)
+    if b"\r" in joined or layer_starts(joined, top=False, min_bytes=min_bytes):
+        return True
+    return bool(b"".join(v[:32] for v in values).translate(None, _TEXT))
+
+
 def _magic_starts(window: bytes, text: bool) -> tuple[list[Start], list[tuple[int, int]]]:
     """The starts a magic number or a header shows, and (start, end) of each JSON escape the same pass found
     (`_json_strings` checks them). `text`: no NUL byte in the window's start (no tar header either)."""

@@ -58,6 +58,8 @@ from harness.detect.matcher import Hit, Matcher
 #: Bytes read per window (each window also holds the last `Matcher.longest` bytes of the one before).
 WINDOW = 4 << 20
 SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Rows of a table whose values `_Scan._cells` looks at together first.
+CELL_BATCH = 32
 #: Characters of evidence on either side of a hit.
 SNIPPET_WIDTH = 48
 #: Layers that re-encode bytes which are scanned raw too (a canary their raw bytes show is reported there).
@@ -215,10 +217,7 @@ class _Scan:
         (ending in (owned_from, limit]). A start inside a text layer or chunked body already decoded is
         skipped (`skip`) where that layer's output holds it again: inside one that keeps what it does not
         decode (`codecs.KEEPING`), every start; inside a base64 or hex run, one of the same codec."""
-        for hit in self.matcher.find(window):
-            if owned_from < base + hit.end <= limit:
-                self.hits.append(ScanHit(replace(hit, start=base + hit.start, end=base + hit.end), layers,
-                                         Snippet(self.matcher, window, hit)))
+        self._hits(window, base, owned_from, limit, layers)
         for start in containers.layer_starts(window, top=top, min_bytes=self.min_bytes):
             at = base + start.pos
             if not owned_from < base + start.seen <= limit or at < max(skip.get(start.codec, 0), skip.get("*", 0)):
@@ -227,6 +226,13 @@ class _Scan:
             if end is not None:
                 key = "*" if start.codec in codecs.KEEPING else start.codec
                 skip[key] = max(skip.get(key, 0), end)
+
+    def _hits(self, window: bytes, base: int, owned_from: int, limit: int, layers: tuple[Layer, ...]) -> None:
+        """Record the hits in `window` that end in (owned_from, limit] (offsets from `base`)."""
+        for hit in self.matcher.find(window):
+            if owned_from < base + hit.end <= limit:
+                self.hits.append(ScanHit(replace(hit, start=base + hit.start, end=base + hit.end), layers,
+                                         Snippet(self.matcher, window, hit)))
 
     def _layer(self, window: bytes, start: Start, layers: tuple[Layer, ...], reopen: Reopen, after: int,
                at: int) -> int | None:
@@ -362,14 +368,34 @@ class _Scan:
             rowid_col = False
         names = [d[0] for d in cur.description][1 if rowid_col else 0 :]
         shortest = self.matcher.shortest
+        batch: list[tuple[bytes, str, int]] = []  # (value, column, rowid)
         for n, row in enumerate(cur):
-            if n % 256 == 0 and self._late((*layers, (f"sqlite:{table}", None))):
-                return
+            if n % CELL_BATCH == 0:
+                self._cells(table, batch, layers)
+                batch = []
+                if self._late((*layers, (f"sqlite:{table}", None))):
+                    return
             rowid = row[0] if rowid_col else n
-            for column, value in zip(names, row[1:] if rowid_col else row, strict=True):
-                if isinstance(value, bytes) and len(value) >= shortest:
-                    cell = (*layers, (f"sqlite:{table}.{column}#{rowid}", None))
-                    self.stream((value,), cell, _bytes_reopen(value), top=True)
+            batch += [(value, column, rowid) for column, value in zip(names, row[1:] if rowid_col else row, strict=True)
+                      if isinstance(value, bytes) and len(value) >= shortest]
+        self._cells(table, batch, layers)
+
+    def _cells(self, table: str, batch: list[tuple[bytes, str, int]], layers: tuple[Layer, ...]) -> None:
+        """Scan values of a table, each as a stream of its own. The values of text (no NUL byte) are first
+        looked at together, joined: when no layer can start in any of them (`containers.may_start`), each is
+        only searched for canaries, and not even that when none can be there (`Matcher.may_find`). Most
+        values of a database are so."""
+        text = [value for value, _, _ in batch if 0 not in value]
+        no_layer = len(text) > 1 and not containers.may_start(text, self.min_bytes)
+        no_canary = no_layer and not self.matcher.may_find(containers.SEPARATOR.join(text))
+        for value, column, rowid in batch:
+            if no_canary and 0 not in value:
+                continue
+            cell = (*layers, (f"sqlite:{table}.{column}#{rowid}", None))
+            if no_layer and 0 not in value:
+                self._hits(value, 0, 0, len(value), cell)
+            else:
+                self.stream((value,), cell, _bytes_reopen(value), top=True)
 
     def result(self, not_inspected: list[NotInspected] | None, label: str = "") -> list[ScanHit]:
         """The hits, without those a decoded block repeats from its own raw bytes (see the module docstring)."""
