@@ -389,3 +389,28 @@ def test_the_time_budget_is_an_option() -> None:
     assert cli._limits(parser.parse_args(["--max-seconds", "2.5"])).seconds == 2.5
     with pytest.raises(cli.UsageError):
         cli._limits(parser.parse_args(["--max-seconds", "-1"]))
+
+
+def test_the_fast_path_for_database_values_finds_what_the_full_path_does(
+        tmp_path: Path, m: Matcher, registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The values of 32 rows are first looked at joined: a database whose rows hold, here and there, a canary
+    in every pair of layers (text or binary, whole or in a value's middle), the rest prose, gives the same
+    hits as scanning every value alone, and finds every plant."""
+    value = canary(registry, "memory")
+    plants = [Plant((PAIR_LAYERS[a], PAIR_LAYERS[b]), b"memory: ", b"\n", (b"", b"")).wrap(value)
+              for a in PAIR_LAYERS for b in PAIR_LAYERS]
+    prose = b"the agent called tool terminal with arguments and returned output while reading file config "
+    db = tmp_path / "state.db"
+    conn = sqlite3.connect(db)
+    conn.execute("CREATE TABLE messages (id INTEGER PRIMARY KEY, content BLOB, note TEXT)")
+    every = 40  # most batches of rows hold no plant
+    rows = [(plants[i // every] if i % every == 0 else prose * (1 + i % 5), f"note {i}")
+            for i in range(every * len(plants))]
+    conn.executemany("INSERT INTO messages (content, note) VALUES (?, ?)", rows)
+    conn.commit()
+    conn.close()
+    fast = scan_file(db, m)
+    assert {h.layers[0][0] for h in fast if h.tenant == VICTIM and h.layers} >= {
+        f"sqlite:messages.content#{i + 1}" for i in range(0, len(rows), every)}
+    monkeypatch.setattr(containers, "may_start", lambda values, min_bytes: True)
+    assert scan_file(db, m) == fast
