@@ -31,7 +31,7 @@ from pathlib import Path
 
 import brotli
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from mitmproxy import http
 from mitmproxy import io as mitmio
@@ -263,7 +263,9 @@ def test_a_canary_in_any_chain_is_found_in_a_buffer_and_a_file(m: Matcher, regis
 @given(plant=plants(), kind=CANARY_KINDS, data=st.data())
 def test_a_near_miss_in_any_chain_is_not_found(m: Matcher, registry: Registry, plant: Plant, kind: str,
                                                data: st.DataObject) -> None:
-    near = near_miss(canary(registry, kind), data.draw)
+    value = canary(registry, kind)
+    near = near_miss(value, data.draw)
+    assume(value.encode() not in plant.before + near.encode() + plant.after)  # a cut tail the bytes after restore
     hits = scan_bytes(plant.wrap(near), m)
     assert [h for h in hits if h.tenant == VICTIM] == []
 

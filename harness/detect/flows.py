@@ -140,9 +140,9 @@ class _Scan:
         `offsets`: locate a hit in the raw bytes at its offset (a hit in a layer always is)."""
         where = f"flow:{self.flow_id}:{part}"
         skipped: list[NotInspected] = []
-        for h in scan_bytes(data, self.matcher, headerless=False, not_inspected=skipped):
+        for h in scan_bytes(data, self.matcher, headerless=False, not_inspected=skipped, exclude=self.tenant):
             ident = (h.tenant, h.kind)
-            if h.tenant == self.tenant or ident in skip or (only_new and ident in self.seen):
+            if ident in skip or (only_new and ident in self.seen):
                 continue
             self.seen.add(ident)
             self.findings.append(Finding(

@@ -164,9 +164,10 @@ def _where(layers: Iterable[Layer]) -> str:
 class _Scan:
     """One top-level scan (a file or a buffer): its hits, what it could not read, its decoding budget."""
 
-    def __init__(self, matcher: Matcher, limits: Limits) -> None:
+    def __init__(self, matcher: Matcher, limits: Limits, exclude: str | None = None) -> None:
         self.matcher = matcher
         self.limits = limits
+        self.exclude = exclude  # a tenant whose canaries are not looked for (`Matcher.find`)
         self.remaining = limits.total_bytes
         self.deadline = time.monotonic() + limits.seconds
         self.late = False  # the time budget is spent (and listed once)
@@ -229,7 +230,7 @@ class _Scan:
 
     def _hits(self, window: bytes, base: int, owned_from: int, limit: int, layers: tuple[Layer, ...]) -> None:
         """Record the hits in `window` that end in (owned_from, limit] (offsets from `base`)."""
-        for hit in self.matcher.find(window):
+        for hit in self.matcher.find(window, exclude=self.exclude):
             if owned_from < base + hit.end <= limit:
                 self.hits.append(ScanHit(replace(hit, start=base + hit.start, end=base + hit.end), layers,
                                          Snippet(self.matcher, window, hit)))
@@ -464,12 +465,13 @@ def scan_bytes(
     limits: Limits = DEFAULT_LIMITS,
     not_inspected: list[NotInspected] | None = None,
     headerless: bool = True,
+    exclude: str | None = None,
 ) -> list[ScanHit]:
     """Every canary in `data` and in the layers it contains (see the module docstring). `headerless`:
     also try the formats without a magic number at offset 0 (a file's bytes; not an HTTP body, whose
-    content-encoding is in its headers)."""
+    content-encoding is in its headers). `exclude`: a tenant whose canaries are not reported (a flow's own)."""
     data = bytes(data)
-    scan = _Scan(matcher, limits)
+    scan = _Scan(matcher, limits, exclude)
     scan.stream((data,), (), _bytes_reopen(data), top=headerless)
     return scan.result(not_inspected, "bytes")
 
