@@ -281,9 +281,13 @@ def _flow(body: bytes) -> http.HTTPFlow:
 
 @settings(SETTINGS, max_examples=100)
 @given(plant=plants(min_layers=3, anywhere=True), kind=CANARY_KINDS)
-def test_three_layers_are_found_in_a_body_and_a_flow_file(m: Matcher, registry: Registry, plant: Plant,
-                                                           kind: str) -> None:
+def test_three_layers_are_found_in_a_file_a_body_and_a_flow_file(m: Matcher, registry: Registry, plant: Plant,
+                                                                  kind: str) -> None:
     body = plant.wrap(canary(registry, kind))
+    with tempfile.NamedTemporaryFile(suffix=".log") as fh:
+        fh.write(body)
+        fh.flush()
+        assert found(scan_file(fh.name, m), kind)
     flow = _flow(body)
     report = inspect_flow(registry, m, flow)
     assert report.request.tenant == "alice"
