@@ -315,7 +315,6 @@ def _chunked(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]
         used += 2
 
 
-
 # -- hex, percent-encoding, JSON strings --------------------------------------------------------------------
 
 _HEX_RUN = re.compile(rb"[0-9a-fA-F]*")
