@@ -219,13 +219,18 @@ def _limit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-file-bytes", type=int, default=d.total_bytes, metavar="N",
                    help=f"decoded bytes read from all the compressed streams of one file (default {d.total_bytes})")
     p.add_argument("--max-depth", type=int, default=d.depth, metavar="N",
-                   help=f"containers inside containers that are decoded (default {d.depth})")
+                   help=f"layers inside layers that are decoded (default {d.depth})")
+    p.add_argument("--max-seconds", type=float, default=d.seconds, metavar="S",
+                   help=f"seconds spent decoding the layers of one file (default {d.seconds:g}); the layers left "
+                   "are listed as not inspected")
 
 
 def _limits(a: argparse.Namespace) -> stream.Limits:
-    if min(a.max_stream_bytes, a.max_file_bytes) < 1 or a.max_depth < 0:
-        raise UsageError("--max-stream-bytes and --max-file-bytes must be positive, --max-depth not negative")
-    return stream.Limits(stream_bytes=a.max_stream_bytes, total_bytes=a.max_file_bytes, depth=a.max_depth)
+    if min(a.max_stream_bytes, a.max_file_bytes) < 1 or a.max_depth < 0 or a.max_seconds < 0:
+        raise UsageError("--max-stream-bytes and --max-file-bytes must be positive, --max-depth and --max-seconds "
+                         "not negative")
+    return stream.Limits(stream_bytes=a.max_stream_bytes, total_bytes=a.max_file_bytes, depth=a.max_depth,
+                         seconds=a.max_seconds)
 
 
 def _print_not_inspected(entries: list[stream.NotInspected]) -> None:
