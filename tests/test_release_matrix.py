@@ -196,7 +196,8 @@ def test_matrix_json_has_one_line_per_cell_and_row_and_parses_back(tmp_path):
     assert len(lines) == len(doc) + 2 + 2 + len(doc["cells"]) + len(doc["rows"])
 
 
-@pytest.mark.parametrize(("path", "releases"), [("docs/matrix/matrix.json", 4), ("docs/matrix/cron/matrix.json", 3)])
+@pytest.mark.parametrize(("path", "releases"), [("docs/matrix/matrix.json", 4), ("docs/matrix/cron/matrix.json", 3),
+                                               ("docs/matrix/services/matrix.json", 7)])
 def test_the_committed_matrix_is_a_complete_matrix_in_the_written_layout(path, releases):
     text = (Path(__file__).parent.parent / path).read_text()
     doc = json.loads(text)
