@@ -163,7 +163,7 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--out", type=Path)
 
     bl = sub.add_parser("baseline", help="run a scenario N times and write its findings as a baseline (or --upgrade "
-                                         "a version-1 baseline)")
+                                         "an older baseline)")
     bl.add_argument("--scenario", default="oneshot", choices=sorted(scenarios.SCENARIOS))
     bl.add_argument("--runs", type=int, default=3, help="runs; findings missing from some run are intermittent "
                     "(each entry keeps its rate: seen, runs)")
@@ -172,7 +172,7 @@ def _parser() -> argparse.ArgumentParser:
     bl.add_argument("--evidence", type=Path, help="keep the runs' evidence folders here")
     bl.add_argument("--out", type=Path, help="the baseline file to write (default with --upgrade: in place)")
     bl.add_argument("--upgrade", type=Path, metavar="FILE",
-                    help="convert a version-1 baseline to version 2 instead of running (inexact: prefer regenerating)")
+                    help="convert a version-2 (exact) or version-1 (inexact) baseline to version 3 instead of running")
 
     mx = sub.add_parser("matrix", parents=[fail_on], help="run the audit against several Hermes releases and "
                         "tabulate each finding class per release")
@@ -219,13 +219,18 @@ def _limit_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-file-bytes", type=int, default=d.total_bytes, metavar="N",
                    help=f"decoded bytes read from all the compressed streams of one file (default {d.total_bytes})")
     p.add_argument("--max-depth", type=int, default=d.depth, metavar="N",
-                   help=f"containers inside containers that are decoded (default {d.depth})")
+                   help=f"layers inside layers that are decoded (default {d.depth})")
+    p.add_argument("--max-seconds", type=float, default=d.seconds, metavar="S",
+                   help=f"seconds spent decoding the layers of one file (default {d.seconds:g}); the layers left "
+                   "are listed as not inspected")
 
 
 def _limits(a: argparse.Namespace) -> stream.Limits:
-    if min(a.max_stream_bytes, a.max_file_bytes) < 1 or a.max_depth < 0:
-        raise UsageError("--max-stream-bytes and --max-file-bytes must be positive, --max-depth not negative")
-    return stream.Limits(stream_bytes=a.max_stream_bytes, total_bytes=a.max_file_bytes, depth=a.max_depth)
+    if min(a.max_stream_bytes, a.max_file_bytes) < 1 or a.max_depth < 0 or a.max_seconds < 0:
+        raise UsageError("--max-stream-bytes and --max-file-bytes must be positive, --max-depth and --max-seconds "
+                         "not negative")
+    return stream.Limits(stream_bytes=a.max_stream_bytes, total_bytes=a.max_file_bytes, depth=a.max_depth,
+                         seconds=a.max_seconds)
 
 
 def _print_not_inspected(entries: list[stream.NotInspected]) -> None:
@@ -240,11 +245,18 @@ def _print_findings(findings: list[Finding]) -> None:
 
 
 def _print_result(result: AuditResult) -> None:
+    """One line per new incident (findings.json and report.md have every class and occurrence), then what the
+    baseline knows, why the run is not conclusive, and the verdict."""
     v = result.verdict
-    _print_findings(v.findings)
+    new = [row for row in result.incidents if row.new]
+    for row in new:
+        print(row.line())
+    if v.findings:
+        print(f"{len(v.findings)} new finding(s) in {len(groups(v.findings))} class(es) under {len(new)} "
+              "incident(s): every class and occurrence is in report.md and findings.json")
     if v.known:
-        print(f"known: {len(v.known)} finding(s) in {len(groups(v.known))} class(es) listed in the baseline "
-              "(reported, not failing)")
+        print(f"known: {len(v.known)} finding(s) in {len(groups(v.known))} class(es), "
+              f"{len(result.incidents) - len(new)} incident(s) wholly listed in the baseline (reported, not failing)")
     for reason in v.reasons:
         print(f"inconclusive: {reason}")
     for n in result.not_inspected:
@@ -253,8 +265,8 @@ def _print_result(result: AuditResult) -> None:
     for warning in result.warnings:
         print(f"warning: {warning}")
     control = "; negative control (planted: " + ", ".join(result.plants) + ")" if result.plants else ""
-    print(f"verdict: {v.status} ({len(v.findings)} new in {len(groups(v.findings))} class(es), {len(v.known)} known, "
-          f"{result.inspected.get('flows', 0)} flows{control})")
+    print(f"verdict: {v.status} ({len(new)} new incident(s); {len(v.findings)} new in {len(groups(v.findings))} "
+          f"class(es), {len(v.known)} known, {result.inspected.get('flows', 0)} flows{control})")
     if result.out is not None:
         print(f"evidence: {result.out}")
     if v.findings or v.known:
@@ -332,20 +344,21 @@ MATRIX_EXIT = {"clean": EXIT_CLEAN, "leak": EXIT_LEAK, "inconclusive": EXIT_INCO
 
 
 def _print_matrix(doc: dict[str, Any], fail_on: str) -> int:
-    """One line per finding class (`seen k/N ...` per release; an n/a's reason is in matrix.md), the verdict;
-    returns the exit code."""
+    """One line per incident (`seen k/N ...` per release; an n/a's reason, and every finding class, are in
+    matrix.md), the verdict; returns the exit code."""
     releases = doc["plan"]["releases"]
 
     def text(cell: dict[str, Any]) -> str:
         return NA if cell["state"] == NA else cell_text(cell)
 
-    for row in doc["rows"]:
+    for row in doc["incidents"]:
         where = f"{row['scenario']}/{row['phase']}" if row["scenario"] else "-"
         cells = "; ".join(f"{r}: {text(row['cells'][r])}" if len(releases) > 1 else text(row["cells"][r])
                           for r in releases)
-        print(f"{row['severity']:<8} {row['kind']}: {row['victim'] or '-'} -> {row['seen_in'] or '-'} "
-              f"{row['canary'] or '-'} ({row['channel']}) {where}: {cells} [{row['fingerprint']}]")
-    print(f"verdict: {doc['status']} ({len(doc['rows'])} class(es) over {len(doc['cells'])} run(s))")
+        print(f"{row['severity']:<8} {','.join(row['documented']) or 'new':<7} {row['audit']} {row['entry']}: "
+              f"{row['kinds'][0]} {row['victim'] or '-'} -> {row['seen_in'] or '-'} at {where}: {cells} [{row['id']}]")
+    print(f"verdict: {doc['status']} ({len(doc['incidents'])} incident(s), {len(doc['rows'])} class(es) over "
+          f"{len(doc['cells'])} run(s); every class is in matrix.md)")
     return _failing(MATRIX_EXIT[doc["status"]], fail_on)
 
 
@@ -485,11 +498,19 @@ def cmd_selftest(a: argparse.Namespace) -> int:
 def cmd_baseline(a: argparse.Namespace) -> int:
     if a.upgrade is not None:
         dest = a.out or a.upgrade
-        written, dropped = baseline.upgrade(a.upgrade, dest)
-        print(f"wrote {dest}: {written} entries (version {baseline.VERSION})"
-              + (f", {dropped} dropped (their example names no direction)" if dropped else ""))
-        print("tenancy-audit: an upgraded entry keeps only its example's direction; regenerate the baseline "
-              "(tenancy-audit baseline --scenario S --runs N --out FILE) for an exact one", file=sys.stderr)
+        old = baseline.load(a.upgrade).version
+        done = baseline.upgrade(a.upgrade, dest)
+        print(f"wrote {dest}: {done.written} entries (version {baseline.VERSION}, from version {old})"
+              + (f", {done.dropped} dropped (no direction named, or malformed)" if done.dropped else ""))
+        regenerate = ("regenerate the baseline (tenancy-audit baseline --scenario S --runs N --out FILE) for an "
+                      "exact one")
+        if old == 1:
+            print(f"tenancy-audit: an entry upgraded from version 1 keeps only its example's direction; {regenerate}",
+                  file=sys.stderr)
+        if done.untooled:
+            print(f"tenancy-audit: {done.untooled} entries name no tool or service (written before baselines kept "
+                  f"them) and are taken to have none, so a class that had one is new now; {regenerate}",
+                  file=sys.stderr)
         return 0
     if a.out is None:
         raise UsageError("baseline: pass --out FILE (or --upgrade FILE)")

@@ -33,7 +33,7 @@ from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
 from harness.drive.scenarios import SCENARIOS
 from harness.drive.services import SERVICES
 from harness.report import matrix
-from harness.report.matrix import NA, Cell, MatrixError, Plan, class_of
+from harness.report.matrix import NA, Cell, MatrixError, Plan, class_of, incident_of
 from harness.report.matrix_pages import render_html, render_markdown
 from harness.report.result import AuditResult
 from harness.run import RunOptions, UsageError, check_options, make_out_dir, run_audit
@@ -134,7 +134,8 @@ def write_matrix(out: Path, doc: dict[str, Any]) -> None:
 
 
 def cell_of(result: AuditResult, release: str, scenario: str, run: int, root: Path) -> Cell:
-    """One run as a matrix cell: its verdict, completed turns, finding classes and the tools not offered."""
+    """One run as a matrix cell: its verdict, completed turns, incidents, finding classes and the tools not
+    offered."""
     found = result.verdict.findings + result.verdict.known
     classes: dict[str, dict[str, Any]] = {}
     for f in found:
@@ -151,7 +152,8 @@ def cell_of(result: AuditResult, release: str, scenario: str, run: int, root: Pa
     return Cell(release, scenario, run, result.verdict.status, reason[:300],
                 sum(1 for e in result.timeline if e.get("ok")), classes,
                 {s: tools for s, tools in not_offered.items() if tools}, services_na,
-                result.out.relative_to(root).as_posix() if result.out is not None else None)
+                result.out.relative_to(root).as_posix() if result.out is not None else None,
+                {row.incident.id: incident_of(row) for row in result.incidents})
 
 
 @dataclass

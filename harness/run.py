@@ -391,8 +391,9 @@ def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None,
                     stub_log=stub_log if stub_log.exists() else None,
                     expect_snapshots=record.get("expect_snapshots"), phases=phases, empty_ok=True,
                     limits=limits or DEFAULT_LIMITS, service_records=out / SERVICE_RECORDS)
-    found = [f if f.scenario else replace(f, scenario=scenario, phase=f.phase or "end")
-             for f in rec.findings + live + turns]
+    starts = {(p.scenario, p.name): p.start for p in phases}
+    live = [f if f.time is not None else replace(f, time=starts.get((f.scenario, f.phase))) for f in live + turns]
+    found = [f if f.scenario else replace(f, scenario=scenario, phase=f.phase or "end") for f in rec.findings + live]
     reasons = [*record.get("reasons", []), *rec.reasons]
     findings, known, fixed = found, [], []
     warnings = [f"service {name} was not audited, {state}" for name, state in (record.get("services") or {}).items()

@@ -177,7 +177,7 @@ def test_reconcile_folder_json_has_counts_by_kind_versions_and_the_run_labels(tm
     code, doc = reconcile_json(tmp_path, str(evidence))
     assert code == 1 and doc["verdict"] == "leak" and doc["counts_by_kind"] == {"request_leak": 3}
     assert doc["versions"]["hermes-agent"] == "0.19.0" and doc["versions"]["tenancy-audit"] == harness.__version__
-    assert doc["fingerprint_version"] == 2
+    assert doc["fingerprint_version"] == 3
     labels = {(f["seen_in"], f["scenario"], f["phase"]) for f in doc["findings"]}
     assert labels == {("alpha", "tui", "turns"), ("beta", "tui", "resume")}
     assert len({f["fingerprint"] for f in doc["findings"]}) == 2
@@ -208,7 +208,7 @@ def test_a_v1_baseline_is_read_with_a_warning_and_upgraded(tmp_path, evidence):
     done = cli_run(tmp_path, "baseline", "--upgrade", str(tmp_path / "b1.json"), "--out", str(tmp_path / "b2.json"))
     assert done.returncode == 0 and "1 entries" in done.stdout and "1 dropped" in done.stdout, done
     up = baseline.load(tmp_path / "b2.json")
-    assert up.version == 2 and list(up.entries) == [alpha.fingerprint()]
+    assert up.version == 3 and list(up.entries) == [alpha.fingerprint()]
     assert up.entries[alpha.fingerprint()]["victim"] == "default"
     assert up.entries[alpha.fingerprint()]["seen_in"] == "alpha"
     code, doc = reconcile_json(tmp_path, str(evidence), "--baseline", str(tmp_path / "b2.json"))
@@ -225,7 +225,7 @@ def test_reconcile_uses_the_runs_baseline_copy_and_writes_the_step_summary(tmp_p
                    env={"GITHUB_STEP_SUMMARY": str(summary)})
     assert done.returncode == 0, done
     assert "judged against the run's baseline" in done.stderr
-    assert "verdict: clean (0 new in 0 class(es), 3 known" in done.stdout
+    assert "verdict: clean (0 new incident(s); 0 new in 0 class(es), 3 known" in done.stdout
     text = summary.read_text()
     assert text.startswith("earlier step\n# tenancy-audit: **CLEAN**") and "3 known finding(s) in 2 class(es)" in text
 
@@ -238,13 +238,120 @@ def test_loose_files_take_scenario_and_phase_from_the_options(tmp_path, evidence
     assert {(f["seen_in"], f["phase"]) for f in doc["findings"]} == {("alpha", "turns"), ("beta", "resume")}
 
 
-def test_terminal_prints_one_line_per_class(tmp_path, evidence):
+def test_terminal_prints_one_line_per_incident(tmp_path, evidence):
+    """default's memory in alpha's prompt (then re-sent) and in beta's: one entry point, one incident."""
     done = cli_run(tmp_path, "reconcile", str(evidence))
     assert done.returncode == 1
     lines = done.stdout.splitlines()
-    classes = [line for line in lines if line.startswith("high ")]
-    assert len(classes) == 2 and "2x" in classes[0] and "default -> alpha memory (request) tui/turns" in classes[0]
+    [incident] = [line for line in lines if line.startswith("high ")]
+    assert incident.startswith("high     new     default -> alpha (+1) request: request_leak at tui/turns, "
+                               "1 canary kind(s), first at flow:") and "; spread: request 1 [" in incident
+    assert "3 new finding(s) in 2 class(es) under 1 incident(s)" in done.stdout
     assert lines[-1].startswith("what each finding means and how to fix it: ") and lines[-1].endswith("findings.md")
+
+
+def tool_turn(calls: list[tuple[str, str, str]]) -> dict:
+    """A chat request whose conversation holds these tool calls (id, tool, result)."""
+    messages: list[dict] = [{"role": "user", "content": "look it up"}]
+    for call_id, tool, result in calls:
+        messages += [{"role": "assistant", "content": None, "tool_calls": [
+                         {"id": call_id, "type": "function", "function": {"name": tool, "arguments": "{}"}}]},
+                     {"role": "tool", "tool_call_id": call_id, "content": result}]
+    return {"messages": messages}
+
+
+@pytest.fixture
+def two_tools(tmp_path: Path) -> Path:
+    """Two root causes that share victim, canary and phase: default's memory reaches alpha in tui/lookups in
+    session_search's result, then (that result re-sent) in process's result too."""
+    out = tmp_path / "two"
+    (out / "logs").mkdir(parents=True)
+    reg = mint(list(PORTS), out / "sandbox" / "work", {n: {"listen": p} for n, p in PORTS.items()})
+    reg.save(out / "registry.yaml")
+    memory = reg["default"].canaries["memory"]
+    search = ("c1", "session_search", f"transcript: {memory}")
+    flows = [flow(reg, "alpha", tool_turn([search]), ("tui", "lookups")),
+             flow(reg, "alpha", tool_turn([search, ("c2", "process", f"output: {memory}")]), ("tui", "lookups"))]
+    with (out / "flows.mitm").open("wb") as fh:
+        writer = io.FlowWriter(fh)
+        for n, f in enumerate(flows):
+            f.request.timestamp_start = 1000.0 + n
+            writer.add(f)
+    (out / "stubs.jsonl").write_text("")
+    (out / RECORD).write_text(json.dumps({"scenario": "tui", "hermes-agent": "0.19.0", "phases": [], "turns": [],
+                                          "findings": [], "reasons": [], "homes": {}}))
+    return out
+
+
+def test_two_tools_that_leak_the_same_data_in_the_same_phase_are_two_incidents(tmp_path, two_tools):
+    code, doc = reconcile_json(tmp_path, str(two_tools))
+    assert code == 1
+    incidents = {i["entry"]: i for i in doc["incidents"]}
+    assert set(incidents) == {"tool session_search", "tool process"}
+    search, process = incidents["tool session_search"], incidents["tool process"]
+    assert (search["crossings"], search["spread"]) == (1, {"request": 1})
+    assert (process["crossings"], process["spread"]) == (1, {})
+    assert search["documented"] == ["F8"] and process["documented"] == ["F9"] and search["new"] and process["new"]
+    assert search["first"]["time"] == 1000.0 and process["first"]["time"] == 1001.0
+    assert {f["incident"] for f in doc["findings"]} == {search["id"], process["id"]}
+    # the v2 fingerprint cannot tell them apart, the v3 one can
+    found = [Finding.from_dict(f) for f in doc["findings"]]
+    assert len({f.fingerprint_v2() for f in found}) == 1 and len({f.fingerprint() for f in found}) == 2
+
+
+def test_reconcile_of_a_folder_gives_the_same_incidents_every_time(two_tools):
+    record = run_module.read_record(two_tools)
+    first, again = (run_module.evaluate(two_tools, record, None).to_dict() for _ in range(2))
+    assert first["incidents"] == again["incidents"] and first["findings"] == again["findings"]
+    assert len(first["incidents"]) == 2
+
+
+def test_upgrading_a_v2_baseline_keeps_each_entrys_tool_and_service_and_drops_a_malformed_one(tmp_path):
+    tooled = Finding("request_leak", "default", "alpha", "memory", "request", "x", scenario="tui", phase="turns",
+                     tool="process")
+    plain = Finding("wrong_key", "default", "alpha", "key", "request", "x", scenario="tui", phase="turns")
+    older = {k: v for k, v in baseline.entry_of(plain).items() if k not in ("tool", "service")}  # before they were kept
+    entries = [{**baseline.entry_of(tooled), "fingerprint": tooled.fingerprint_v2()},
+               {**older, "fingerprint": plain.fingerprint_v2()}, {"fingerprint": "0" * 16, "kind": "bogus"}]
+    (tmp_path / "b2.json").write_text(json.dumps({"version": 2, "entries": entries}))
+    assert baseline.upgrade(tmp_path / "b2.json", tmp_path / "b3.json") == baseline.Upgrade(2, 1, 1)
+    up = baseline.load(tmp_path / "b3.json")
+    assert up.version == 3 and set(up.entries) == {tooled.fingerprint(), plain.fingerprint()}
+    assert up.entries[tooled.fingerprint()]["tool"] == "process" and "upgraded from version 2 (inexact" in \
+        json.loads((tmp_path / "b3.json").read_text())["note"]
+    done = cli_run(tmp_path, "baseline", "--upgrade", str(tmp_path / "b2.json"), "--out", str(tmp_path / "b5.json"))
+    assert done.returncode == 0 and "1 entries name no tool or service" in done.stderr, done
+    with pytest.raises(baseline.BaselineError, match="already version 3"):
+        baseline.upgrade(tmp_path / "b3.json", tmp_path / "b4.json")
+
+
+def test_a_baseline_of_one_tools_incident_reports_the_other_tools_as_new(tmp_path, two_tools):
+    _, doc = reconcile_json(tmp_path, str(two_tools))
+    searched = [Finding.from_dict(f) for f in doc["findings"] if f["tool"] == "session_search"]
+    baseline.write(tmp_path / "b3.json", [searched])
+    code, doc = reconcile_json(tmp_path, str(two_tools), "--baseline", str(tmp_path / "b3.json"))
+    assert code == 1 and [f["tool"] for f in doc["findings"]] == ["process"] and len(doc["known"]) == 2
+    assert {i["entry"]: i["new"] for i in doc["incidents"]} == {"tool session_search": False, "tool process": True}
+    assert doc["warnings"] == []
+
+
+def test_a_v2_baseline_hides_a_new_tool_with_a_warning_and_upgrades_exactly(tmp_path, two_tools):
+    _, doc = reconcile_json(tmp_path, str(two_tools))
+    searched = Finding.from_dict(next(f for f in doc["findings"] if f["tool"] == "session_search"))
+    entry = {**baseline.entry_of(searched), "fingerprint": searched.fingerprint_v2(), "intermittent": False,
+             "seen": 3, "runs": 3}
+    (tmp_path / "b2.json").write_text(json.dumps({"version": 2, "tool": "tenancy-audit", "note": "v2",
+                                                  "entries": [entry]}))
+    code, doc = reconcile_json(tmp_path, str(two_tools), "--baseline", str(tmp_path / "b2.json"))
+    assert code == 0 and doc["findings"] == [] and len(doc["known"]) == 3  # process is absorbed: the v2 blind spot
+    assert "version 2" in doc["warnings"][0] and "tool or service" in doc["warnings"][0]
+    done = cli_run(tmp_path, "baseline", "--upgrade", str(tmp_path / "b2.json"), "--out", str(tmp_path / "b3.json"))
+    assert done.returncode == 0 and "1 entries (version 3, from version 2)" in done.stdout and not done.stderr, done
+    up = baseline.load(tmp_path / "b3.json")
+    assert up.version == 3 and list(up.entries) == [searched.fingerprint()]
+    assert (up.entries[searched.fingerprint()]["seen"], up.entries[searched.fingerprint()]["runs"]) == (3, 3)
+    code, doc = reconcile_json(tmp_path, str(two_tools), "--baseline", str(tmp_path / "b3.json"))
+    assert code == 1 and [f["tool"] for f in doc["findings"]] == ["process"] and doc["warnings"] == []
 
 
 def test_phases_all_is_every_phase_cron_included():

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 from harness import cli
 from harness import matrix as runner
 from harness.core.findings import Finding, Verdict
+from harness.detect.incidents import build
 from harness.drive import features, install
 from harness.drive.features import Features, missing
 from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
@@ -194,7 +196,8 @@ def test_matrix_json_has_one_line_per_cell_and_row_and_parses_back(tmp_path):
     assert len(lines) == len(doc) + 2 + 2 + len(doc["cells"]) + len(doc["rows"])
 
 
-@pytest.mark.parametrize(("path", "releases"), [("docs/matrix/matrix.json", 4), ("docs/matrix/cron/matrix.json", 3)])
+@pytest.mark.parametrize(("path", "releases"), [("docs/matrix/matrix.json", 4), ("docs/matrix/cron/matrix.json", 3),
+                                               ("docs/matrix/services/matrix.json", 7)])
 def test_the_committed_matrix_is_a_complete_matrix_in_the_written_layout(path, releases):
     text = (Path(__file__).parent.parent / path).read_text()
     doc = json.loads(text)
@@ -286,7 +289,7 @@ def test_a_baseline_keeps_each_entrys_rate_and_intermittent_still_means_k_lt_n(t
     assert (by_kind["request_leak"]["seen"], by_kind["request_leak"]["runs"]) == (3, 3)
     assert by_kind["request_leak"]["intermittent"] is False
     assert (by_kind["env_leak"]["seen"], by_kind["env_leak"]["intermittent"]) == (2, True)
-    assert load(tmp_path / "b.json").version == 2
+    assert load(tmp_path / "b.json").version == 3
 
 
 # --- bad input through the CLI ------------------------------------------------------------------------------
@@ -340,7 +343,7 @@ def test_a_given_python_of_another_release_is_refused(tmp_path):
 # --- run --runs N (run_audit replaced: no Hermes) -----------------------------------------------------------
 
 
-def test_run_runs_n_reports_seen_k_of_n_per_class(tmp_path, monkeypatch, capsys):
+def test_run_runs_n_reports_seen_k_of_n_per_incident_and_class(tmp_path, monkeypatch, capsys):
     seen_in = {1: [LEAK], 2: [], 3: [LEAK]}
 
     def fake_run_audit(opts):
@@ -354,8 +357,11 @@ def test_run_runs_n_reports_seen_k_of_n_per_class(tmp_path, monkeypatch, capsys)
     out = capsys.readouterr().out
     assert code == 1  # a run leaked
     assert f"seen 2/3 (95% CI {round(wilson(2, 3)[0] * 100)}-{round(wilson(2, 3)[1] * 100)}%)" in out, out
-    assert LEAK.fingerprint() in out
+    assert "high     F8      oneshot tool session_search: request_leak default -> alpha at oneshot/lookups" in out
     doc = json.loads((tmp_path / "rate" / "matrix.json").read_text())
+    [incident] = doc["incidents"]
+    assert incident["documented"] == ["F8"] and incident["cells"]["0.19.0"]["seen"] == 2
+    assert doc["rows"][0]["fingerprint"] == LEAK.fingerprint() and doc["rows"][0]["cells"]["0.19.0"]["seen"] == 2
     assert doc["plan"] == {"releases": ["0.19.0"], "scenarios": ["oneshot"], "runs": 3, "tools": None, "phases": None,
                            "services": None}
     assert [c["evidence"] for c in doc["cells"]] == ["run-1", "run-2", "run-3"]
@@ -407,6 +413,37 @@ def test_phases_spelt_otherwise_make_the_same_plan_and_an_old_shard_merges():
     old, new = (matrix.document(plan_, [by_key[k] for k in matrix.shard_keys(plan_, i, 2)], f"{i}/2") for i in (1, 2))
     del old["plan"]["phases"]  # a shard written before --phases existed
     assert matrix.merge([("old", old), ("new", new)]) == matrix.document(plan_, cells)
+
+
+def test_incidents_are_counted_per_release_and_merge_like_classes(tmp_path):
+    plan, cells = recorded()
+    incident = build([LEAK])[0]
+    entry = {incident.id: {"entry": incident.entry, "kinds": incident.kinds, "severity": incident.severity,
+                           "documented": ["F8"], "victim": "default", "seen_in": "alpha", "scenario": "oneshot",
+                           "phase": "lookups", "tool": "session_search", "service": None}}
+    cells = [replace(c, incidents=entry if LEAK.fingerprint() in c.classes else {}) for c in cells]
+    whole = matrix.document(plan, cells)
+    [row_] = whole["incidents"]
+    assert row_["id"] == incident.id and row_["audit"] == "oneshot" and row_["first_seen"] == "0.17.0"
+    assert row_["cells"]["0.16.0"] == {"state": "not seen", "seen": 0, "runs": 3, "interval": list(wilson(0, 3))}
+    assert row_["cells"]["0.19.0"]["seen"] == 3
+    halves = [matrix.document(plan, [c for c in cells if c.key in matrix.shard_keys(plan, i, 2)], f"{i}/2")
+              for i in (1, 2)]
+    assert matrix.merge([("1", halves[0]), ("2", halves[1])]) == whole
+    md, html = render_markdown(whole), render_html(whole)
+    assert "| high | F8 | `tool session_search` | request_leak default -> alpha at oneshot/lookups | " in md
+    assert f'<tr data-incident="{incident.id}" data-documented="F8">' in html
+
+
+def test_a_matrix_from_before_incidents_is_read_and_not_merged_with_new_shards():
+    plan, cells = recorded()
+    old = matrix.document(plan, cells)
+    del old["incidents"]
+    old["fingerprint_version"] = 2
+    assert len(matrix.load_document(old, "old")[1]) == len(cells)
+    assert "## Incidents (0)" in render_markdown(old) and '<table id="incidents">' in render_html(old)
+    with pytest.raises(MatrixError, match="version-2 fingerprints"):
+        matrix.merge([("old", old)])
 
 
 # --- what a release offers ----------------------------------------------------------------------------------

@@ -14,7 +14,7 @@ import junitparser
 import pytest
 
 from harness.core.findings import KINDS, Finding, Verdict
-from harness.core.registry import load, mint
+from harness.core.registry import mint
 from harness.core.severity import POSSIBLE, severity
 from harness.drive.hermes import Sandbox
 from harness.report import sarif
@@ -110,23 +110,40 @@ def test_sarif_is_valid_and_points_into_the_evidence_folder(audit):
     run = doc["runs"][0]
     assert {r["id"].split("/")[0] for r in run["tool"]["driver"]["rules"]} == KINDS
     assert run["originalUriBaseIds"]["EVIDENCE"]["uri"] == out.resolve().as_uri() + "/"
-    results = run["results"]
+    homes = {"alpha": "sandbox/home/.hermes/profiles/alpha"}
     findings = result.verdict.findings + result.verdict.known
-    assert [r["ruleId"] for r in results] == [f"{f.kind}/{severity(f)}" for f in findings]
-    assert [r["partialFingerprints"]["tenancyFingerprint/v2"] for r in results] == [f.fingerprint() for f in findings]
-    phys = [r["locations"][0]["physicalLocation"] for r in results]
-    home = Path(load(out / "registry.yaml")["default"].home).relative_to(out).as_posix()
+    phys = [sarif.location(f, homes)["physicalLocation"] for f in findings]
     assert [p["artifactLocation"]["uri"] for p in phys] == [
-        "flows.mitm", "flows.mitm", f"{home}/profiles/alpha/memories/MEMORY.md",
-        f"{home}/profiles/alpha/state.db", "logs/oneshot-alpha-0.log", "logs/rpc-serve.jsonl",
+        "flows.mitm", "flows.mitm", "sandbox/home/.hermes/profiles/alpha/memories/MEMORY.md",
+        "sandbox/home/.hermes/profiles/alpha/state.db", "logs/oneshot-alpha-0.log", "logs/rpc-serve.jsonl",
         "flows.mitm", "stubs.jsonl", "findings.json", "flows.mitm"]
     assert all(p["artifactLocation"]["uriBaseId"] == "EVIDENCE" for p in phys)
     assert phys[2]["region"] == {"byteOffset": 33}
     assert "region" not in phys[3]  # the hit is inside a SQLite cell: the logical location says where
-    assert results[3]["locations"][0]["logicalLocations"][0]["fullyQualifiedName"].startswith("state.db:sqlite:")
-    assert results[0]["locations"][0]["logicalLocations"][0]["name"] == FLOW.removeprefix("flow:")
-    assert [r["level"] for r in results] == ["error"] * 6 + ["error", "warning", "warning", "warning"]
-    assert "suppressions" not in results[0] and results[-1]["suppressions"][0]["kind"] == "external"
+    assert sarif.location(findings[3], homes)["logicalLocations"][0]["fullyQualifiedName"].startswith(
+        "state.db:sqlite:")
+    assert sarif.location(findings[0], homes)["logicalLocations"][0]["name"] == FLOW.removeprefix("flow:")
+
+
+def test_sarif_has_one_result_per_incident_at_its_first_hop_with_its_spread_related(audit):
+    out, result = audit
+    results = json.loads((out / "findings.sarif").read_text())["runs"][0]["results"]
+    rows = result.incidents
+    assert len(results) == len(rows) == 6  # request (and its copies), rpc, egress, bypass, shortfall; provider: known
+    for res, row in zip(results, rows, strict=True):
+        i = row.incident
+        assert res["ruleId"] == f"{i.worst.kind}/{i.severity}" and res["message"]["text"].startswith(row.line())
+        assert res["partialFingerprints"] == {"tenancyIncident/v1": i.id,
+                                              "tenancyFingerprint/v3": i.first.fingerprint()}
+        assert res["locations"] == [sarif.location(i.first, {"alpha": "sandbox/home/.hermes/profiles/alpha"})]
+        assert len(res["relatedLocations"]) == len(row.classes()) - 1
+        assert ("suppressions" in res) == (not row.new)
+    request = next(r for r in results if r["properties"]["entry"] == "request")
+    assert request["properties"]["spread"] == {"request": 1, "file": 2, "log": 1}
+    assert [r["message"]["text"].split(":")[0] for r in request["relatedLocations"]] == ["spread"] * 2  # file, log
+    assert request["locations"][0]["logicalLocations"][0]["fullyQualifiedName"] == f"{FLOW}:request.body@6912"
+    assert [r["level"] for r in results] == ["error", "error", "error", "warning", "warning", "warning"]
+    assert results[3]["properties"]["entry"] == "provider" and results[3]["suppressions"][0]["kind"] == "external"
 
 
 def test_sarif_rules_carry_severity_help_and_precision(audit):
@@ -185,8 +202,11 @@ def test_html_escapes_evidence_groups_by_fingerprint_and_greys_known(audit):
     assert html.count('<tr class="new" data-fingerprint=') == len(new) == len(result.verdict.findings) - 2
     fp = result.verdict.findings[0].fingerprint()
     assert f'data-fingerprint="{fp}" data-severity="high" data-count="2"' in html
-    assert html.count("<details>") == len(new) + 1  # and the known class
-    assert "findings.md#request_leak" in html
+    assert html.count("<details>") == len(new) + 1 + len(result.incidents)  # the known class; each incident's
+    assert html.count('<tr class="new" data-incident=') == 5 and html.count('<tr class="known" data-incident=') == 1
+    request = next(r.incident for r in result.incidents if r.incident.entry == "request")
+    assert f'data-incident="{request.id}" data-severity="high" data-new="true" data-documented="new"' in html
+    assert "findings.md#request_leak" in html and "findings.md#incidents" in html
     assert "http://" not in html.replace("http://127", "") and "src=" not in html  # self-contained
 
 
@@ -195,10 +215,15 @@ def test_markdown_is_one_row_per_class_with_occurrences_folded(audit):
     md = (out / "report.md").read_text()
     rows = [line for line in md.splitlines() if line.split(" ")[:2] in (["|", s] for s in ("critical", "high",
                                                                                                 "medium", "low"))]
+    incidents, rows = rows[:6], rows[6:]
+    assert [r.split(" | ")[1:3] for r in incidents] == [[row.label, "failing" if row.new else "known"]
+                                                        for row in result.incidents]
+    assert "| high | new | failing | default → alpha | `request` | request_leak at oneshot/turns, " in md
+    assert "| request 1, file 2, log 1 |" in md
     assert len(rows) == 8 == len(groups(result.verdict.findings)) + 1  # request_leak x2 and file_leak x2: a class
     assert rows[0].startswith("| critical | [text_leak]")  # each, the known class; the worst first
     assert "| high | [request_leak](" in md and "| default -> alpha | memory | request | oneshot/turns | 2 |" in md
-    assert md.count("<details>") == len(groups(result.verdict.findings)) + 1
+    assert md.count("<details>") == len(groups(result.verdict.findings)) + 1 + len(result.incidents)
     assert "| alpha | 0 (1 known) | - |" in md
 
 
@@ -215,6 +240,17 @@ def test_a_plant_run_says_negative_control_and_a_baselined_run_says_what_is_know
     write_reports(tmp_path, clean)
     html = (tmp_path / "report.html").read_text()
     assert 'data-verdict="clean"' in html and 'data-known="1"' in html and "are in the baseline" in html
+
+
+def test_junit_has_one_case_per_incident_failing_when_new(audit):
+    out, result = audit
+    cases = [c for c in next(iter(junitparser.JUnitXml.fromfile(str(out / "junit.xml"))))
+             if c.classname == "tenancy.incident"]
+    assert [c.name for c in cases] == [f"{row.label} {row.incident.entry}" for row in result.incidents]
+    assert [c.is_passed for c in cases] == [not row.new for row in result.incidents]
+    request = next(c for c in cases if c.name == "new request")
+    assert request.result[0].message == next(r.line() for r in result.incidents if r.incident.entry == "request")
+    assert "spread: high     file_leak: default -> alpha memory (file)" in request.result[0].text
 
 
 def test_junit_test_cases_have_times_that_add_up(audit):
@@ -236,4 +272,4 @@ def test_summary_table(audit):
                                 "file", "log", "rpc"]
     assert lines[1].split() == ["default", "1", "0", "1", "2", "0", "0", "2", "1", "0"]
     assert lines[2].split() == ["alpha", "0", "1", "0", "3", "0", "1", "2", "1", "1"]  # request: 2 leaks + bypass
-    assert lines[-1] == "verdict leak: 9 new, 1 known finding(s)"
+    assert lines[-1] == "verdict leak: 5 new incident(s); 9 new, 1 known finding(s)"

@@ -595,3 +595,20 @@ def test_matcher_cache(tmp_path: Path) -> None:
     assert second is not first
     hits = scan_text("x late-marker-bob-000000001", reg, OWNER, label="l", channel="log")
     assert [f.canary for f in hits] == ["late_marker"]
+
+
+def test_reconcile_excludes_nested_homes_where_they_are_now(tmp_path: Path) -> None:
+    """An evidence folder moved after its run: the registry still names the homes where they ran, the
+    reconciliation gets them where they are now, and a nested profile is still not the launch home's leak."""
+    from harness.detect.reconcile import reconcile
+
+    reg = make_registry(tmp_path / "r")
+    ran, now = tmp_path / "ran", tmp_path / "moved"
+    homes = {t.name: now if t.name == OWNER else now / "profiles" / t.name for t in reg}
+    for t in reg:
+        t.home = str(ran if t.name == OWNER else ran / "profiles" / t.name)
+        homes[t.name].mkdir(parents=True, exist_ok=True)
+        (homes[t.name] / "config.yaml").write_text(f"api_key: {t.key}\n")
+    (now / "memories.md").write_text(f"remember {reg['carol'].canaries['memory']}\n")
+    rec = reconcile(reg, tmp_path / "no-flows.mitm", homes=homes, empty_ok=True)
+    assert [(f.victim, f.seen_in, f.location) for f in rec.findings] == [("carol", OWNER, "memories.md@9")]

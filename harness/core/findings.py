@@ -31,7 +31,7 @@ INCONCLUSIVE_KINDS = frozenset({"shortfall", "bypass"})
 
 EXIT_CLEAN, EXIT_LEAK, EXIT_ERROR, EXIT_INCONCLUSIVE = 0, 1, 2, 3
 #: What `Finding.fingerprint()` hashes; bumped when that changes (SARIF `tenancyFingerprint/vN`, baselines).
-FINGERPRINT_VERSION = 2
+FINGERPRINT_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -51,6 +51,7 @@ class Finding:
     detail: str = ""
     tool: str | None = None  # the tool whose result, arguments or writes carried it, when known
     service: str | None = None  # the tenant's service (other than its provider) whose traffic carried it
+    time: float | None = None  # when the evidence shows it (a flow's start, an RPC frame); None: a file, a log
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -59,8 +60,14 @@ class Finding:
             raise ValueError(f"unknown channel {self.channel!r}")
 
     def fingerprint(self) -> str:
-        """The finding's class (v2): kind, victim, carrier (`seen_in`), canary kind, channel, scenario and
-        phase. Stable across runs: never a random value, offset or flow id."""
+        """The finding's class (v3): kind, victim, carrier (`seen_in`), canary kind, channel, scenario, phase,
+        and the service and tool that carried it. Stable across runs: never a random value, offset or flow id."""
+        parts = ("v3", self.kind, self.victim or "", self.seen_in or "", self.canary or "", self.channel,
+                 self.scenario or "", self.phase or "", self.service or "", self.tool or "")
+        return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
+
+    def fingerprint_v2(self) -> str:
+        """The version-2 fingerprint (no service, no tool): only to read version-2 baselines."""
         parts = ("v2", self.kind, self.victim or "", self.seen_in or "", self.canary or "", self.channel,
                  self.scenario or "", self.phase or "")
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]

@@ -1,6 +1,7 @@
-"""Streaming decoders for the containers a canary can hide in: compression (gzip, zlib, raw deflate, xz,
-lzma, bz2, zstd, brotli), base64 blocks (wrapped at any column, with real or JSON-escaped line breaks) and
-HTTP chunked transfer-encoding.
+"""Streaming decoders for every layer a canary can hide in: compression (gzip, zlib, raw deflate, xz, lzma,
+bz2, zstd, brotli), HTTP chunked transfer-encoding, and the text encodings: base64 blocks (wrapped at any
+column, with real or JSON-escaped line breaks), hex, percent-encoding (`url`) and JSON string escapes
+(`json`).
 
 `decode(codec, chunks, progress)` is a generator: it pulls input chunks only as it needs them and yields
 output pieces of at most `PIECE` bytes, so no stream, however large, and no bomb is ever held whole. The
@@ -16,9 +17,12 @@ from __future__ import annotations
 
 import binascii
 import bz2
+import json
 import lzma
 import re
+import struct
 import sys
+import urllib.parse
 import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -37,7 +41,14 @@ STEP = 1 << 16
 #: Memory a decoder may use for its window (xz and zstd let a stream ask for up to 4 GiB).
 DECODER_MEMORY = 128 << 20
 COMPRESSION = ("gzip", "zlib", "deflate", "xz", "lzma", "bz2", "zstd", "br")
-CODECS = (*COMPRESSION, "base64", "chunked")
+#: Text encodings: each decodes a run of its characters (or a JSON string) to fewer bytes.
+TEXT = ("base64", "hex", "url", "json")
+#: Archive members: a tar member, a zip entry stored as it is.
+ARCHIVE = ("tar", "zip")
+CODECS = (*COMPRESSION, "chunked", *TEXT, *ARCHIVE)
+#: The decoders whose output keeps every byte they do not decode (an escape, a chunk's size line, a member's
+#: header): what starts inside their input also starts in their output.
+KEEPING = frozenset({"chunked", "json", "url", *ARCHIVE})
 Chunk = bytes | bytearray | memoryview
 
 
@@ -65,10 +76,42 @@ def decode(codec: str, chunks: Iterable[Chunk], progress: Progress) -> Iterator[
             yield from _base64(steps, progress)
         elif codec == "chunked":
             yield from _chunked(steps, progress)
+        elif codec == "hex":
+            yield from _hex(steps, progress)
+        elif codec == "url":
+            yield from _url(steps, progress)
+        elif codec == "json":
+            yield from _json(steps, progress)
+        elif codec in ARCHIVE:
+            yield from _member(codec, steps, progress)
         else:
             yield from _stdlib(_decompressor(codec), steps, progress)
     except (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError, zstd.ZstdError, brotli.error) as exc:
         progress.error = f"{type(exc).__name__}: {exc}"
+
+
+#: Codecs whose decoder, on an error in a stream's first bytes, yields nothing at all (no recovery).
+_CHECKED = {"zlib": 15, "deflate": -15, "br": 0}
+#: Bytes `plausible` decodes.
+HEAD = 64
+
+
+def plausible(codec: str, head: bytes | memoryview) -> bool:
+    """False if the stream of `codec` that starts with `head` (its first HEAD bytes) certainly decodes to
+    nothing: its decoder fails on them. Cheaper than `decode`, which would fail on them too (errors in these
+    decoders are monotonic in the input); most zlib magic numbers and streams without one in binary data
+    are chance."""
+    wbits = _CHECKED.get(codec)
+    try:
+        if wbits is None:
+            return True
+        if wbits:
+            zlib.decompressobj(wbits).decompress(head, 1 << 16)
+        else:
+            brotli.Decompressor().process(head, output_buffer_limit=1 << 16)
+    except (zlib.error, brotli.error):
+        return False
+    return True
 
 
 def _decompressor(codec: str):  # type: ignore[no-untyped-def]
@@ -270,3 +313,174 @@ def _chunked(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]
             return
         buf = buf[2:]
         used += 2
+
+
+# -- hex, percent-encoding, JSON strings --------------------------------------------------------------------
+
+_HEX_RUN = re.compile(rb"[0-9a-fA-F]*")
+
+
+def _hex(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
+    """Decode a run of hex digits (either case) up to the first other byte; an odd last digit holds no byte."""
+    carry = b""
+    for step in steps:
+        data = carry + bytes(step)
+        end = _HEX_RUN.match(data).end()  # type: ignore[union-attr]  # `*` matches anywhere
+        whole = end // 2 * 2
+        if whole:
+            yield binascii.unhexlify(data[:whole])
+        if end < len(data):
+            progress.consumed += len(step) - (len(data) - end)
+            progress.eof = True
+            return
+        carry = data[whole:]
+        progress.consumed += len(step)
+
+
+#: A percent-encoded run: escapes and the characters URL encoders leave as they are (`+` is a space).
+URL_RUN = re.compile(rb"(?:%[0-9a-fA-F]{2}|[A-Za-z0-9._~!*'()+/\-])*")
+_CUT_ESCAPE = re.compile(rb"%[0-9a-fA-F]?\Z")
+
+
+def _url(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
+    """Decode a percent-encoded run up to the first byte that is neither an escape nor left as it is."""
+    carry = b""  # an escape cut by the step's end
+    for step in steps:
+        data = carry + bytes(step)
+        end = URL_RUN.match(data).end()  # type: ignore[union-attr]
+        if end:
+            yield urllib.parse.unquote_to_bytes(data[:end].replace(b"+", b" "))
+        if end < len(data) and not _CUT_ESCAPE.match(data, end):
+            progress.consumed += len(step) - (len(data) - end)
+            progress.eof = True
+            return
+        carry = data[end:]
+        progress.consumed += len(step)
+
+
+_JSON = json.JSONDecoder(strict=False)
+
+
+def _json(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
+    """Decode the rest of a JSON string (from just after its opening quote) up to its closing quote.
+
+    An escape of a character below U+0100 gives one byte (binary data written as a JSON string:
+    `\\u001f\\u008b`); a string that holds a character above it gives UTF-8 (`_as_bytes`)."""
+    carry = b""  # an escape cut by the step's end
+    for step in steps:
+        data = carry + bytes(step)
+        end = closing_quote(data)
+        body = data if end < 0 else data[:end]
+        cut = len(body) if end >= 0 else _escape_cut(body)
+        out, good = _unescape(body[:cut])
+        if out:
+            yield out
+        if good < cut:
+            progress.consumed += len(step) - (len(data) - good)
+            progress.error = "invalid JSON escape"
+            return
+        if end >= 0:
+            progress.consumed += len(step) - (len(data) - end)
+            progress.eof = True
+            return
+        carry = body[cut:]
+        progress.consumed += len(step)
+
+
+def closing_quote(data: bytes, start: int = 0) -> int:
+    """The index of the first quote from `start` that no backslash escapes, or -1."""
+    quote = data.find(b'"', start)
+    while quote >= 0:
+        first = quote
+        while first and data[first - 1] == 0x5C:
+            first -= 1
+        if (quote - first) % 2 == 0:
+            return quote
+        quote = data.find(b'"', quote + 1)
+    return -1
+
+
+def _escape_cut(body: bytes) -> int:
+    """Where `body` ends, or where the escape it ends inside starts (a surrogate pair is one escape)."""
+    last = body.rfind(b"\\", max(0, len(body) - 12))
+    if last < 0:
+        return len(body)
+    first = last
+    while first and body[first - 1] == 0x5C:
+        first -= 1
+    if (last - first) % 2:  # an even run of backslashes: the last one is escaped, every escape is whole
+        return len(body)
+    if body[last + 1 : last + 2] != b"u":
+        return len(body) if last + 2 <= len(body) else last
+    if body[last + 2 : last + 4].lower() in (b"d8", b"d9", b"da", b"db"):  # a high surrogate: its pair too
+        return len(body) if last + 12 <= len(body) else last
+    return len(body) if last + 6 <= len(body) else last
+
+
+def _unescape(raw: bytes) -> tuple[bytes, int]:
+    """The bytes of the JSON string content `raw`, and how many bytes of `raw` were decoded (all of it, or
+    up to its first invalid escape)."""
+    text = raw.decode("utf-8", "surrogateescape")
+    try:
+        return _as_bytes(_JSON.decode(f'"{text}"')), len(raw)
+    except json.JSONDecodeError as exc:
+        good = text[: max(0, exc.pos - 1)]
+        good_raw = good.encode("utf-8", "surrogateescape")
+        try:
+            return _as_bytes(_JSON.decode(f'"{good}"')), len(good_raw)
+        except json.JSONDecodeError:
+            return b"", 0
+
+
+def _as_bytes(text: str) -> bytes:
+    """Characters below U+0100 as one byte each when all are; else UTF-8 (raw undecodable bytes as they were)."""
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+
+
+# -- archive members ----------------------------------------------------------------------------------------
+
+_TAR_SIZE = re.compile(rb" *([0-7]{1,11})[ \x00]")  # a tar header's size field: octal digits
+
+
+def _member(codec: str, steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
+    """The bytes of the archive member whose header starts the input: a tar member (a 512-byte header), or a
+    zip entry stored as it is (its local header; the size in it, so not one written with a data descriptor)."""
+    if codec == "tar":
+        head = _fill(steps, b"", 512)
+        size_field = _TAR_SIZE.match(head, 124)
+        if len(head) < 512 or size_field is None:
+            progress.error = "not a tar header"
+            return
+        skip, size = 512, int(size_field.group(1), 8)
+    else:
+        head = _fill(steps, b"", 30)
+        if len(head) < 30:
+            progress.error = "not a zip local header"
+            return
+        (size,) = struct.unpack_from("<I", head, 18)
+        nlen, xlen = struct.unpack_from("<HH", head, 26)
+        skip = 30 + nlen + xlen
+    data, left = _fill(steps, head, skip)[skip:], size
+    while left and data:
+        for i in range(0, min(len(data), left), PIECE):
+            yield data[i : min(i + PIECE, left)]
+        left -= min(len(data), left)
+        data = bytes(next(steps, b""))
+    progress.consumed, progress.eof = skip + size - left, not left
+
+
+def _fill(steps: Iterator[memoryview], buf: bytes, size: int) -> bytes:
+    """`buf` and the next steps, to at least `size` bytes (or to the input's end)."""
+    while len(buf) < size:
+        step = next(steps, None)
+        if step is None:
+            break
+        buf += bytes(step)
+    return buf

@@ -142,18 +142,20 @@ class _Scan:
             base = end + len(SEPARATOR)
 
     def layered(self, data: bytes, part: str, *, encoding: str | None = None,
-                skip: frozenset[tuple[str, str]] = frozenset(), only_new: bool = False) -> None:
-        """Scan `data` and every layer in it (base64 blocks, compressed streams, ...: `stream.scan_bytes`)."""
+                skip: frozenset[tuple[str, str]] = frozenset(), only_new: bool = False, offsets: bool = True) -> None:
+        """Scan `data` and every layer in it (base64 blocks, compressed streams, ...: `stream.scan_bytes`).
+        `offsets`: locate a hit in the raw bytes at its offset (a hit in a layer always is)."""
         where = f"flow:{self.flow_id}:{part}"
         skipped: list[NotInspected] = []
-        for h in scan_bytes(data, self.matcher, headerless=False, not_inspected=skipped):
+        for h in scan_bytes(data, self.matcher, headerless=False, not_inspected=skipped, exclude=self.tenant):
             ident = (h.tenant, h.kind)
-            if h.tenant == self.tenant or ident in skip or (only_new and ident in self.seen):
+            if ident in skip or (only_new and ident in self.seen):
                 continue
             self.seen.add(ident)
             self.findings.append(Finding(
                 kind=self.kind, victim=h.tenant, seen_in=self.tenant, canary=h.kind, channel=self.channel,
-                location=h.location(where), encoding=_label(encoding, h), evidence=h.evidence,
+                location=h.location(where) if offsets or h.layers else where, encoding=_label(encoding, h),
+                evidence=h.evidence,
             ))
         self.not_inspected += [replace(n, path=where + n.path.removeprefix("bytes")) for n in skipped]
 
@@ -285,7 +287,7 @@ def inspect_request(
             detail=f"main turn model is not {tenant.name}'s model",
         ))
     scan = _Scan(matcher, flow_id, name, "request", "request_leak")
-    scan.scan(path.encode("utf-8", "surrogateescape"), "request.path", offsets=False)
+    scan.layered(path.encode("utf-8", "surrogateescape"), "request.path", offsets=False)
     scan.headers(headers, "request", frozenset(skip_headers))
     scan.body(decoded, "request.body", frozenset(skip_body))
     leaks = attribute_body(scan.findings, decoded.data, doc, f"flow:{flow_id}:request.body")

@@ -462,6 +462,13 @@ class Matcher:
             prefilter=prefilter,
         )
 
+    def may_find(self, data: bytes | bytearray | memoryview) -> bool:
+        """False if `find` certainly finds nothing in `data`, nor in any part of it: with the prefilter, when
+        no marker form, double-base64 trigger or escape is there (every match holds one)."""
+        if self._automaton is None or not data:
+            return False
+        return not self._prefiltered or any(self._triggers.find(data).values())
+
     def find(self, data: bytes | bytearray | memoryview, *, exclude: str | None = None) -> list[Hit]:
         """Every occurrence, ordered by offset; overlapping forms of one canary are reported once.
         `exclude` names a tenant whose canaries are not reported (the rules apply to each canary alone)."""

@@ -112,10 +112,13 @@ def _flow_phase(flow: http.HTTPFlow, phases: list[Phase]) -> Phase | None:
     return _phase_of(flow.request.timestamp_start, phases)
 
 
-def _tag(findings: list[Finding], phase: Phase | None) -> list[Finding]:
+def _tag(findings: list[Finding], phase: Phase | None, when: float) -> list[Finding]:
+    """The findings labelled with the phase they happened in (where they have none) and stamped with when (the
+    order incidents need)."""
     if phase is None:
-        return findings
-    return [f.labelled(phase.scenario, phase.name) for f in findings]
+        return [replace(f, time=when) for f in findings]
+    return [replace(f, scenario=f.scenario or phase.scenario, phase=f.phase or phase.name, time=when)
+            for f in findings]
 
 
 def reconcile(
@@ -145,7 +148,7 @@ def reconcile(
     for flow in flows:
         phase = _flow_phase(flow, phases)
         report = inspect_flow(registry, matcher, flow)
-        rec.findings += _tag(list(report.findings), phase)
+        rec.findings += _tag(list(report.findings), phase, flow.request.timestamp_start)
         rec.skip(report.not_inspected)
         tenant = report.request.tenant
         if tenant is None:
@@ -167,7 +170,7 @@ def reconcile(
             seen_calls.add((snap.tenant, snap.tool_call_id))
             rec.snapshots.setdefault(snap.tenant, []).append(snap)
             rec.inspected["env"] += 1
-            rec.findings += _tag(snapshots.check(snap, registry, matcher), phase)
+            rec.findings += _tag(snapshots.check(snap, registry, matcher), phase, flow.request.timestamp_start)
     if stub_log is not None:
         rec.findings += _bypass(stub_log, flow_ids, phases)
     if service_records is not None:
@@ -176,7 +179,8 @@ def reconcile(
         if not home.exists():
             rec.reasons.append(f"home of tenant {name!r} is missing: {home}")
             continue
-        result = scan.scan_tree(home, registry, name, matcher=matcher, limits=limits)
+        others = [h for n, h in (homes or {}).items() if n != name]  # where they are now, not where they ran
+        result = scan.scan_tree(home, registry, name, exclude=others, matcher=matcher, limits=limits)
         rec.findings += [replace(f, tool=f.tool or tool_for_file(f.location)) for f in result.findings]
         rec.inspected["file"] += result.files
         rec.reasons += [f"unreadable file {p}" for p in result.unreadable]
@@ -241,7 +245,8 @@ def _scan_rpc(data: bytes, registry: Registry, matcher: Matcher, label: str, pha
         skipped: list[stream.NotInspected] = []
         hits = scan.scan_text(json.dumps(frame).encode(), registry, owner, label=f"{label}#{n}", channel="rpc",
                               matcher=matcher, not_inspected=skipped)
-        findings += _tag(hits, _phase_of(record.get("t", 0.0), phases))
+        when = record.get("t", 0.0)
+        findings += _tag(hits, _phase_of(when, phases), when)
         rec.skip(skipped)
     return findings
 
@@ -257,7 +262,7 @@ def _records(folder: Path, registry: Registry, matcher: Matcher, phases: list[Ph
         rec.inspected["service_record"] += 1
         skipped: list[stream.NotInspected] = []
         for when, finding in records.check(record, registry, matcher, skipped):
-            rec.findings += _tag([finding], _phase_of(when, phases))
+            rec.findings += _tag([finding], _phase_of(when, phases), when)
         rec.skip(skipped)
         for line in record.lines:  # its start (the tenant's Hermes launched it) and every call
             phase = _phase_of(line.time, phases)
@@ -285,9 +290,9 @@ def _bypass(stub_log: Path, flow_ids: set[str], phases: list[Phase]) -> list[Fin
             raise EvidenceError(f"stub log: {stub_log} has a line that is not JSON") from None
         if rec.get("flow") in flow_ids:
             continue
-        phase = _phase_of(rec.get("time", 0.0), phases)
+        when = rec.get("time", 0.0)
         findings += _tag([Finding(
             "bypass", rec.get("tenant"), None, None, "request", f"stub:{rec.get('tenant')}#{rec.get('seq')}",
             detail=f"{rec.get('method')} {rec.get('path')} reached the stub without passing the proxy",
-        )], phase)
+        )], _phase_of(when, phases), when)
     return findings

@@ -3,20 +3,29 @@
 Built on `harness.detect.matcher.Matcher` (one automaton, every encoding, one pass), the candidate layer
 starts of `harness.detect.containers` and the streaming decoders of `harness.detect.codecs`. Everything is
 read as a stream, in windows of `WINDOW` bytes that overlap by the longest encoded pattern, so memory stays
-bounded whatever the size of a file or of what it inflates to. In each window the scanner finds the
-canaries, then the layers that start there, and scans what each decodes to as a stream of its own (to
-`Limits.depth`). SQLite files (`SQLite format 3\\0`) are scanned twice: the raw bytes, and every value of
-every column of every table (FTS shadow tables and `sqlite_master` included) read with `sqlite3` from a
-private copy of the database and its `-wal`/`-journal`, so a canary that straddles an overflow page or
-lives only in the WAL is found.
+bounded whatever the size of a file or of what it inflates to.
 
-A decoded layer counts against `Limits` (`stream_bytes` per stream, `total_bytes` per file, `depth`). A
-limit that stops reading is a `NotInspected` entry; one that left part of a file unread (`partial`) makes
-an audit inconclusive. A corrupt or truncated stream still has its decodable prefix scanned.
+One loop composes every layer with every other (`_Scan.stream`): in each window the scanner finds the
+canaries, then every layer that starts there, of every kind, and scans what each decodes to exactly as it
+scans a file (the same finders, the same decoders, a stream without a magic number tried at its start),
+so a chain of layers is found in any order, to `Limits.depth`. SQLite files (`SQLite format 3\\0`) are
+scanned twice: the raw bytes, and every value of every column of every table (FTS shadow tables and
+`sqlite_master` included) read with `sqlite3` from a private copy of the database and its
+`-wal`/`-journal`, so a canary that straddles an overflow page or lives only in the WAL is found; each
+value is scanned as a stream of its own too.
+
+A decoded layer counts against `Limits` (`stream_bytes` per stream, `total_bytes` per file, `depth`,
+`seconds`). A limit that stops reading is a `NotInspected` entry; one that left part of a file unread
+(`partial`) makes an audit inconclusive. A corrupt or truncated stream still has its decodable prefix
+scanned. A layer a weaker sign shows is held to more before it is taken: a stream without a magic number
+inside another layer (or a cell) only if it ends properly, and past the depth cap a run (`containers.RUN`)
+is listed only if its decoded bytes show what its raw bytes cannot (a canary in an encoding of its own, a
+layer with a magic number): a run of base64 or hex characters decodes to something whatever it is.
 
 Reporting scheme (`ScanHit`):
 - `container` is None for the raw bytes, else the layers joined by `/`: `gzip`, `zlib`, `deflate`, `xz`,
-  `lzma`, `bz2`, `zstd`, `br`, `base64`, `chunked`, `sqlite:<table>.<column>#<rowid>`, e.g.
+  `lzma`, `bz2`, `zstd`, `br`, `chunked`, `base64`, `hex`, `url` (percent-encoding), `json` (a JSON string's
+  escapes), `sqlite:<table>.<column>#<rowid>`, e.g.
   `sqlite:messages.content#3/gzip` for a gzip blob in a cell, `base64/gzip` for a gzip in a base64 block.
 - `offset` is the canary's byte offset inside the innermost layer (decoded bytes, or the cell value as
   UTF-8 / blob bytes); `layers` also records where each layer starts in its parent (None for a cell).
@@ -25,8 +34,8 @@ Reporting scheme (`ScanHit`):
   SQLite is a container, not an encoding: a plain canary in a cell has encoding `plain`.
 - `location(label)`: `path@OFFSET` for the raw bytes, `path@AT:gzip@OFFSET` in a stream that starts at AT,
   `path:sqlite:messages.content#3@OFFSET` in a cell.
-- A base64 block or chunked body is also scanned as raw bytes; a canary its raw bytes already show (an
-  unwrapped base64 form) is reported there, once, not again in the decoded layer.
+- A text layer or chunked body is also scanned as raw bytes; a canary its raw bytes already show (an
+  unwrapped base64 form, a hex form) is reported there, once, not again in the decoded layer.
 """
 
 from __future__ import annotations
@@ -36,19 +45,25 @@ import shutil
 import sqlite3
 import stat
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from harness.detect import codecs, containers
+from harness.detect.containers import BARE, MAGIC, RUN, Start
 from harness.detect.matcher import Hit, Matcher
 
 #: Bytes read per window (each window also holds the last `Matcher.longest` bytes of the one before).
 WINDOW = 4 << 20
 SQLITE_MAGIC = b"SQLite format 3\x00"
+#: Rows of a table whose values `_Scan._cells` looks at together first.
+CELL_BATCH = 32
+#: Characters of evidence on either side of a hit.
+SNIPPET_WIDTH = 48
 #: Layers that re-encode bytes which are scanned raw too (a canary their raw bytes show is reported there).
-TRANSFORMS = frozenset({"base64", "chunked"})
+TRANSFORMS = frozenset({*codecs.TEXT, *codecs.KEEPING})
 
 Layer = tuple[str, int | None]  # (name, where it starts in its parent; None for a SQLite cell)
 Reopen = Callable[[int], Iterator[bytes]]  # the stream's bytes again, from an offset
@@ -60,7 +75,8 @@ class Limits:
 
     stream_bytes: int = 256 << 20  # decoded bytes read from one compressed stream
     total_bytes: int = 1 << 30  # decoded bytes read from all the compressed streams of one file
-    depth: int = 4  # containers inside containers: a gzip in a base64 block in a SQLite cell ...
+    depth: int = 4  # layers inside layers: a gzip in a base64 block in a SQLite cell ...
+    seconds: float = 300.0  # decoding layers of one file (or buffer); its raw bytes are always read to the end
 
 
 DEFAULT_LIMITS = Limits()
@@ -83,13 +99,36 @@ class NotInspected:
         return f"{self.path}: {self.reason} ({self.bytes_read} bytes read)"
 
 
+class Snippet:
+    """The redacted text around a hit (`Matcher.snippet`), made the first time it is asked for: most hits are
+    never reported (another tenant's in a tenant's own home, a decoded layer's that its raw bytes show)."""
+
+    __slots__ = ("_context", "_hit", "_matcher", "_text")
+
+    def __init__(self, matcher: Matcher, window: bytes, hit: Hit) -> None:
+        reach = SNIPPET_WIDTH + matcher.longest  # all that `Matcher.snippet` reads around the hit
+        lo = max(0, hit.start - reach)
+        self._matcher, self._context = matcher, bytes(window[lo : hit.end + reach])
+        self._hit = replace(hit, start=hit.start - lo, end=hit.end - lo)
+        self._text: str | None = None
+
+    def __str__(self) -> str:
+        if self._text is None:
+            self._text = self._matcher.snippet(self._context, self._hit, SNIPPET_WIDTH)
+        return self._text
+
+
 @dataclass(frozen=True)
 class ScanHit:
     """One canary occurrence, with the containers it was found in."""
 
     hit: Hit
     layers: tuple[Layer, ...] = ()
-    evidence: str = ""
+    snippet: Snippet | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def evidence(self) -> str:
+        return "" if self.snippet is None else str(self.snippet)
 
     @property
     def tenant(self) -> str:
@@ -125,10 +164,14 @@ def _where(layers: Iterable[Layer]) -> str:
 class _Scan:
     """One top-level scan (a file or a buffer): its hits, what it could not read, its decoding budget."""
 
-    def __init__(self, matcher: Matcher, limits: Limits) -> None:
+    def __init__(self, matcher: Matcher, limits: Limits, exclude: str | None = None) -> None:
         self.matcher = matcher
         self.limits = limits
+        self.exclude = exclude  # a tenant whose canaries are not looked for (`Matcher.find`)
         self.remaining = limits.total_bytes
+        self.deadline = time.monotonic() + limits.seconds
+        self.late = False  # the time budget is spent (and listed once)
+        self.min_bytes = max(matcher.shortest, 1)  # no layer shorter than a canary holds one
         self.hits: list[ScanHit] = []
         self.skipped: list[tuple[tuple[Layer, ...], str, int]] = []  # (layers, reason, bytes read)
         # A hit must lie whole in one window with the base64 character on either side of it, and a wrapped
@@ -137,20 +180,21 @@ class _Scan:
 
     def stream(self, chunks: Iterable[bytes], layers: tuple[Layer, ...], reopen: Reopen, *, top: bool,
                sqlite_path: Path | None = None) -> None:
-        """Scan the bytes of `chunks` window by window, and every layer that starts in them.
+        """Scan the bytes of `chunks` window by window, and every layer that starts in them. `top`: try the
+        formats without a magic number at its start (a file, a decoded layer, a cell; not an HTTP body).
 
-        A hit (or a container start) belongs to the window its end falls in: each window owns the bytes up
+        A hit (or a layer start) belongs to the window its end falls in: each window owns the bytes up
         to its last one but one (the last one only in the final window), so a base64 form's closing
         character is always in the window that reports it.
         """
+        skip: dict[str, int] = {}  # by codec ("*": every codec): where the layers decoded so far ended
         if type(chunks) is tuple and len(chunks) == 1:  # one buffer (a SQLite cell, a body): one window
             (window,) = chunks
-            self._window(window, 0, 0, len(window), 0, layers, reopen, top)
+            self._window(window, 0, 0, len(window), skip, layers, reopen, top)
             if window.startswith(SQLITE_MAGIC):
                 self._sqlite(layers, reopen, sqlite_path)
             return
         owned_from = 0  # absolute offset: what ends at or before it was handled by an earlier window
-        skip_until = 0  # absolute offset: the end of the last base64 block or chunked body decoded
         base = 0  # absolute offset of the window's first byte
         tail = b""
         sqlite = False
@@ -159,7 +203,7 @@ class _Scan:
             limit = base + len(window) - (0 if last else 1)
             if base == 0 and window.startswith(SQLITE_MAGIC):
                 sqlite = True
-            skip_until = self._window(window, base, owned_from, limit, skip_until, layers, reopen, top and base == 0)
+            self._window(window, base, owned_from, limit, skip, layers, reopen, top and base == 0)
             owned_from = limit
             if last:
                 break
@@ -168,33 +212,47 @@ class _Scan:
         if sqlite:
             self._sqlite(layers, reopen, sqlite_path)
 
-    def _window(self, window: bytes, base: int, owned_from: int, limit: int, skip_until: int,
-                layers: tuple[Layer, ...], reopen: Reopen, top: bool) -> int:
+    def _window(self, window: bytes, base: int, owned_from: int, limit: int, skip: dict[str, int],
+                layers: tuple[Layer, ...], reopen: Reopen, top: bool) -> None:
         """Scan one window (its first byte at absolute offset `base`): the hits and layer starts it owns
-        (ending in (owned_from, limit]); returns the new `skip_until`."""
-        for hit in self.matcher.find(window):
+        (ending in (owned_from, limit]). A start inside a text layer or chunked body already decoded is
+        skipped (`skip`) where that layer's output holds it again: inside one that keeps what it does not
+        decode (`codecs.KEEPING`), every start; inside a base64 or hex run, one of the same codec."""
+        self._hits(window, base, owned_from, limit, layers)
+        for start in containers.layer_starts(window, top=top, min_bytes=self.min_bytes):
+            at = base + start.pos
+            if not owned_from < base + start.seen <= limit or at < max(skip.get(start.codec, 0), skip.get("*", 0)):
+                continue
+            end = self._layer(window, start, layers, reopen, base + len(window), at)
+            if end is not None:
+                key = "*" if start.codec in codecs.KEEPING else start.codec
+                skip[key] = max(skip.get(key, 0), end)
+
+    def _hits(self, window: bytes, base: int, owned_from: int, limit: int, layers: tuple[Layer, ...]) -> None:
+        """Record the hits in `window` that end in (owned_from, limit] (offsets from `base`)."""
+        for hit in self.matcher.find(window, exclude=self.exclude):
             if owned_from < base + hit.end <= limit:
                 self.hits.append(ScanHit(replace(hit, start=base + hit.start, end=base + hit.end), layers,
-                                         self.matcher.snippet(window, hit)))
-        for pos, codec, seen in containers.layer_starts(window, top=top):
-            at = base + pos
-            if not owned_from < base + seen <= limit or at < skip_until:
-                continue
-            end = self._layer(window, pos, codec, layers, reopen, base + len(window), at)
-            if end is not None:
-                skip_until = max(skip_until, end)
-        return skip_until
+                                         Snippet(self.matcher, window, hit)))
 
-    def _layer(self, window: bytes, pos: int, codec: str, layers: tuple[Layer, ...], reopen: Reopen,
-               after: int, at: int) -> int | None:
-        """Decode the layer of `codec` at window[pos] (absolute offset `at`) and scan it; returns where it
-        ended in its parent, for a block or a chunked body that ended properly."""
+    def _layer(self, window: bytes, start: Start, layers: tuple[Layer, ...], reopen: Reopen, after: int,
+               at: int) -> int | None:
+        """Decode the layer `start` shows (absolute offset `at`) and scan its output as a stream of its own;
+        returns where it ended in its parent, for a text layer or a chunked body."""
+        codec = start.codec
         child = (*layers, (codec, at))
+        if not codecs.plausible(codec, memoryview(window)[start.pos : start.pos + codecs.HEAD]) or self._late(child):
+            return None
+
+        def source() -> Iterator[memoryview | bytes]:
+            return _rest(memoryview(window)[start.pos :], reopen, after)
+
+        if start.sign == BARE and (layers or at) and not self._ends(codec, source()):
+            return None  # taken on its place alone only at the start of a file
         progress = codecs.Progress()
-        source = _rest(memoryview(window)[pos:], reopen, after)
-        pieces = codecs.decode(codec, source, progress)
+        pieces = codecs.decode(codec, source(), progress)
         if len(layers) >= self.limits.depth:
-            if next(pieces, b""):  # something decodes there: a layer not inspected
+            if self._beyond(start, pieces):
                 self.skipped.append((child, f"depth cap ({self.limits.depth} nested containers)", 0))
             return None
         if codec not in TRANSFORMS:
@@ -203,13 +261,47 @@ class _Scan:
         def again(offset: int) -> Iterator[bytes]:
             return _skip(codecs.decode(codec, reopen(at), codecs.Progress()), offset)
 
-        self.stream(pieces, child, again, top=False)
+        self.stream(pieces, child, again, top=True)
         return at + progress.consumed if codec in TRANSFORMS else None
+
+    def _ends(self, codec: str, source: Iterable[memoryview | bytes]) -> bool:
+        """Whether the stream without a magic number at `source` decodes to something and ends properly within
+        the stream cap: a decoder fed other bytes may decode them for a while, but hardly ever to an end."""
+        progress = codecs.Progress()
+        size = 0
+        for piece in codecs.decode(codec, source, progress):
+            size += len(piece)
+            if size > self.limits.stream_bytes:
+                return False
+        return size > 0 and progress.eof and not progress.error
+
+    def _beyond(self, start: Start, pieces: Iterator[bytes]) -> bool:
+        """Whether a layer past the depth cap holds something: what it decodes to, for a layer a magic
+        number or a proper end shows; for a run, its first decoded piece shows what its raw bytes cannot (a
+        canary in an encoding of its own, a layer with a magic number)."""
+        first = next(pieces, b"")
+        if start.sign != RUN or not first:
+            return bool(first)
+        return (any(h.encoding != "plain" for h in self.matcher.find(first))
+                or any(s.sign == MAGIC for s in containers.layer_starts(first, top=False, min_bytes=self.min_bytes)))
+
+    def _late(self, layers: tuple[Layer, ...], read: int = 0) -> bool:
+        """Whether the time budget is spent. The first layer it stops is listed: every later one is not
+        decoded either."""
+        if time.monotonic() < self.deadline:
+            return False
+        if not self.late:
+            self.late = True
+            self.skipped.append((layers, f"time budget ({self.limits.seconds:g} s per file) spent: this layer and "
+                                 "every later one not decoded", read))
+        return True
 
     def _capped(self, pieces: Iterator[bytes], layers: tuple[Layer, ...]) -> Iterator[bytes]:
         """`pieces` up to the stream and total limits; reaching one while output remains is recorded."""
         read = 0
         for piece in pieces:
+            if self._late(layers, read):
+                return
             room = min(self.limits.stream_bytes - read, self.remaining)
             if room <= 0 or len(piece) > room:
                 if room > 0:
@@ -277,12 +369,34 @@ class _Scan:
             rowid_col = False
         names = [d[0] for d in cur.description][1 if rowid_col else 0 :]
         shortest = self.matcher.shortest
+        batch: list[tuple[bytes, str, int]] = []  # (value, column, rowid)
         for n, row in enumerate(cur):
+            if n % CELL_BATCH == 0:
+                self._cells(table, batch, layers)
+                batch = []
+                if self._late((*layers, (f"sqlite:{table}", None))):
+                    return
             rowid = row[0] if rowid_col else n
-            for column, value in zip(names, row[1:] if rowid_col else row, strict=True):
-                if isinstance(value, bytes) and len(value) >= shortest:
-                    cell = (*layers, (f"sqlite:{table}.{column}#{rowid}", None))
-                    self.stream((value,), cell, _bytes_reopen(value), top=False)
+            batch += [(value, column, rowid) for column, value in zip(names, row[1:] if rowid_col else row, strict=True)
+                      if isinstance(value, bytes) and len(value) >= shortest]
+        self._cells(table, batch, layers)
+
+    def _cells(self, table: str, batch: list[tuple[bytes, str, int]], layers: tuple[Layer, ...]) -> None:
+        """Scan values of a table, each as a stream of its own. The values of text (no NUL byte) are first
+        looked at together, joined: when no layer can start in any of them (`containers.may_start`), each is
+        only searched for canaries, and not even that when none can be there (`Matcher.may_find`). Most
+        values of a database are so."""
+        text = [value for value, _, _ in batch if 0 not in value]
+        no_layer = len(text) > 1 and not containers.may_start(text, self.min_bytes)
+        no_canary = no_layer and not self.matcher.may_find(containers.SEPARATOR.join(text))
+        for value, column, rowid in batch:
+            if no_canary and 0 not in value:
+                continue
+            cell = (*layers, (f"sqlite:{table}.{column}#{rowid}", None))
+            if no_layer and 0 not in value:
+                self._hits(value, 0, 0, len(value), cell)
+            else:
+                self.stream((value,), cell, _bytes_reopen(value), top=True)
 
     def result(self, not_inspected: list[NotInspected] | None, label: str = "") -> list[ScanHit]:
         """The hits, without those a decoded block repeats from its own raw bytes (see the module docstring)."""
@@ -351,12 +465,13 @@ def scan_bytes(
     limits: Limits = DEFAULT_LIMITS,
     not_inspected: list[NotInspected] | None = None,
     headerless: bool = True,
+    exclude: str | None = None,
 ) -> list[ScanHit]:
     """Every canary in `data` and in the layers it contains (see the module docstring). `headerless`:
     also try the formats without a magic number at offset 0 (a file's bytes; not an HTTP body, whose
-    content-encoding is in its headers)."""
+    content-encoding is in its headers). `exclude`: a tenant whose canaries are not reported (a flow's own)."""
     data = bytes(data)
-    scan = _Scan(matcher, limits)
+    scan = _Scan(matcher, limits, exclude)
     scan.stream((data,), (), _bytes_reopen(data), top=headerless)
     return scan.result(not_inspected, "bytes")
 

@@ -27,9 +27,11 @@ INSTALL_TIMEOUT = 1200.0
 STALE_SECONDS = 2 * INSTALL_TIMEOUT
 
 
-#: Hermes' extras the service stubs need in the Hermes venv: `mcp` (its MCP client). The memory provider
-#: (mem0 in self-hosted mode) and the web backend (Tavily) need none.
-EXTRAS = ("mcp",)
+#: Hermes' extras the audit needs in the Hermes venv: `mcp` (its MCP client) and `homeassistant` (only aiohttp,
+#: which the gateway's API server needs: Hermes would otherwise install it at run time, and every profile of the
+#: audit forbids that, `security.allow_lazy_installs: false`). The memory provider (mem0 in self-hosted mode)
+#: and the web backend (Tavily) need none.
+EXTRAS = ("mcp", "homeassistant")
 
 
 def requirement(version: str) -> str:

@@ -1,13 +1,14 @@
 """Baselines of known findings (in the style of detect-secrets/gitleaks baselines).
 
-A baseline lists findings by their stable fingerprint (version 2: kind, victim, carrier, canary kind,
-channel, scenario, phase; never a random value). Known findings are reported as known and do not fail
-the run; a new one fails it; a baseline entry that no longer occurs is reported as fixed. Entries marked
-`intermittent` (seen in some runs of the same scenario, not all) are never reported as fixed, and an
+A baseline lists findings by their stable fingerprint (version 3: kind, victim, carrier, canary kind,
+channel, scenario, phase, service, tool; never a random value). Known findings are reported as known and do
+not fail the run; a new one fails it; a baseline entry that no longer occurs is reported as fixed. Entries
+marked `intermittent` (seen in some runs of the same scenario, not all) are never reported as fixed, and an
 entry whose scenario/phase did not run this time is neither required nor fixed.
 
-A version-1 baseline (fingerprints without victim and carrier) is still read, with a warning: one of its
-entries also hides a leak of the same kind in a new direction. `upgrade` converts one.
+Older baselines are still read, with a warning: an entry of version 2 (no service, no tool) also hides the same
+leak through a new tool or service, one of version 1 (no victim, no carrier) also a new direction. `upgrade`
+converts either.
 """
 
 from __future__ import annotations
@@ -22,7 +23,11 @@ from harness.core.files import write_private
 from harness.core.findings import FINGERPRINT_VERSION, Finding
 
 VERSION = FINGERPRINT_VERSION
-READABLE = (1, 2)
+READABLE = (1, 2, 3)
+#: What an entry of an older version cannot tell apart, so that it also hides it.
+_BLIND = {1: "victim and carrier, so an entry also hides the same kind of leak in a new direction",
+          2: "the service and tool that carried the data, so an entry also hides the same leak through a new "
+             "tool or service"}
 
 
 class BaselineError(ValueError):
@@ -39,15 +44,14 @@ class Baseline:
 
     def fingerprint(self, f: Finding) -> str:
         """`f`'s fingerprint in this baseline's version."""
-        return f.fingerprint() if self.version == VERSION else f.fingerprint_v1()
+        return {1: f.fingerprint_v1, 2: f.fingerprint_v2}.get(self.version, f.fingerprint)()
 
     @property
     def warning(self) -> str | None:
         if self.version == VERSION:
             return None
-        return (f"baseline {self.path} is version {self.version}: its fingerprints lack victim and carrier, so an "
-                "entry also hides the same kind of leak in a new direction; regenerate it (tenancy-audit baseline) "
-                "or convert it (tenancy-audit baseline --upgrade FILE)")
+        return (f"baseline {self.path} is version {self.version}: its fingerprints lack {_BLIND[self.version]}; "
+                "regenerate it (tenancy-audit baseline) or convert it (tenancy-audit baseline --upgrade FILE)")
 
 
 def load(path: Path) -> Baseline:
@@ -58,7 +62,8 @@ def load(path: Path) -> Baseline:
     except (OSError, UnicodeDecodeError, ValueError) as exc:
         raise BaselineError(f"baseline: {path} is not a readable JSON baseline ({type(exc).__name__})") from None
     if not isinstance(doc, dict) or doc.get("version") not in READABLE or not isinstance(doc.get("entries"), list):
-        raise BaselineError(f"baseline: {path} must be {{version: {VERSION}, entries: [...]}} (version 1 is read too)")
+        raise BaselineError(f"baseline: {path} must be {{version: {VERSION}, entries: [...]}} (versions 1 and 2 are "
+                            "read too)")
     base = Baseline(Path(path), doc["version"])
     for entry in doc["entries"]:
         if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), str):
@@ -119,28 +124,52 @@ def write(path: Path, runs: list[list[Finding]], note: str = "") -> list[dict[st
 _EXAMPLE = re.compile(r"^(?P<kind>\w+): (?P<victim>[\w.-]+)(?:'s \S+)?(?: in (?P<seen>[\w.-]+)'s | \()")
 
 
-def upgrade(src: Path, dest: Path) -> tuple[int, int]:
-    """Convert a version-1 baseline to version 2: each entry takes the victim and carrier its `example` names.
-    Inexact by nature (a version-1 entry stood for every direction; only the example's is kept): regenerating
-    is better. Returns (entries written, entries whose example named no direction and were dropped)."""
+def _class_of(entry: dict[str, Any], version: int) -> Finding | None:
+    """The class an older entry stands for, as a finding: its own victim and carrier from version 2 on, else the
+    direction its example names; None when it names none (or the entry is malformed)."""
+    direction: tuple[str | None, str | None] = (entry.get("victim"), entry.get("seen_in"))
+    if version == 1:
+        m = _EXAMPLE.match(str(entry.get("example", "")))
+        if m is None or m["kind"] != entry.get("kind"):
+            return None
+        direction = (m["victim"] if m["victim"] != "-" else None), m["seen"]
+    try:
+        return Finding(entry["kind"], *direction, entry.get("canary"), entry["channel"], "",
+                       scenario=entry.get("scenario"), phase=entry.get("phase"), tool=entry.get("tool"),
+                       service=entry.get("service"))
+    except (KeyError, ValueError, TypeError):
+        return None
+
+
+@dataclass
+class Upgrade:
+    """What `upgrade` wrote: `written` entries; `dropped` ones (a version-1 example naming no direction, a
+    malformed entry); `untooled` version-2 entries that name no tool or service field at all (written before
+    entries kept them), taken to have none: exact only if their class had none."""
+
+    written: int
+    dropped: int
+    untooled: int
+
+
+def upgrade(src: Path, dest: Path) -> Upgrade:
+    """Convert a version-1 or version-2 baseline to version 3. From version 2 it is exact: each entry keeps its
+    class and the service and tool it names. From version 1 it is inexact by nature (an entry stood for every
+    direction; only its example's is kept): regenerating is better."""
     base = load(src)
     if base.version == VERSION:
         raise BaselineError(f"baseline: {src} is already version {VERSION}")
-    entries, dropped = [], 0
+    entries, dropped, untooled = [], 0, 0
     for entry in base.entries.values():
-        m = _EXAMPLE.match(str(entry.get("example", "")))
-        if m is None or m["kind"] != entry.get("kind"):
+        f = _class_of(entry, base.version)
+        if f is None:
             dropped += 1
             continue
-        try:
-            f = Finding(entry["kind"], m["victim"] if m["victim"] != "-" else None, m["seen"], entry.get("canary"),
-                        entry["channel"], "", scenario=entry.get("scenario"), phase=entry.get("phase"))
-        except (KeyError, ValueError):
-            dropped += 1
-            continue
-        entries.append({**entry_of(f), "example": entry.get("example", ""),
-                        "intermittent": bool(entry.get("intermittent"))})
+        untooled += base.version == 2 and not {"tool", "service"} <= set(entry)
+        kept = {k: entry[k] for k in ("example", "seen", "runs") if k in entry}
+        entries.append({**entry_of(f), **kept, "intermittent": bool(entry.get("intermittent"))})
     doc = json.loads(Path(src).read_text(encoding="utf-8"))
-    note = f"{doc.get('note', '')}; upgraded from version 1 (one direction per entry: regenerate for an exact one)"
+    how = "exact" if base.version == 2 and not untooled else "inexact: regenerate for an exact one"
+    note = f"{doc.get('note', '')}; upgraded from version {base.version} ({how})"
     _save(dest, entries, note.lstrip("; "))
-    return len(entries), dropped
+    return Upgrade(len(entries), dropped, untooled)

@@ -1,9 +1,10 @@
 """report.html: one self-contained page (inline CSS, no script, no external resource) for humans.
 
 Verdict banner (saying when the run is a negative control, and how many known findings the baseline
-covers), the tenant x tenant matrix (whose canary was seen in whose channel: new findings per channel, known
-ones in grey), one row per finding class (fingerprint) with its occurrences folded in `<details>`, and the
-scenario timeline. Each kind links to its remediation in docs/findings.md.
+covers), the incidents (first hop, spread, documented finding; their classes folded), the tenant x tenant
+matrix (whose canary was seen in whose channel: new findings per channel, known ones in grey), one row per
+finding class (fingerprint) with its occurrences folded in `<details>`, and the scenario timeline. Each kind
+links to its remediation in docs/findings.md.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from harness.report.result import (
     SERVICE_STATES_TEXT,
     AuditResult,
     Group,
+    IncidentRow,
     coverage_tools,
     groups,
     matrix,
@@ -117,6 +119,38 @@ def _findings(findings: list[Finding], table_id: str) -> str:
             f"<th>fingerprint</th></tr>{''.join(rows)}</table>")
 
 
+def _incident_details(row: IncidentRow) -> str:
+    i = row.incident
+    directions = ", ".join(f"{escape(v or '-')} &rarr; {escape(r or '-')}" for v, r in i.directions)
+    classes = "".join(f"<tr><td>{role}</td><td><code>{escape(g.line())}</code></td></tr>" for role, g in row.classes())
+    return (f"<details><summary>{len(i.crossings)} crossing(s), {len(i.spread)} spread</summary>"
+            f"<div>directions: {directions}</div><div>scenarios: {escape(', '.join(i.scenarios) or '-')}</div>"
+            f"<div>canary kinds: {escape(', '.join(i.canaries) or '-')}</div>"
+            f"<table class=classes><tr><th>role</th><th>class</th></tr>{classes}</table></details>")
+
+
+def _incidents(result: AuditResult) -> str:
+    """One row per incident, the most severe first: its first hop, reach and spread; its classes folded."""
+    if not result.incidents:
+        return '<p class="muted">None.</p>'
+    rows = []
+    for row in result.incidents:
+        i, f = row.incident, row.incident.first
+        where = f"{f.scenario}/{f.phase}" if f.scenario else "-"
+        evidence = f"<div><code>{escape(f.evidence)}</code></div>" if f.evidence else ""
+        rows.append(f'<tr class="{"new" if row.new else "known"}" data-incident="{i.id}" data-severity="{i.severity}" '
+                    f'data-new="{str(row.new).lower()}" data-documented="{escape(row.label)}">'
+                    f'<td class="sev {i.severity}">{i.severity}</td><td>{escape(row.label)}</td>'
+                    f"<td>{escape(row.direction('→'))}</td>"
+                    f"<td><code>{escape(i.entry)}</code></td><td>{escape(f.kind)} at {escape(where)}"
+                    f"<div><code>{escape(f.location)}</code></div>{evidence}</td>"
+                    f"<td>{len(i.canaries)}</td><td>{escape(row.spread())}{_incident_details(row)}</td>"
+                    f"<td><code class='fp'>{i.id}</code></td></tr>")
+    return ('<table id="incidents"><tr><th>severity</th><th>documented</th><th>victim &rarr; recipient</th>'
+            "<th>entry point</th><th>first hop</th><th>canary kinds</th><th>spread</th><th>incident</th></tr>"
+            f"{''.join(rows)}</table>")
+
+
 def _timeline(result: AuditResult) -> str:
     if not result.timeline:
         return '<p class="muted">No turns recorded.</p>'
@@ -206,6 +240,12 @@ data-negative-control="{str(result.negative_control).lower()}" data-known="{len(
 {_notes(result)}{reasons}</div>
 <main>
 {warnings}
+<h2>Incidents ({sum(row.new for row in result.incidents)} new, {len(result.incidents)} in all)</h2>
+<p class="muted">Each incident is where a tenant's data first crossed into another tenant's context through one
+entry point (its first hop), with every copy that crossing explains (its spread); documented: the finding of
+docs/hermes-findings.md it matches, else new. <a href="{escape(docs_url("incidents"))}">How incidents are
+built</a>.</p>
+{_incidents(result)}
 <h2>Who leaked into whom</h2>
 <p class="muted">Row: the tenant whose canary or key it is. Column: the tenant whose channel carried it. New
 findings per channel; known ones (in the baseline) in grey.</p>

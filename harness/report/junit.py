@@ -1,13 +1,15 @@
-"""junit.xml: one test case per tenant x invariant; a finding fails the invariant it violates.
+"""junit.xml: one test case per incident (failing when new), then one per tenant x invariant (a finding fails the
+invariant it violates: what held is a passing case).
 
-Each test case's `time` is its tenant's share of the run: the seconds its turns took, split evenly over its
-invariants (the run-level case gets what no tenant's turn accounts for), so the cases add up to the suite."""
+Each invariant case's `time` is its tenant's share of the run: the seconds its turns took, split evenly over its
+invariants (the run-level case gets what no tenant's turn accounts for), so the cases add up to the suite;
+an incident case takes none."""
 
 from __future__ import annotations
 
 from xml.sax.saxutils import escape, quoteattr
 
-from harness.report.result import AuditResult
+from harness.report.result import AuditResult, IncidentRow
 
 INVARIANTS = {
     "own key on every request": {"wrong_key"},
@@ -25,9 +27,21 @@ INVARIANTS = {
 }
 
 
+def _incident_case(row: IncidentRow) -> str:
+    """`tenancy.incident / F8 tool session_search`: failing when new (the line, its first hop and its classes),
+    passing when the baseline holds all of it."""
+    i = row.incident
+    head = f"  <testcase classname=\"tenancy.incident\" name={quoteattr(f'{row.label} {i.entry}')} time=\"0.000\">"
+    if not row.new:
+        return head + "<system-out>every finding of it is in the baseline</system-out></testcase>"
+    text = "\n".join([row.line(), f"first hop: {i.first.summary()}", *(f"{role}: {g.line()}"
+                                                                       for role, g in row.classes())])
+    return head + f"<failure message={quoteattr(row.line())}>{escape(text)}</failure></testcase>"
+
+
 def junit(result: AuditResult) -> str:
-    cases = []
-    failures = 0
+    cases = [_incident_case(row) for row in result.incidents]
+    failures = sum(row.new for row in result.incidents)
     driven = {t: sum(float(e.get("seconds") or 0) for e in result.timeline if e.get("tenant") == t)
               for t in result.tenants}
     for tenant in result.tenants:

@@ -1,4 +1,5 @@
-"""report.md: the audit as Markdown (verdict, matrix, finding classes with their occurrences folded, timeline).
+"""report.md: the audit as Markdown (verdict, incidents, matrix, finding classes with their occurrences folded,
+timeline).
 
 GitHub renders it (pull requests, `$GITHUB_STEP_SUMMARY`), including the `<details>` that fold each class's
 occurrences."""
@@ -11,6 +12,7 @@ from harness.report.result import (
     SERVICE_STATES_TEXT,
     AuditResult,
     Group,
+    IncidentRow,
     coverage_tools,
     groups,
     matrix,
@@ -67,6 +69,30 @@ def _matrix(result: AuditResult) -> list[str]:
     return lines
 
 
+def _incidents(rows: list[IncidentRow]) -> list[str]:
+    """One row per incident, then each one's first hop, directions and classes (crossing or spread) folded."""
+    lines = ["| severity | documented | status | victim → recipient | entry point | first hop | canary kinds | spread "
+             "| incident |", "|---" * 9 + "|"]
+    for row in rows:
+        i, f = row.incident, row.incident.first
+        where = f"{f.scenario}/{f.phase}" if f.scenario else "-"
+        status = "failing" if row.new else "known"
+        lines.append(f"| {i.severity} | {row.label} | {status} | {_cell(row.direction('→'))} | `{_cell(i.entry)}` | "
+                     f"{f.kind} at {_cell(where)}, {_code(f.location)} | {len(i.canaries)} | {_cell(row.spread())} "
+                     f"| `{i.id}` |")
+    lines.append("")
+    for row in rows:
+        i = row.incident
+        lines += [f"<details><summary><code>{i.id}</code> {row.label}: {i.entry}, {len(i.crossings)} crossing(s), "
+                  f"{len(i.spread)} spread</summary>", "", f"- first hop: {_occurrence(i.first)[2:]}",
+                  "- directions: " + ", ".join(f"{v or '-'} → {r or '-'}" for v, r in i.directions),
+                  "- scenarios: " + (", ".join(i.scenarios) or "-"),
+                  "- canary kinds: " + (", ".join(i.canaries) or "-"), ""]
+        lines += [f"- {role}: {_code(g.line())}" for role, g in row.classes()]
+        lines += ["", "</details>", ""]
+    return lines
+
+
 def _occurrence(f: Finding) -> str:
     enc = f" [{f.encoding}]" if f.encoding and f.encoding != "plain" else ""
     detail = f" {f.detail}" if f.detail else ""
@@ -104,6 +130,13 @@ def markdown(result: AuditResult) -> str:
         lines += ["## Why the run is not conclusive", "", *[f"- {r}" for r in v.reasons], ""]
     if result.warnings:
         lines += ["## Warnings", "", *[f"- {w}" for w in result.warnings], ""]
+    new = sum(row.new for row in result.incidents)
+    lines += [f"## Incidents ({new} new, {len(result.incidents) - new} known)", "",
+              "Each incident is where a tenant's data first crossed into another tenant's context through one entry "
+              "point (its first hop), with every copy that crossing explains (its spread); `documented` names the "
+              f"finding of docs/hermes-findings.md it matches. The rule: [docs/findings.md]({docs_url('incidents')}).",
+              ""]
+    lines += _incidents(result.incidents) if result.incidents else ["None.", ""]
     lines += _matrix(result)
     if result.coverage:
         lines += ["", "## Tool coverage", "", "What each scenario drove: `driven` (a call's result came back), `leak` "

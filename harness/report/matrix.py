@@ -1,10 +1,11 @@
-"""The release matrix (`matrix.json`): per finding class x Hermes release, how often it was seen.
+"""The release matrix (`matrix.json`): per incident and per finding class x Hermes release, how often it was seen.
 
-The inputs are cells, one per (release, scenario, run): the audit's verdict and the finding classes it saw,
-or `n/a` with the reason it could not run (the release does not install, the scenario needs a feature the
-release lacks). Everything else is derived from the cells alone, so the shards of a matrix merge into the
-matrix an unsharded run would have written: per class and release `seen k/N` (with a 95% Wilson interval
-when N > 1), `not seen`, or `n/a` with a reason; per class the first and last release it was seen in.
+The inputs are cells, one per (release, scenario, run): the audit's verdict and the incidents and finding
+classes it saw, or `n/a` with the reason it could not run (the release does not install, the scenario needs a
+feature the release lacks). Everything else is derived from the cells alone, so the shards of a matrix merge
+into the matrix an unsharded run would have written: per incident, per class and release `seen k/N` (with a 95%
+Wilson interval when N > 1), `not seen`, or `n/a` with a reason; the first and last release each was seen in.
+A matrix.json written before incidents has none: it is read, with no incident rows.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from packaging.version import InvalidVersion, Version
 
 from harness.core.findings import FINGERPRINT_VERSION, Finding
 from harness.core.severity import rank, severity
+from harness.report.result import IncidentRow
 
 #: The version of the `matrix.json` layout (docs/contracts.md).
 VERSION = 1
@@ -53,6 +55,15 @@ def class_of(f: Finding) -> dict[str, Any]:
             "scenario": f.scenario, "phase": f.phase, "severity": severity(f), "tool": f.tool, "service": f.service}
 
 
+def incident_of(row: IncidentRow) -> dict[str, Any]:
+    """An incident as the matrix lists it: its entry point, kinds, severity, F-numbers and first hop (with the
+    tool and service its first hop names, for `n/a`)."""
+    i, f = row.incident, row.incident.first
+    return {"entry": i.entry, "kinds": i.kinds, "severity": i.severity, "documented": row.documented,
+            "victim": f.victim, "seen_in": f.seen_in, "scenario": f.scenario, "phase": f.phase, "tool": f.tool,
+            "service": f.service}
+
+
 @dataclass
 class Cell:
     """One (release, scenario, run) of the plan: an audit's outcome, or why it could not run."""
@@ -67,6 +78,7 @@ class Cell:
     not_offered: dict[str, list[str]] = field(default_factory=dict)  # scenario -> tools no request advertised
     services_na: dict[str, str] = field(default_factory=dict)  # service -> why the release cannot use it
     evidence: str | None = None  # the run's evidence folder, relative to the matrix folder that ran it
+    incidents: dict[str, dict[str, Any]] = field(default_factory=dict)  # incident id -> incident_of
 
     @property
     def key(self) -> tuple[str, str, int]:
@@ -124,8 +136,10 @@ def shard_keys(plan: Plan, index: int, count: int) -> list[tuple[str, str, int]]
     return [k for n, k in enumerate(plan.cell_keys()) if n % count == index - 1]
 
 
-def row_cell(cls: dict[str, Any], release: str, cells: list[Cell], fingerprint: str) -> dict[str, Any]:
-    """One class x release: `seen` k/N, `not seen` 0/N (N: the runs that drove something) or `n/a`."""
+def row_cell(cls: dict[str, Any], release: str, cells: list[Cell], fingerprint: str,
+             key: str = "classes") -> dict[str, Any]:
+    """One class (or, `key` "incidents", incident) x release: `seen` k/N, `not seen` 0/N (N: the runs that drove
+    something) or `n/a`."""
     if not cells:
         return {"state": NA, "reason": "not run in this shard"}
     drove = [c for c in cells if c.drove]
@@ -133,7 +147,7 @@ def row_cell(cls: dict[str, Any], release: str, cells: list[Cell], fingerprint: 
         first = next((c for c in cells if c.status == NA), None)
         reason = first.reason if first else f"no turn completed ({cells[0].reason or cells[0].status})"
         return {"state": NA, "reason": reason}
-    k, n = sum(fingerprint in c.classes for c in drove), len(drove)
+    k, n = sum(fingerprint in getattr(c, key) for c in drove), len(drove)
     tool = cls.get("tool")
     if not k and tool and all(tool in c.not_offered.get(cls["scenario"], []) for c in drove):
         return {"state": NA, "reason": f"hermes-agent {release} does not offer the tool {tool}"}
@@ -145,23 +159,35 @@ def row_cell(cls: dict[str, Any], release: str, cells: list[Cell], fingerprint: 
             "interval": list(wilson(k, n)) if n > 1 else None}
 
 
-def rows(plan: Plan, cells: list[Cell]) -> list[dict[str, Any]]:
-    """One row per finding class (fingerprint), the most severe first: its cells per release and the first
-    and last release it was seen in."""
+def _rows(plan: Plan, cells: list[Cell], key: str, name: str) -> list[dict[str, Any]]:
+    """One row per class (`key` "classes", `name` "fingerprint") or incident ("incidents", "id") of any cell: its
+    cells per release and the first and last release it was seen in."""
     releases = sorted(plan.releases, key=release_key)
-    classes: dict[str, tuple[str, dict[str, Any]]] = {}  # fingerprint -> (the audit scenario, class)
+    items: dict[str, tuple[str, dict[str, Any]]] = {}  # fingerprint or id -> (the audit scenario, what it is)
     for c in sorted(cells, key=lambda c: (release_key(c.release), c.scenario, c.run)):
-        for fp, cls in c.classes.items():
-            classes.setdefault(fp, (c.scenario, cls))
+        for ident, item in getattr(c, key).items():
+            items.setdefault(ident, (c.scenario, item))
     out = []
-    for fp, (scenario, cls) in classes.items():
-        per = {r: row_cell(cls, r, [c for c in cells if c.release == r and c.scenario == scenario], fp)
+    for ident, (scenario, item) in items.items():
+        per = {r: row_cell(item, r, [c for c in cells if c.release == r and c.scenario == scenario], ident, key)
                for r in releases}
         seen = [r for r in releases if per[r]["state"] == "seen"]
-        out.append({"fingerprint": fp, **cls, "audit": scenario, "cells": per,
+        out.append({name: ident, **item, "audit": scenario, "cells": per,
                     "first_seen": seen[0] if seen else None, "last_seen": seen[-1] if seen else None})
-    return sorted(out, key=lambda r: (rank(r["severity"]), r["scenario"] or "", r["phase"] or "", r["kind"],
-                                      r["victim"] or "", r["seen_in"] or "", r["canary"] or "", r["channel"]))
+    return out
+
+
+def rows(plan: Plan, cells: list[Cell]) -> list[dict[str, Any]]:
+    """One row per finding class (fingerprint), the most severe first."""
+    return sorted(_rows(plan, cells, "classes", "fingerprint"),
+                  key=lambda r: (rank(r["severity"]), r["scenario"] or "", r["phase"] or "", r["kind"],
+                                 r["victim"] or "", r["seen_in"] or "", r["canary"] or "", r["channel"]))
+
+
+def incident_rows(plan: Plan, cells: list[Cell]) -> list[dict[str, Any]]:
+    """One row per incident (its id: the entry point), the most severe first, then by audit and entry point."""
+    return sorted(_rows(plan, cells, "incidents", "id"),
+                  key=lambda r: (rank(r["severity"]), r["audit"], r["entry"]))
 
 
 def status(cells: list[Cell]) -> str:
@@ -184,7 +210,8 @@ def document(plan: Plan, cells: list[Cell], shard: str | None = None) -> dict[st
     cells = sorted(cells, key=lambda c: order[c.key])
     return {"version": VERSION, "tool": "tenancy-audit", "fingerprint_version": FINGERPRINT_VERSION,
             "plan": plan.to_dict(), "shard": shard, "complete": len(cells) == len(order),
-            "status": status(cells), "cells": [asdict(c) for c in cells], "rows": rows(plan, cells)}
+            "status": status(cells), "cells": [asdict(c) for c in cells], "rows": rows(plan, cells),
+            "incidents": incident_rows(plan, cells)}
 
 
 def dumps(doc: dict[str, Any]) -> str:
@@ -212,6 +239,9 @@ def merge(parts: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
     cells: dict[tuple[str, str, int], Cell] = {}
     for where, doc in parts:
         p, part = load_document(doc, where)
+        if doc.get("fingerprint_version") != FINGERPRINT_VERSION:
+            raise MatrixError(f"merge: {where} holds version-{doc.get('fingerprint_version')} fingerprints, not "
+                              f"version {FINGERPRINT_VERSION}: run its shard again")
         if plan is not None and p != plan:
             raise MatrixError(f"merge: {where} covers another plan than the first shard")
         plan = p

@@ -1,6 +1,6 @@
-"""`matrix.md` and `matrix.html` of a release matrix (`report.matrix.document`): one row per finding class,
-one column per release, and the runs of every release x scenario. Only kinds, tenants and fingerprints
-appear; no canary value does."""
+"""`matrix.md` and `matrix.html` of a release matrix (`report.matrix.document`): one row per incident, then one per
+finding class, one column per release, and the runs of every release x scenario. Only kinds, tenants, entry
+points and fingerprints appear; no canary value does."""
 
 from __future__ import annotations
 
@@ -36,6 +36,15 @@ def _who(row: dict[str, Any]) -> str:
     return f"{row['victim'] or '-'} -> {row['seen_in'] or '-'}"
 
 
+def _label(row: dict[str, Any]) -> str:
+    """An incident's F-numbers of docs/hermes-findings.md, or `new`."""
+    return ",".join(row["documented"]) or "new"
+
+
+def _first_hop(row: dict[str, Any]) -> str:
+    return f"{row['kinds'][0]} {_who(row)} at {row['scenario'] or '-'}/{row['phase'] or '-'}"
+
+
 class _Notes:
     """The reasons of `n/a` cells, numbered once each: a cell says `n/a [2]`, the note below the table why."""
 
@@ -56,13 +65,25 @@ def render_markdown(doc: dict[str, Any]) -> str:
              "|---" * (len(releases) + 1) + "|"]
     for scenario in doc["plan"]["scenarios"]:
         lines.append(f"| {scenario} | " + " | ".join(_md(run_text(_runs(doc, r, scenario))) for r in releases) + " |")
+    notes = _Notes()
+    incidents = doc.get("incidents") or []  # none in a matrix.json from before incidents
+    lines += ["", f"## Incidents ({len(incidents)})", "",
+              "One per entry point a tenant's data crossed through (docs/findings.md#incidents); `documented`: the "
+              "finding of docs/hermes-findings.md it matches, else new.", "",
+              "| severity | documented | entry point | first hop | " + " | ".join(releases)
+              + " | first seen | last seen | incident |", "|---" * (len(releases) + 7) + "|"]
+    for row in incidents:
+        cells = " | ".join(_md(notes.text(row["cells"][r])) for r in releases)
+        lines.append(f"| {row['severity']} | {_label(row)} | `{_md(row['entry'])}` | {_md(_first_hop(row))} | "
+                     f"{cells} | {row['first_seen'] or '-'} | {row['last_seen'] or '-'} | `{row['id']}` |")
+    if not incidents:
+        lines.append("| " + " | ".join(["-"] * (len(releases) + 7)) + " |")
     lines += ["", f"## Finding classes ({len(doc['rows'])})", "",
               "`seen k/N`: in k of the N runs that completed a turn (95% Wilson interval when N > 1); `n/a`: the "
               f"release could not run it. What each kind means: {docs_url()}", "",
               "| severity | kind | victim -> carrier | canary | channel | scenario/phase | tool | "
               + " | ".join(releases) + " | first seen | last seen | fingerprint |",
               "|---" * (len(releases) + 10) + "|"]
-    notes = _Notes()
     for row in doc["rows"]:
         cells = " | ".join(_md(notes.text(row["cells"][r])) for r in releases)
         lines.append(f"| {row['severity']} | {row['kind']} | {_md(_who(row))} | {row['canary'] or '-'} | "
@@ -91,6 +112,14 @@ def _state_class(state: str) -> str:
     return "n-a" if state == NA else state.replace(" ", "-")
 
 
+def _release_cells(row: dict[str, Any], releases: list[str], notes: _Notes) -> str:
+    """One `td[data-release][data-state][data-seen][data-runs]` per release."""
+    return "".join(
+        f'<td class="{_state_class(c["state"])}" data-release="{escape(r)}" data-state="{escape(c["state"])}" '
+        f'data-seen="{c.get("seen", "")}" data-runs="{c.get("runs", "")}">{escape(notes.text(c))}</td>'
+        for r, c in ((r, row["cells"][r]) for r in releases))
+
+
 def render_html(doc: dict[str, Any]) -> str:
     releases = _releases(doc)
     head = "".join(f"<th>{escape(r)}</th>" for r in releases)
@@ -99,12 +128,17 @@ def render_html(doc: dict[str, Any]) -> str:
         + "".join(f'<td data-release="{escape(r)}" data-scenario="{escape(s)}">{escape(run_text(_runs(doc, r, s)))}'
                   "</td>" for r in releases) + "</tr>"
         for s in doc["plan"]["scenarios"])
-    rows, notes = [], _Notes()
+    notes = _Notes()
+    incidents = []
+    for row in doc.get("incidents") or []:
+        incidents.append(f'<tr data-incident="{escape(row["id"])}" data-documented="{escape(_label(row))}">'
+                         f"<td>{escape(row['severity'])}</td><td>{escape(_label(row))}</td>"
+                         f"<td><code>{escape(row['entry'])}</code></td><td>{escape(_first_hop(row))}</td>"
+                         f"{_release_cells(row, releases, notes)}<td>{escape(row['first_seen'] or '-')}</td>"
+                         f"<td>{escape(row['last_seen'] or '-')}</td><td><code>{escape(row['id'])}</code></td></tr>")
+    rows = []
     for row in doc["rows"]:
-        tds = "".join(
-            f'<td class="{_state_class(c["state"])}" data-release="{escape(r)}" data-state="{escape(c["state"])}" '
-            f'data-seen="{c.get("seen", "")}" data-runs="{c.get("runs", "")}">{escape(notes.text(c))}</td>'
-            for r, c in ((r, row["cells"][r]) for r in releases))
+        tds = _release_cells(row, releases, notes)
         kind = f'<a href="{escape(docs_url(row["kind"]))}">{escape(row["kind"])}</a>'
         rows.append(f'<tr data-fingerprint="{escape(row["fingerprint"])}"><td>{escape(row["severity"])}</td>'
                     f"<td>{kind}</td><td>{escape(_who(row))}</td><td>{escape(row['canary'] or '-')}</td>"
@@ -121,6 +155,12 @@ def render_html(doc: dict[str, Any]) -> str:
 <p>{escape(_heading(doc))}</p>
 <h2>Runs</h2>
 <table id="runs"><tr><th>scenario \\ release</th>{head}</tr>{runs}</table>
+<h2>Incidents ({len(incidents)})</h2>
+<p>One per entry point a tenant's data crossed through; documented: the finding of docs/hermes-findings.md it
+matches, else new.</p>
+<table id="incidents"><tr><th>severity</th><th>documented</th><th>entry point</th><th>first hop</th>{head}
+<th>first seen</th><th>last seen</th><th>incident</th></tr>
+{"".join(incidents)}</table>
 <h2>Finding classes ({len(doc["rows"])})</h2>
 <p>seen k/N: in k of the N runs that completed a turn (95% Wilson interval when N &gt; 1); n/a: the release
 could not run it.</p>

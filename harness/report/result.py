@@ -1,15 +1,18 @@
-"""The result of one audit (what every report is made from), findings grouped by fingerprint, the
+"""The result of one audit (what every report is made from): its incidents, findings grouped by fingerprint, the
 who-leaked-into-whom matrix and the terminal summary."""
 
 from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 from harness.core.findings import CHANNELS, FINGERPRINT_VERSION, Finding, Verdict
 from harness.core.severity import rank, severity
+from harness.detect.incidents import Incident, build, spread_counts
+from harness.report.documented import documented
 
 
 @dataclass
@@ -37,9 +40,18 @@ class AuditResult:
     def negative_control(self) -> bool:
         return bool(self.plants)
 
+    @cached_property
+    def incidents(self) -> list[IncidentRow]:
+        """The incidents of every finding, new and known: the most severe first, then in evidence order."""
+        new = {id(f) for f in self.verdict.findings}
+        rows = [IncidentRow(i, any(id(f) in new for f in i.findings), documented(i))
+                for i in build(self.verdict.findings + self.verdict.known)]
+        return sorted(rows, key=lambda r: rank(r.incident.severity))
+
     def to_dict(self) -> dict[str, Any]:
         v = self.verdict
         counts = Counter(f.channel for f in v.findings)
+        incident_of = {id(f): row.incident.id for row in self.incidents for f in row.incident.findings}
         return {
             "verdict": v.status,
             "exit_code": v.exit_code,
@@ -53,8 +65,10 @@ class AuditResult:
             "seconds": round(self.seconds, 2),
             "snapshots": dict(self.snapshots),
             "not_inspected": list(self.not_inspected),
-            "findings": [f.to_dict() for f in v.findings],
-            "known": [f.to_dict() for f in v.known],
+            "incidents": [{**row.incident.summary(), "new": row.new, "documented": row.documented}
+                          for row in self.incidents],
+            "findings": [{**f.to_dict(), "incident": incident_of[id(f)]} for f in v.findings],
+            "known": [{**f.to_dict(), "incident": incident_of[id(f)]} for f in v.known],
             "fixed": self.fixed,
             "timeline": self.timeline,
             "coverage": self.coverage,
@@ -63,6 +77,44 @@ class AuditResult:
             "plants": list(self.plants),
             "warnings": list(self.warnings),
         }
+
+
+@dataclass
+class IncidentRow:
+    """An incident as the reports show it: `new` when one of its findings is not in the baseline, `documented`
+    the F-numbers of docs/hermes-findings.md it matches (none: a new root cause)."""
+
+    incident: Incident
+    new: bool
+    documented: list[str]
+
+    @property
+    def label(self) -> str:
+        return ",".join(self.documented) or "new"
+
+    def direction(self, arrow: str = "->") -> str:
+        """The first hop's victim -> recipient, and how many more directions crossed the same way."""
+        f, more = self.incident.first, len(self.incident.directions) - 1
+        return f"{f.victim or '-'} {arrow} {f.seen_in or '-'}" + (f" (+{more})" if more else "")
+
+    def spread(self) -> str:
+        return ", ".join(f"{ch} {n}" for ch, n in spread_counts(self.incident.spread).items()) or "none"
+
+    def classes(self) -> list[tuple[str, Group]]:
+        """Its finding classes, the most severe first, each a `crossing` or `spread` class (as its first one is)."""
+        crossing = {id(f) for f in self.incident.crossings}
+        return [("crossing" if id(g.first) in crossing else "spread", g) for g in groups(self.incident.findings)]
+
+    def line(self) -> str:
+        """The incident on one line: severity, F-numbers (or new), victim -> recipient, entry point, the first
+        hop's kind, scenario/phase and location, how many canary kinds, how far it spread."""
+        i = self.incident
+        f = i.first
+        where = f"{f.scenario}/{f.phase}" if f.scenario else "-"
+        also = [s for s in i.scenarios if s != f.scenario]
+        return (f"{i.severity:<8} {self.label:<7} {self.direction():<20} {i.entry}: {f.kind} at {where}"
+                + (f" (also {', '.join(also)})" if also else "")
+                + f", {len(i.canaries)} canary kind(s), first at {f.location}; spread: {self.spread()} [{i.id}]")
 
 
 @dataclass
@@ -134,7 +186,9 @@ def summary_table(result: AuditResult) -> str:
     v = result.verdict
     lines += coverage_lines(result.coverage)
     lines += coverage_lines(result.services, "services")
-    return "\n".join([*lines, f"verdict {v.status}: {len(v.findings)} new, {len(v.known)} known finding(s)"])
+    incidents = sum(row.new for row in result.incidents)
+    return "\n".join([*lines, f"verdict {v.status}: {incidents} new incident(s); {len(v.findings)} new, "
+                              f"{len(v.known)} known finding(s)"])
 
 
 #: The statuses of the coverage tables, as the reports name them (a service a release lacks: `n/a: <why>`).

@@ -1,10 +1,13 @@
-"""findings.sarif: SARIF 2.1.0 for code-scanning uploaders (one rule per finding kind and severity).
+"""findings.sarif: SARIF 2.1.0 for code-scanning uploaders: one result per incident, one rule per finding kind and
+severity.
 
 Each rule (`KIND/SEVERITY`) carries the remediation of docs/findings.md as `help`, a `helpUri` to it, and
-`properties.security-severity` and `precision`, so code scanning shows and sorts by severity. Locations
-point into the evidence folder (`uriBaseId` EVIDENCE): a file finding at its path (relative to the folder,
-with its byte offset when the hit is in the file's own bytes), a flow finding at `flows.mitm` plus a
-logical location naming the flow id and part. Known (baselined) findings are suppressed results.
+`properties.security-severity` and `precision`, so code scanning shows and sorts by severity. An incident's
+result is its first hop (`locations`) under the rule of its worst crossing, with one related location per
+other finding class it holds (other directions, and everything it spread to). Locations point into the
+evidence folder (`uriBaseId` EVIDENCE): a file finding at its path (relative to the folder, with its byte
+offset when the hit is in the file's own bytes), a flow finding at `flows.mitm` plus a logical location
+naming the flow id and part. An incident wholly in the baseline is a suppressed result.
 """
 
 from __future__ import annotations
@@ -17,7 +20,8 @@ from typing import Any
 from harness.core.files import REPO
 from harness.core.findings import FINGERPRINT_VERSION, INCONCLUSIVE_KINDS, Finding
 from harness.core.severity import POSSIBLE, SECURITY_SEVERITY, docs_url, precision, rank, severity
-from harness.report.result import AuditResult
+from harness.detect.incidents import spread_counts
+from harness.report.result import AuditResult, IncidentRow
 
 SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 RULES = {
@@ -41,6 +45,9 @@ SEVERITY_TEXT = {"critical": "a secret crossed tenants", "high": "a tenant's pri
                  "medium": "a value that identifies a tenant crossed tenants or landed in the wrong place",
                  "low": "the run could not prove isolation"}
 FINGERPRINT_KEY = f"tenancyFingerprint/v{FINGERPRINT_VERSION}"
+INCIDENT_KEY = "tenancyIncident/v1"
+#: GitHub code scanning keeps at most 1000 related locations per result.
+MAX_RELATED = 1000
 _FILE = re.compile(r"^(?P<path>[^@:#]+)(?:@(?P<offset>\d+))?$")
 _LABEL = re.compile(r"^(?P<path>[^@:#]+)")
 
@@ -117,24 +124,40 @@ def location(f: Finding, homes: dict[str, str]) -> dict[str, Any]:
             "logicalLocations": [{"fullyQualifiedName": loc, "kind": "resource"}]}
 
 
-def _result(f: Finding, rule_index: dict[str, int], homes: dict[str, str], known: bool) -> dict[str, Any]:
-    sev = severity(f)
-    rid = rule_id(f.kind, sev)
+def _related(row: IncidentRow, homes: dict[str, str]) -> list[dict[str, Any]]:
+    """One related location per finding class of the incident but the first hop's: its first occurrence."""
+    first = row.incident.first.fingerprint()
+    out: list[dict[str, Any]] = []
+    for role, g in row.classes():
+        if g.fingerprint != first and len(out) < MAX_RELATED:
+            out.append({**location(g.first, homes), "id": len(out),
+                        "message": {"text": f"{role}: {g.line()}"}})
+    return out
+
+
+def _result(row: IncidentRow, rule_index: dict[str, int], homes: dict[str, str]) -> dict[str, Any]:
+    i, sev = row.incident, row.incident.severity
+    f = i.first
+    rid = rule_id(i.worst.kind, sev)
     res: dict[str, Any] = {
         "ruleId": rid,
         "ruleIndex": rule_index[rid],
-        "level": _level(sev, f.kind),
-        "message": {"text": f"{f.summary()} (severity {sev})"},
+        "level": _level(sev, i.worst.kind),
+        "message": {"text": f"{row.line()} (severity {sev})"},
         "locations": [location(f, homes)],
-        "partialFingerprints": {FINGERPRINT_KEY: f.fingerprint()},
-        "properties": {k: v for k, v in (("kind", f.kind), ("severity", sev),
-                                         ("security-severity", SECURITY_SEVERITY[sev]), ("victim", f.victim),
-                                         ("seenIn", f.seen_in), ("canary", f.canary), ("channel", f.channel),
-                                         ("encoding", f.encoding), ("evidence", f.evidence),
-                                         ("scenario", f.scenario), ("phase", f.phase)) if v},
+        "relatedLocations": _related(row, homes),
+        "partialFingerprints": {INCIDENT_KEY: i.id, FINGERPRINT_KEY: f.fingerprint()},
+        "properties": {k: v for k, v in (
+            ("incident", i.id), ("entry", i.entry), ("documented", row.documented), ("kinds", i.kinds),
+            ("severity", sev), ("security-severity", SECURITY_SEVERITY[sev]), ("victim", f.victim),
+            ("seenIn", f.seen_in), ("directions", [f"{v or '-'} -> {r or '-'}" for v, r in i.directions]),
+            ("canaries", i.canaries), ("channel", f.channel), ("encoding", f.encoding), ("evidence", f.evidence),
+            ("scenario", f.scenario), ("phase", f.phase), ("scenarios", i.scenarios), ("crossings", len(i.crossings)),
+            ("spread", spread_counts(i.spread)), ("classes", sorted({g.fingerprint() for g in i.findings})))
+            if v},
     }
-    if known:
-        res["suppressions"] = [{"kind": "external", "justification": "in the baseline"}]
+    if not row.new:
+        res["suppressions"] = [{"kind": "external", "justification": "every finding of it is in the baseline"}]
     return res
 
 
@@ -146,13 +169,11 @@ def sarif(result: AuditResult, out: Path, homes: dict[str, str]) -> dict[str, An
     ordered = sorted(pairs, key=lambda p: (p[0], rank(p[1])))
     rule_index = {rule_id(k, sev): i for i, (k, sev) in enumerate(ordered)}
     rules = [rule(k, sev) for k, sev in ordered]
-    results = [_result(f, rule_index, homes, False) for f in v.findings]
-    results += [_result(f, rule_index, homes, True) for f in v.known]
     run = {
         "tool": {"driver": {"name": "tenancy-audit", "version": result.versions.get("tenancy-audit", "0"),
                             "informationUri": docs_url(), "rules": rules}},
         "originalUriBaseIds": {"EVIDENCE": {"uri": out.resolve().as_uri() + "/"}},
-        "results": results,
+        "results": [_result(row, rule_index, homes) for row in result.incidents],
         "invocations": [{"executionSuccessful": v.status != "inconclusive",
                          "properties": {"verdict": v.status, "scenario": result.scenario,
                                         "reasons": v.reasons, "versions": result.versions}}],

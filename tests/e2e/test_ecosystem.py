@@ -92,11 +92,15 @@ def test_sarif_matches_the_findings(planted):
     out, doc = planted
     sarif = json.loads((out / "findings.sarif").read_text())
     results = sarif["runs"][0]["results"]
-    assert [(r["ruleId"].split("/")[0], r["partialFingerprints"]["tenancyFingerprint/v2"]) for r in results] == [
-        (f["kind"], f["fingerprint"]) for f in doc["findings"]]
+    incidents = {i["id"]: i for i in doc["incidents"]}
+    assert [r["partialFingerprints"]["tenancyIncident/v1"] for r in results] == list(incidents)
+    assert [r["partialFingerprints"]["tenancyFingerprint/v3"] for r in results] == [
+        i["first"]["fingerprint"] for i in incidents.values()]
+    assert {fp for r in results for fp in r["properties"]["classes"]} == {f["fingerprint"] for f in doc["findings"]}
     for r in results:
-        uri = r["locations"][0]["physicalLocation"]["artifactLocation"]["uri"]
-        assert (out / uri).is_file(), uri  # every location resolves inside the evidence folder
+        for loc in r["locations"] + r["relatedLocations"]:
+            uri = loc["physicalLocation"]["artifactLocation"]["uri"]
+            assert (out / uri).is_file(), uri  # every location resolves inside the evidence folder
 
 
 def test_a_plant_run_is_labelled_a_negative_control(planted):
@@ -112,7 +116,8 @@ def test_reconcile_of_the_folder_reproduces_the_run_and_every_file_agrees_on_fin
     capsys.readouterr()
     assert cli.main(["reconcile", str(out), "--json"]) == doc["exit_code"] == 1
     again = json.loads(capsys.readouterr().out)
-    for key in ("verdict", "exit_code", "counts", "counts_by_kind", "reasons", "fixed", "plants", "findings", "known"):
+    for key in ("verdict", "exit_code", "counts", "counts_by_kind", "reasons", "fixed", "plants", "incidents",
+                "findings", "known"):
         assert again[key] == doc[key], key
     run_fps = {f["fingerprint"] for f in doc["findings"]}
     ledger = [json.loads(line) for line in (out / "ledger.jsonl").read_text().splitlines()]

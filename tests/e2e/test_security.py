@@ -167,5 +167,5 @@ def test_redacted_copy_holds_no_secret_and_reconciles(audit, registry):
     done = subprocess.run([sys.executable, "-m", "harness.cli", "reconcile", "--registry", str(red / "registry.yaml"),
                            "--flows", str(red / "flows.mitm"), "--stubs", str(red / "stubs.jsonl"), "--no-homes"],
                           capture_output=True, text=True, timeout=300)
-    verdict = f"verdict: clean (0 new in 0 class(es), 0 known, {len(flows)} flows)"
+    verdict = f"verdict: clean (0 new incident(s); 0 new in 0 class(es), 0 known, {len(flows)} flows)"
     assert done.returncode == 0 and verdict in done.stdout, done

@@ -1,0 +1,181 @@
+"""Incidents: where a tenant's data first entered another tenant's context, and what that explains.
+
+Every finding is a *crossing* or *spread*. A crossing is where data entered another tenant's context through
+an entry point (`entry_point`): a tool (its result, its subprocess's env), a service (an MCP server, a memory
+provider, ...), the provider (a key, a model) or a channel (an RPC reply, a prompt, a file). A *copy*
+(`request_leak`, `response_leak`, `text_leak`, `file_leak`) is spread when an earlier crossing explains it
+(`explains`: same victim, recipient and canary kind, in the same context, through the same entry point when
+the copy names one); a copy nothing explains is a crossing itself. An incident is every crossing through one
+entry point (what a fix changes: that tool, that service's client, ...), with the spread they explain; its
+first hop is its earliest crossing.
+
+Evidence order is each finding's `time` (a flow's start, an RPC frame's, a service record's line; files and
+logs, read at the end of the run, have none). Pure and deterministic: the same findings, in any order, give the
+same incidents, so `reconcile` reproduces a run's incidents exactly. docs/findings.md#incidents has the rule.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.core.findings import Finding
+from harness.core.registry import PROVIDER
+from harness.core.severity import rank, severity
+
+#: Finding kinds that copy a canary from somewhere: spread when an earlier crossing explains them.
+COPIES = frozenset({"request_leak", "response_leak", "text_leak", "file_leak"})
+#: Channels read at the end of the run (no time): every crossing happened before them.
+_AT_END = frozenset({"file", "log"})
+_PATH = re.compile(r"[^@:#]+")
+#: Entry points named by the finding's kind (when it names no service or tool).
+_KIND_ENTRY = {"wrong_key": PROVIDER, "wrong_model": PROVIDER, "route_auth": "route", "egress": "egress",
+               "bypass": "bypass", "shortfall": "shortfall"}
+
+
+def entry_point(f: Finding) -> str:
+    """Where the finding's data entered: `service NAME`, `tool NAME`, `provider` (a key or model), `route` (an API
+    server's route), `file PATH` / `log NAME` (a copy found there), or its channel (`rpc`, `request`, ...);
+    `egress`, `bypass` and `shortfall` are their own."""
+    if f.service:
+        return f"service {f.service}"
+    if f.tool:
+        return f"tool {f.tool}"
+    if f.kind in _KIND_ENTRY:
+        return _KIND_ENTRY[f.kind]
+    if f.kind in COPIES and f.channel in _AT_END and (m := _PATH.match(f.location)):
+        return f"{f.channel} {m[0]}"
+    return f.channel
+
+
+def _when(f: Finding) -> float:
+    return math.inf if f.time is None else f.time
+
+
+def _source(f: Finding) -> tuple[str | None, str | None, str | None]:
+    return (f.victim, f.seen_in, f.canary)
+
+
+def explains(crossing: Finding, copy: Finding) -> bool:
+    """Whether `crossing` explains `copy`: a copy of the same victim, recipient and canary kind; a file or log copy,
+    read at the end, by any such crossing through the same entry point when it names a tool; an RPC frame by one
+    of its scenario in its phase or before (a frame relays a tool's result before the provider sees it); a
+    request or response by one of its scenario (any, at a service: its store outlives the backend) not later,
+    through the same entry point when it names a tool or service (a later request re-sending a result)."""
+    if copy.kind not in COPIES or copy.canary is None or _source(crossing) != _source(copy):
+        return False
+    through = not (copy.tool or copy.service) or entry_point(crossing) == entry_point(copy)
+    if copy.channel in _AT_END:
+        return through
+    if copy.channel == "rpc":
+        return crossing.scenario == copy.scenario and (crossing.phase == copy.phase or
+                                                       _when(crossing) <= _when(copy))
+    same_context = copy.service is not None or crossing.scenario == copy.scenario
+    return same_context and _when(crossing) <= _when(copy) and through
+
+
+@dataclass
+class Incident:
+    """Every crossing through one entry point, in evidence order, and the spread they explain."""
+
+    entry: str
+    crossings: list[Finding] = field(default_factory=list)
+    spread: list[Finding] = field(default_factory=list)
+
+    @property
+    def id(self) -> str:
+        """Stable across runs: its entry point (never a direction, time or location)."""
+        return hashlib.sha256(f"incident|{self.entry}".encode()).hexdigest()[:16]
+
+    @property
+    def first(self) -> Finding:
+        """The first hop: the earliest crossing."""
+        return self.crossings[0]
+
+    @property
+    def findings(self) -> list[Finding]:
+        return self.crossings + self.spread
+
+    @property
+    def kinds(self) -> list[str]:
+        """The kinds of its crossings, the first hop's first."""
+        return list(dict.fromkeys(f.kind for f in self.crossings))
+
+    @property
+    def worst(self) -> Finding:
+        """Its most severe crossing (the earliest of them): what crossed at its worst."""
+        return min(self.crossings, key=lambda f: rank(severity(f)))
+
+    @property
+    def severity(self) -> str:
+        """How bad what crossed is: its most severe crossing's severity."""
+        return severity(self.worst)
+
+    @property
+    def canaries(self) -> list[str]:
+        return sorted({f.canary for f in self.findings if f.canary})
+
+    @property
+    def directions(self) -> list[tuple[str | None, str | None]]:
+        """(victim, recipient) of its crossings, in the order they first crossed."""
+        return list(dict.fromkeys((f.victim, f.seen_in) for f in self.crossings))
+
+    @property
+    def scenarios(self) -> list[str]:
+        """The scenarios it crossed in, in order."""
+        return list(dict.fromkeys(f.scenario for f in self.crossings if f.scenario))
+
+    def summary(self) -> dict[str, Any]:
+        """The incident as `findings.json` lists it: its first hop, reach and classes (fingerprint ->
+        crossings and spread)."""
+        classes: dict[str, dict[str, int]] = {}
+        for role, found in (("crossings", self.crossings), ("spread", self.spread)):
+            for f in found:
+                counts = classes.setdefault(f.fingerprint(), {"crossings": 0, "spread": 0})
+                counts[role] += 1
+        return {"id": self.id, "entry": self.entry, "kinds": self.kinds, "severity": self.severity,
+                "first": self.first.to_dict(), "directions": [list(d) for d in self.directions],
+                "scenarios": self.scenarios, "canaries": self.canaries, "crossings": len(self.crossings),
+                "spread": spread_counts(self.spread), "classes": classes}
+
+
+def spread_counts(spread: Iterable[Finding]) -> dict[str, int]:
+    """Spread per channel, in channel order of first appearance."""
+    counts: dict[str, int] = {}
+    for f in spread:
+        counts[f.channel] = counts.get(f.channel, 0) + 1
+    return counts
+
+
+def _order(f: Finding) -> tuple[Any, ...]:
+    """Evidence order: time, crossings before copies at the same moment, then the finding itself (a total order,
+    so the input's order never matters)."""
+    return (_when(f), f.kind in COPIES, f.location, f.kind, f.victim or "", f.seen_in or "", f.canary or "",
+            f.channel, f.encoding or "", f.tool or "", f.service or "", f.scenario or "", f.phase or "", f.detail,
+            f.evidence)
+
+
+def _late(f: Finding) -> bool:
+    """A copy judged once every timed crossing is known: read at the end, or relayed before the provider saw it."""
+    return f.kind in COPIES and (f.channel in _AT_END or f.channel == "rpc")
+
+
+def build(findings: Iterable[Finding]) -> list[Incident]:
+    """The incidents of a run's findings, in the order of their first hops."""
+    found = sorted(findings, key=_order)
+    incidents: dict[str, Incident] = {}
+    crossed: dict[tuple[str | None, str | None, str | None], list[tuple[Finding, Incident]]] = {}
+    for f in [f for f in found if not _late(f)] + [f for f in found if _late(f)]:
+        source = next((inc for c, inc in crossed.get(_source(f), ()) if explains(c, f)), None)
+        if source is not None:
+            source.spread.append(f)
+            continue
+        entry = entry_point(f)
+        incident = incidents.setdefault(entry, Incident(entry))
+        incident.crossings.append(f)
+        crossed.setdefault(_source(f), []).append((f, incident))
+    return sorted(incidents.values(), key=lambda i: _order(i.first))

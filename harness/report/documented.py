@@ -1,0 +1,82 @@
+"""Which documented Hermes finding (F1-F14 of docs/hermes-findings.md) an incident is.
+
+Each F-number has an incident signature: clauses over an incident's crossings (entry point, kind, canary kind,
+scenario, phase, direction). An incident links to every F-number one of its crossings matches; one that matches
+none is a new root cause. The table in docs/hermes-findings.md ("Incident signatures") is `text()` of these,
+line by line (a test keeps them equal).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+
+from harness.core.findings import Finding
+from harness.detect.incidents import Incident
+
+#: Hermes' launch profile: its home is HOME/.hermes, every other profile's is under its `profiles/`.
+LAUNCH = "default"
+DIRECTIONS = ("", "launch -> other", "other -> launch")
+
+
+@dataclass(frozen=True)
+class Clause:
+    """Crossings through one of `entries`, and of `kinds`, `canaries` (kinds), `scenarios`, `phases` and `direction`
+    when given (empty: any). Entries and canaries are shell-style patterns."""
+
+    entries: tuple[str, ...]
+    kinds: tuple[str, ...] = ()
+    canaries: tuple[str, ...] = ()
+    scenarios: tuple[str, ...] = ()
+    phases: tuple[str, ...] = ()
+    direction: str = ""
+
+    def matches(self, entry: str, f: Finding) -> bool:
+        launch_victim, launch_recipient = f.victim == LAUNCH, f.seen_in == LAUNCH
+        direction = {"": True, "launch -> other": launch_victim and not launch_recipient,
+                     "other -> launch": launch_recipient and not launch_victim}[self.direction]
+        return (any(fnmatchcase(entry, p) for p in self.entries) and direction
+                and (not self.kinds or f.kind in self.kinds)
+                and (not self.canaries or any(fnmatchcase(f.canary or "", p) for p in self.canaries))
+                and (not self.scenarios or f.scenario in self.scenarios)
+                and (not self.phases or f.phase in self.phases))
+
+    def text(self) -> str:
+        """`ENTRY or ENTRY (KIND, KIND; canary CANARY, ...; in SCENARIO, ...; phase PHASE; DIRECTION)`."""
+        parts = [", ".join(self.kinds), "canary " + ", ".join(self.canaries) if self.canaries else "",
+                 "in " + ", ".join(self.scenarios) if self.scenarios else "",
+                 "phase " + ", ".join(self.phases) if self.phases else "", self.direction]
+        extra = "; ".join(p for p in parts if p)
+        return " or ".join(self.entries) + (f" ({extra})" if extra else "")
+
+
+SIGNATURES: dict[str, tuple[Clause, ...]] = {
+    "F1": (Clause(("provider",), ("wrong_key", "wrong_model"), direction="launch -> other"),),
+    "F2": (Clause(("tool terminal",), ("wrong_cwd",)), Clause(("tool terminal",), scenarios=("gateway",)),
+           Clause(("request",), ("request_leak",), ("workdir*",))),
+    "F3": (Clause(("rpc",), ("profile_bleed",)),
+           Clause(("rpc",), ("text_leak",), ("model", "profile_name"), direction="launch -> other")),
+    "F4": (Clause(("route",), ("route_auth",)),),
+    "F5": (Clause(("file logs/*", "file state.db*"), ("file_leak",), direction="other -> launch"),),
+    "F6": (Clause(("shortfall",), phases=("cron",)),),
+    "F7": (Clause(("file",), ("profile_bleed",), direction="other -> launch"),
+           Clause(("file .env", "file config.yaml"), ("file_leak",), direction="other -> launch")),
+    "F8": (Clause(("tool session_search",)),),
+    "F9": (Clause(("tool process",)),),
+    "F10": (Clause(("tool terminal",), ("env_leak",), scenarios=("tui", "serve")),),
+    "F11": (Clause(("service mcp", "service mcp_stdio", "tool mcp__*")),),
+    "F12": (Clause(("service memory",), ("wrong_key", "wrong_identity"), direction="launch -> other"),),
+    "F13": (Clause(("service web", "tool web_*")),),
+    "F14": (Clause(("service aux",), ("wrong_key", "wrong_identity"), direction="launch -> other"),),
+}
+
+
+def text(number: str) -> str:
+    """An F-number's signature as docs/hermes-findings.md writes it: each clause in backticks, `or` between them."""
+    return " or ".join(f"`{c.text()}`" for c in SIGNATURES[number])
+
+
+def documented(incident: Incident) -> list[str]:
+    """The F-numbers whose signature one of the incident's crossings matches ([]: a new root cause)."""
+    return [n for n, clauses in SIGNATURES.items()
+            if any(c.matches(incident.entry, f) for f in incident.crossings for c in clauses)]

@@ -1,0 +1,87 @@
+"""Incidents linked to the documented Hermes findings (F1-F14): each signature with an incident it must match and a
+near miss it must not, and the table in docs/hermes-findings.md equal to the code's."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.core.findings import Finding
+from harness.detect.incidents import build
+from harness.report.documented import SIGNATURES, Clause, documented, text
+
+DOC = Path(__file__).resolve().parent.parent / "docs" / "hermes-findings.md"
+FLOW = "flow:0b7e2c1a-1111-2222-3333-444455556666:request.body@9"
+
+
+def crossing(kind: str, victim: str = "default", seen_in: str = "alpha", canary: str | None = "key", *,
+             channel: str = "request", tool: str | None = None, service: str | None = None, scenario: str = "tui",
+             phase: str = "turns", location: str = FLOW) -> list[str]:
+    """The F-numbers of the incident one such crossing makes."""
+    [incident] = build([Finding(kind, victim, seen_in, canary, channel, location, scenario=scenario, phase=phase,
+                                tool=tool, service=service, time=1.0)])
+    return documented(incident)
+
+
+# (F-number, an incident of it, a near miss of it: same entry point, another kind/direction/scenario/canary)
+CASES = [
+    ("F1", dict(kind="wrong_key"), dict(kind="wrong_key", victim="alpha", seen_in="beta")),
+    ("F2", dict(kind="wrong_cwd", seen_in="default", canary="workdir", channel="env", tool="terminal"),
+     dict(kind="request_leak", canary="memory")),
+    ("F3", dict(kind="profile_bleed", victim="alpha", canary="model", channel="rpc", location="tui:session.create"),
+     dict(kind="text_leak", canary="memory", channel="rpc", location="rpc-tui.jsonl#7@1")),
+    ("F5", dict(kind="file_leak", victim="alpha", seen_in="default", canary="model", channel="file",
+                location="logs/agent.log@186"),
+     dict(kind="file_leak", canary="model", channel="file", location="logs/agent.log@186")),
+    ("F6", dict(kind="shortfall", seen_in=None, canary=None, channel="env", phase="cron", location="serve:cron"),
+     dict(kind="shortfall", seen_in=None, canary=None, channel="env", phase="turns", location="serve:turns")),
+    ("F7", dict(kind="file_leak", victim="alpha", seen_in="default", canary="saved_key", channel="file",
+                location=".env@155"),
+     dict(kind="file_leak", canary="saved_key", channel="file", location=".env@155")),
+    ("F8", dict(kind="request_leak", tool="session_search"), dict(kind="request_leak", tool="skill_view")),
+    ("F9", dict(kind="request_leak", tool="process"), dict(kind="request_leak", tool="terminal")),
+    ("F10", dict(kind="env_leak", channel="env", tool="terminal"),
+     dict(kind="env_leak", channel="env", tool="terminal", scenario="oneshot")),
+    ("F11", dict(kind="request_leak", tool="mcp__tenancy__recall"), dict(kind="request_leak", tool="mcp_notes")),
+    ("F12", dict(kind="wrong_key", canary="memory_key", service="memory"),
+     dict(kind="wrong_key", seen_in="default", canary="memory_key", service="memory")),
+    ("F13", dict(kind="request_leak", victim="alpha", seen_in="default", canary="web_query", service="web"),
+     dict(kind="request_leak", tool="webhook")),
+    ("F14", dict(kind="wrong_key", canary="aux_key", service="aux"),
+     dict(kind="request_leak", canary="title", service="aux")),
+]
+
+
+@pytest.mark.parametrize(("number", "match", "near"), CASES, ids=[c[0] for c in CASES])
+def test_a_signature_matches_its_incident_and_not_a_near_miss(number, match, near):
+    assert crossing(**match) == [number]
+    assert crossing(**near) == []
+
+
+def test_the_route_signature_wants_a_route_auth():
+    [clause] = SIGNATURES["F4"]
+    routed = Finding("route_auth", "default", "alpha", "api_server_key", "request", "gateway:GET /p/alpha/v1/models")
+    assert crossing("route_auth", canary="api_server_key", location="gateway:GET /p/alpha/v1/models") == ["F4"]
+    assert clause.matches("route", routed) and not clause.matches("route", Finding(
+        "wrong_key", "default", "alpha", "api_server_key", "request", "gateway:GET /p/alpha/v1/models"))
+
+
+def test_an_incident_links_every_f_number_one_of_its_crossings_matches():
+    """The terminal's env in the gateway is F2's shared shell, in tui and serve F10's launch .env."""
+    found = [Finding("env_leak", "default", "alpha", "key", "env", "flow:1", scenario=s, phase="turns",
+                     tool="terminal", time=t) for s, t in (("tui", 1.0), ("gateway", 2.0))]
+    [incident] = build(found)
+    assert documented(incident) == ["F2", "F10"]
+
+
+def test_a_clause_reads_as_the_docs_write_it():
+    assert Clause(("tool terminal",), ("env_leak",), ("key*",), ("tui",), ("turns",), "launch -> other").text() == \
+        "tool terminal (env_leak; canary key*; in tui; phase turns; launch -> other)"
+    assert Clause(("service web", "tool web_*")).text() == "service web or tool web_*"
+
+
+def test_the_docs_list_every_signature_as_the_code_has_it():
+    rows = dict(re.findall(r"^\| (F\d+) \| (.+) \|$", DOC.read_text(encoding="utf-8"), flags=re.MULTILINE))
+    assert rows == {n: text(n) for n in SIGNATURES}
