@@ -43,8 +43,10 @@ from harness.drive.phases import ALL_PHASES
 from harness.drive.services import SERVICES
 from harness.matrix import MatrixOptions, merge_dirs, parse_releases, parse_scenarios, parse_shard, repeat, run_matrix
 from harness.report import baseline, export
+from harness.report import policy as policies
 from harness.report.baseline import BaselineError
 from harness.report.matrix import NA, MatrixError, cell_text, wilson
+from harness.report.policy import PolicyError
 from harness.report.result import AuditResult, groups
 from harness.report.writer import write_reports
 from harness.run import (
@@ -58,7 +60,8 @@ from harness.run import (
     run_audit,
 )
 
-ERRORS = (RegistryError, EvidenceError, HermesError, UsageError, BaselineError, MatrixError, ServiceError)
+ERRORS = (RegistryError, EvidenceError, HermesError, UsageError, BaselineError, MatrixError, ServiceError,
+          PolicyError)
 FAIL_ON = ("leak", "inconclusive", "never")
 
 
@@ -125,6 +128,9 @@ def _parser() -> argparse.ArgumentParser:
                      f"{','.join(TOOL_GROUPS)}); 'none' keeps only the env probe")
     run.add_argument("--services", help="services besides each tenant's provider, comma-separated (default: all "
                      f"of {','.join(SERVICES)}); 'none' stubs the providers only")
+    run.add_argument("--policy", default="hermes", help="the isolation policy: hermes (default: what Hermes shares "
+                     "between profiles by design is allowed), strict (nothing shared) or a policy file "
+                     "(docs/contracts.md)")
     run.add_argument("--stubs", default="observe", choices=MODES,
                      help="observe (default): a stub answers a foreign key too, so later leaks show; "
                      "strict: it answers 401")
@@ -147,6 +153,8 @@ def _parser() -> argparse.ArgumentParser:
     rec.add_argument("--logs", type=Path, nargs="*", default=[], help="logs/RPC streams (scanned for secrets)")
     rec.add_argument("--stubs", type=Path, help="stubs.jsonl: prove every upstream request passed the proxy")
     rec.add_argument("--no-homes", action="store_true", help="do not scan the tenant homes named in the registry")
+    rec.add_argument("--policy", help="the isolation policy: hermes, strict or a policy file (default with a "
+                     "folder: the one the run used)")
     rec.add_argument("--out", type=Path, help="write findings.json/report.md/junit.xml here")
     rec.add_argument("--json", action="store_true")
     _limit_options(rec)
@@ -314,7 +322,7 @@ def run_options(a: argparse.Namespace) -> RunOptions:
                       hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout,
                       phases=_phases(a.phases), cron_wait=a.cron_wait,
                       redact=a.redact, stub_fault=a.stub_fault, tools=parse_tools(a.tools), stubs=a.stubs,
-                      services=parse_tools(a.services))
+                      services=parse_tools(a.services), policy=a.policy)
 
 
 def matrix_options(a: argparse.Namespace) -> MatrixOptions:
@@ -426,7 +434,9 @@ def _reconcile_folder(a: argparse.Namespace, started: float) -> AuditResult:
     if path is not None and a.baseline is None:
         print(f"tenancy-audit: judged against the run's baseline {path} (pass --baseline to use another)",
               file=sys.stderr)
-    return evaluate(out, record, base, seconds=time.monotonic() - started, flows=a.flows, limits=_limits(a))
+    policy = policies.load(a.policy) if a.policy else None  # None: the run's own (`policy.yaml` of the folder)
+    return evaluate(out, record, base, seconds=time.monotonic() - started, flows=a.flows, limits=_limits(a),
+                    policy=policy)
 
 
 def _reconcile_files(a: argparse.Namespace, started: float) -> AuditResult:

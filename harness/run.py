@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import mitmproxy.version
+import yaml
 
 import harness
 from harness.capture.proxy import FORWARD_DOMAIN, Proxy, bind_listener, free_port, port_of
@@ -43,6 +44,8 @@ from harness.drive.phases import ALL_PHASES
 from harness.drive.scenarios import SCENARIOS
 from harness.drive.services import SERVICE_RECORDS, SERVICES
 from harness.report import baseline as baselines
+from harness.report import policy as policies
+from harness.report.policy import Policy
 from harness.report.redact import write_redacted
 from harness.report.result import AuditResult, summary_table
 from harness.report.writer import write_reports
@@ -51,6 +54,8 @@ from harness.report.writer import write_reports
 RECORD = "timeline.json"
 #: A copy of the baseline the run was judged against (`reconcile EVIDENCE` uses it by default).
 BASELINE_COPY = "baseline.json"
+#: The isolation policy the run was judged by (`reconcile EVIDENCE` uses it by default).
+POLICY_COPY = "policy.yaml"
 #: Where the harness names the current scenario/phase for the addon while the run goes on.
 PHASE_FILE = "phase.json"
 
@@ -78,6 +83,7 @@ class RunOptions:
     cron_wait: float = 75.0
     tools: list[str] | None = None  # tool battery groups (None: every group; []: the env probe only)
     stubs: str = "observe"  # "strict": a stub answers a foreign key with 401
+    policy: str = policies.DEFAULT  # the isolation policy: `hermes`, `strict` or a policy file
     services: list[str] | None = None  # services besides the provider (None: every one; []: the provider only)
 
     def tool_groups(self) -> list[str]:
@@ -217,6 +223,7 @@ def run_audit(opts: RunOptions) -> AuditResult:
     folder still gets its reports (verdict inconclusive, reason `interrupted`) before `Interrupted` is raised."""
     check_options(opts)
     base = baselines.load(opts.baseline) if opts.baseline else None
+    policy = policies.load(opts.policy)  # a bad policy is one line, exit 2, before anything is written
     python = hermes_python(opts.hermes_python)
     require_python(python)
     out = prepare_out(opts.out, opts.force)
@@ -255,8 +262,9 @@ def run_audit(opts: RunOptions) -> AuditResult:
         record = _record(out, opts.scenario, ctx, version, reasons, planted)
         if opts.baseline is not None:
             write_private(out / BASELINE_COPY, Path(opts.baseline).read_bytes())
+        write_private(out / POLICY_COPY, yaml.safe_dump(policy.to_dict(), sort_keys=False).encode())
         progress(opts.quiet, f"phase reconcile: {proxy.flows_path.name}, homes, logs")
-        result = evaluate(out, record, base, seconds=time.monotonic() - started)
+        result = evaluate(out, record, base, seconds=time.monotonic() - started, policy=policy)
         write_reports(out, result)
         for line in summary_table(result).splitlines():
             progress(opts.quiet, line)
@@ -341,6 +349,7 @@ def _record(out: Path, scenario: str, ctx: Context, version: str | None, reasons
         "tools": [t for g in ctx.opts.tools for t in TOOL_GROUPS[g]],
         "services": ctx.service_states(),
         "services_to_drive": ctx.services_to_drive(),
+        "launch": ctx.sandbox.launch,
     }
     write_private(out / RECORD, json.dumps(record, indent=2).encode())
     return record
@@ -369,10 +378,11 @@ def read_record(out: Path) -> dict[str, Any]:
 
 
 def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None, *, seconds: float = 0.0,
-             flows: Path | None = None, limits: Limits | None = None) -> AuditResult:
+             flows: Path | None = None, limits: Limits | None = None, policy: Policy | None = None) -> AuditResult:
     """The verdict of an evidence folder, from its files only: `run` calls this once it has written them, and
     `reconcile EVIDENCE` calls it again later, so both reach the same findings, fingerprints and verdict.
-    What the run saw live (driver findings, failed turns, teardown reasons, plants) comes from `record`."""
+    What the run saw live (driver findings, failed turns, teardown reasons, plants) comes from `record`;
+    `policy`: the isolation policy (default: the one the run used, `policy.yaml` of the folder)."""
     registry = load(out / "registry.yaml")
     scenario = record.get("scenario") or "reconcile"
     try:
@@ -395,27 +405,35 @@ def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None,
     live = [f if f.time is not None else replace(f, time=starts.get((f.scenario, f.phase))) for f in live + turns]
     found = [f if f.scenario else replace(f, scenario=scenario, phase=f.phase or "end") for f in rec.findings + live]
     reasons = [*record.get("reasons", []), *rec.reasons]
-    findings, known, fixed = found, [], []
+    policy = policy or evidence_policy(out)
+    kept, allowed = policy.apply(found, record.get("launch") or registry.names()[0])
+    findings, known, fixed = kept, [], []
     warnings = [f"service {name} was not audited, {state}" for name, state in (record.get("services") or {}).items()
                 if state != "on"]
     if base is not None:
         ran = {(ph.scenario, ph.name) for ph in phases} | {(scenario, "end")}  # files: at the end
-        findings, known, fixed = baselines.split(found, base, ran)
+        findings, known, fixed = baselines.split(kept, base, ran)
         warnings += [base.warning] if base.warning else []
     planted = {name: frozenset(kinds) for name, kinds in (record.get("plants") or {}).items()}
     reasons += check_plants(planted, found)
-    coverage = rec.coverage.table(record.get("tools") or [], found, OUT_OF_SCOPE)
-    service_coverage = rec.coverage.service_table(record.get("services") or {}, found)
+    coverage = rec.coverage.table(record.get("tools") or [], kept, OUT_OF_SCOPE, allowed)
+    service_coverage = rec.coverage.service_table(record.get("services") or {}, kept, allowed)
     reasons += [f"service {s} was not driven in scenario {sc}: none of its requests reached its stub"
                 for sc, row in service_coverage.items() for s in record.get("services_to_drive") or []
                 if row.get(s) == "not driven"]
-    return AuditResult(Verdict(findings, known, reasons), registry.names(), scenario,
+    return AuditResult(Verdict(findings, known, reasons, allowed), registry.names(), scenario,
                        _versions(record.get("hermes-agent")), inspected={**rec.inspected, "flows": rec.flows},
                        timeline=record.get("turns", []), fixed=fixed, seconds=seconds,
                        snapshots={t: len(snaps) for t, snaps in rec.snapshots.items()}, out=out,
                        plants=sorted(planted), warnings=warnings,
                        not_inspected=[n.to_dict() for n in rec.not_inspected], coverage=coverage,
-                       services=service_coverage)
+                       services=service_coverage, policy=policy.to_dict())
+
+
+def evidence_policy(out: Path) -> Policy:
+    """The isolation policy an evidence folder was judged by (its `policy.yaml`), else the default one."""
+    path = out / POLICY_COPY
+    return policies.load(path if path.exists() else policies.DEFAULT)
 
 
 def _drive(

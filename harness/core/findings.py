@@ -52,6 +52,7 @@ class Finding:
     tool: str | None = None  # the tool whose result, arguments or writes carried it, when known
     service: str | None = None  # the tenant's service (other than its provider) whose traffic carried it
     time: float | None = None  # when the evidence shows it (a flow's start, an RPC frame); None: a file, a log
+    scope: str = ""  # `allowed:<policy>/<entry>` when an isolation policy declares its surface shared by design
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -61,9 +62,12 @@ class Finding:
 
     def fingerprint(self) -> str:
         """The finding's class (v3): kind, victim, carrier (`seen_in`), canary kind, channel, scenario, phase,
-        and the service and tool that carried it. Stable across runs: never a random value, offset or flow id."""
+        the service and tool that carried it, and its policy scope (a finding an isolation policy allows is of
+        another class than the same finding under `--policy strict`: a baseline cannot stand in for a policy).
+        Stable across runs: never a random value, offset or flow id."""
         parts = ("v3", self.kind, self.victim or "", self.seen_in or "", self.canary or "", self.channel,
-                 self.scenario or "", self.phase or "", self.service or "", self.tool or "")
+                 self.scenario or "", self.phase or "", self.service or "", self.tool or "",
+                 *((self.scope,) if self.scope else ()))
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
     def fingerprint_v2(self) -> str:
@@ -118,6 +122,7 @@ class Verdict:
     findings: list[Finding]
     known: list[Finding] = field(default_factory=list)
     reasons: list[str] = field(default_factory=list)
+    allowed: list[Finding] = field(default_factory=list)  # on a surface the isolation policy shares by design
 
     @property
     def status(self) -> str:

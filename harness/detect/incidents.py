@@ -85,6 +85,7 @@ class Incident:
     entry: str
     crossings: list[Finding] = field(default_factory=list)
     spread: list[Finding] = field(default_factory=list)
+    via: list[Finding] = field(default_factory=list)  # the crossing that explains each of `spread`, in its order
 
     @property
     def id(self) -> str:
@@ -170,9 +171,10 @@ def build(findings: Iterable[Finding]) -> list[Incident]:
     incidents: dict[str, Incident] = {}
     crossed: dict[tuple[str | None, str | None, str | None], list[tuple[Finding, Incident]]] = {}
     for f in [f for f in found if not _late(f)] + [f for f in found if _late(f)]:
-        source = next((inc for c, inc in crossed.get(_source(f), ()) if explains(c, f)), None)
+        source = next(((c, inc) for c, inc in crossed.get(_source(f), ()) if explains(c, f)), None)
         if source is not None:
-            source.spread.append(f)
+            source[1].spread.append(f)
+            source[1].via.append(source[0])
             continue
         entry = entry_point(f)
         incident = incidents.setdefault(entry, Incident(entry))

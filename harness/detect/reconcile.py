@@ -22,7 +22,7 @@ from harness.detect import records, scan, snapshots, stream
 from harness.detect.decode import loads
 from harness.detect.flows import inspect_flow
 from harness.detect.matcher import Matcher, matcher_for
-from harness.detect.tools import Coverage, tool_for_file
+from harness.detect.tools import Coverage, tool_for_file, written_files
 
 
 class EvidenceError(ValueError):
@@ -145,6 +145,7 @@ def reconcile(
     rec.flows = len(flows)
     flow_ids = {f.id for f in flows}
     seen_calls: set[tuple[str, str]] = set()
+    written: dict[str, str] = {}  # file name -> the tool whose call wrote it (a file finding's tool)
     for flow in flows:
         phase = _flow_phase(flow, phases)
         report = inspect_flow(registry, matcher, flow)
@@ -164,6 +165,7 @@ def reconcile(
             continue
         if body.get("tools"):
             rec.coverage.add(phase.scenario if phase else "run", body)
+            written.update(written_files(body.get("messages") or []))
         for snap in snapshots.extract(registry[tenant], flow.id, body):
             if (snap.tenant, snap.tool_call_id) in seen_calls:
                 continue
@@ -181,7 +183,7 @@ def reconcile(
             continue
         others = [h for n, h in (homes or {}).items() if n != name]  # where they are now, not where they ran
         result = scan.scan_tree(home, registry, name, exclude=others, matcher=matcher, limits=limits)
-        rec.findings += [replace(f, tool=f.tool or tool_for_file(f.location)) for f in result.findings]
+        rec.findings += [replace(f, tool=f.tool or tool_for_file(f.location, written)) for f in result.findings]
         rec.inspected["file"] += result.files
         rec.reasons += [f"unreadable file {p}" for p in result.unreadable]
         rec.skip(result.not_inspected, str(home))

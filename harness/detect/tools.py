@@ -9,7 +9,10 @@ profile's home) are attributed by path. Shared by the live addon (through `flows
 from __future__ import annotations
 
 import json
+import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import PurePosixPath
 from typing import Any
 
 from harness.core.findings import Finding
@@ -115,9 +118,38 @@ def attribute_body(findings: list[Finding], data: bytes, doc: Any, prefix: str) 
     return out
 
 
-def tool_for_file(location: str) -> str | None:
-    """The tool whose store a file finding is in (`memories/MEMORY.md@12` -> memory), if any."""
-    return next((tool for prefix, tool in _STORES if location.startswith(prefix)), None)
+#: The tools that write a file at a path their call names.
+_WRITERS = ("write_file", "patch")
+_FILE_PART = re.compile(r"[^@:#]+")
+
+
+def written_files(messages: list[Any]) -> dict[str, str]:
+    """File name -> the tool that wrote it, from the write calls of a conversation's assistant messages."""
+    out: dict[str, str] = {}
+    for m in messages:
+        if not isinstance(m, dict) or m.get("role") != "assistant":
+            continue
+        for call in m.get("tool_calls") or []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            if not isinstance(fn, dict) or fn.get("name") not in _WRITERS:
+                continue
+            try:
+                args = json.loads(fn.get("arguments") or "{}")
+            except ValueError:
+                continue
+            path = args.get("path") if isinstance(args, dict) else None
+            if isinstance(path, str) and path:
+                out.setdefault(PurePosixPath(path).name, fn["name"])
+    return out
+
+
+def tool_for_file(location: str, written: dict[str, str] | None = None) -> str | None:
+    """The tool a file finding came through: the tool whose store it is in (`memories/MEMORY.md@12` -> memory),
+    else the tool that wrote a file of its name (`written`: `written_files` of the run's requests), if any."""
+    store = next((tool for prefix, tool in _STORES if location.startswith(prefix)), None)
+    if store or not written or not (m := _FILE_PART.match(location)):
+        return store
+    return written.get(PurePosixPath(m[0]).name)
 
 
 def _is_error(content: Any) -> bool:
@@ -171,10 +203,13 @@ class Coverage:
             per[tool] = per.get(tool, 0) + 1
 
     def table(self, tools: tuple[str, ...] | list[str], findings: list[Finding],
-              out_of_scope: dict[str, str] | None = None) -> dict[str, dict[str, str]]:
-        """scenario -> tool -> `leak`, `driven`, `failed`, `not offered`, `not driven` or `out of scope: <why>`:
-        every tool of `tools` (the battery's), then every other tool a request of the scenario offered."""
+              out_of_scope: dict[str, str] | None = None,
+              allowed: Sequence[Finding] = ()) -> dict[str, dict[str, str]]:
+        """scenario -> tool -> `leak`, `allowed` (only findings an isolation policy allows), `driven`, `failed`,
+        `not offered`, `not driven` or `out of scope: <why>`: every tool of `tools` (the battery's), then every
+        other tool a request of the scenario offered."""
         leaks = {(f.scenario, f.tool) for f in findings if f.tool and f.kind not in ("shortfall", "bypass")}
+        shared = {(f.scenario, f.tool) for f in allowed if f.tool}
         out_of_scope = out_of_scope or {}
         out: dict[str, dict[str, str]] = {}
         for scenario in sorted(self.offered):
@@ -184,6 +219,8 @@ class Coverage:
                 bad = self.errors.get(scenario, {}).get(tool, 0)
                 if (scenario, tool) in leaks:
                     row[tool] = "leak"
+                elif (scenario, tool) in shared:
+                    row[tool] = "allowed"
                 elif ok:
                     row[tool] = "driven"
                 elif bad:
@@ -197,10 +234,12 @@ class Coverage:
             out[scenario] = row
         return out
 
-    def service_table(self, states: dict[str, str], findings: list[Finding]) -> dict[str, dict[str, str]]:
+    def service_table(self, states: dict[str, str], findings: list[Finding],
+                      allowed: Sequence[Finding] = ()) -> dict[str, dict[str, str]]:
         """scenario -> service -> `leak`, `driven`, `failed`, `not driven` or `n/a: <why>` (`states`: what the
         run recorded of each service, `on` or `n/a: <why>`)."""
         leaks = {(f.scenario, f.service) for f in findings if f.service and f.kind not in ("shortfall", "bypass")}
+        shared = {(f.scenario, f.service) for f in allowed if f.service}
         out: dict[str, dict[str, str]] = {}
         for scenario in sorted(self.offered):
             row = {}
@@ -209,6 +248,8 @@ class Coverage:
                     row[service] = state
                 elif (scenario, service) in leaks:
                     row[service] = "leak"
+                elif (scenario, service) in shared:
+                    row[service] = "allowed"
                 elif self.service_ok.get(scenario, {}).get(service):
                     row[service] = "driven"
                 elif self.service_errors.get(scenario, {}).get(service):

@@ -153,8 +153,9 @@ def write_plan(ctx: Context, tenant: str) -> Plan:
                   ToolStep("web_extract", {"urls": [extract_url(tenant, sc)]})]
     if "vision" in on:
         reads.append(ToolStep("vision_analyze", {"image_url": image_path(t), "question": "What does it show?"}))
-    if "mem0" in on:  # the record's id is the stub's (`<tenant>-record`): its own, so the call succeeds
-        writes.append(ToolStep("mem0_update", {"memory_id": f"{tenant}-record", "text": f"{c['memory_note']} ({sc})"}))
+    if "mem0" in on:  # the record's id is the stub's (`<tenant>-record`): its own, so the calls succeed
+        writes += [ToolStep("mem0_update", {"memory_id": f"{tenant}-record", "text": f"{c['memory_note']} ({sc})"}),
+                   ToolStep("mem0_delete", {"memory_id": f"{tenant}-record"})]
     if "code" in on:
         writes.append(ToolStep("execute_code", {"code": probe_code()}))
     if "delegate" in on:

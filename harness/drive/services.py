@@ -31,6 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import harness
 from harness.capture.services.base import Service
 from harness.capture.services.mcp_http import PATH as MCP_PATH
 from harness.capture.services.mcp_http import McpHttpStub
@@ -102,8 +103,10 @@ def _mcp(t: Tenant, where: Where) -> Setup:
 def _mcp_stdio(t: Tenant, where: Where) -> Setup:
     args = ["-m", "harness.capture.services.mcp_stdio", "--registry", str(where.registry), "--tenant", t.name,
             "--log", str(where.record)]
+    # Hermes gives the server a filtered env: PYTHONPATH names this very harness (a checkout, a worktree, a wheel)
+    env = {STDIO_TOKEN_ENV: "${" + STDIO_TOKEN_ENV + "}", "PYTHONPATH": str(Path(harness.__file__).parent.parent)}
     return Setup(config={"mcp_servers": {STDIO_SERVER: {
-        "command": sys.executable, "args": args, "env": {STDIO_TOKEN_ENV: "${" + STDIO_TOKEN_ENV + "}"},
+        "command": sys.executable, "args": args, "env": env,
         "timeout": 30, "connect_timeout": 30, "supports_parallel_tool_calls": True,
         "tools": {"resources": False, "prompts": False},
     }}}, env={STDIO_TOKEN_ENV: t.canaries["mcp_stdio_key"]})

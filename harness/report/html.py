@@ -138,8 +138,10 @@ def _incidents(result: AuditResult) -> str:
         i, f = row.incident, row.incident.first
         where = f"{f.scenario}/{f.phase}" if f.scenario else "-"
         evidence = f"<div><code>{escape(f.evidence)}</code></div>" if f.evidence else ""
-        rows.append(f'<tr class="{"new" if row.new else "known"}" data-incident="{i.id}" data-severity="{i.severity}" '
-                    f'data-new="{str(row.new).lower()}" data-documented="{escape(row.label)}">'
+        state = "new" if row.new else "allowed" if row.allowed else "known"
+        rows.append(f'<tr class="{state}" data-incident="{i.id}" data-severity="{i.severity}" '
+                    f'data-new="{str(row.new).lower()}" data-allowed="{str(row.allowed).lower()}" '
+                    f'data-documented="{escape(row.label)}">'
                     f'<td class="sev {i.severity}">{i.severity}</td><td>{escape(row.label)}</td>'
                     f"<td>{escape(row.direction('→'))}</td>"
                     f"<td><code>{escape(i.entry)}</code></td><td>{escape(f.kind)} at {escape(where)}"
@@ -194,6 +196,23 @@ def _table(ident: str, what: str, coverage: dict[str, dict[str, str]]) -> str:
     return f'<table id="{ident}"><tr><th>{what} \\ scenario</th>{head}<th>why</th></tr>{"".join(rows)}</table>'
 
 
+def _policy(result: AuditResult) -> str:
+    """The isolation policy: what it shares by design (a finding there is allowed, never failing the run)."""
+    name, shared = escape(str(result.policy.get("name", "strict"))), result.policy.get("shared") or []
+    if not shared:
+        return f'<p class="muted">Isolation policy <code>{name}</code>: nothing is shared by design.</p>'
+    rows = "".join(
+        f"<tr><td>{escape(next(f'{k} {e[k]}' for k in ('tool', 'service', 'channel') if k in e))}</td>"
+        f"<td>{escape(e['from'])} &rarr; {escape(e['to'])}</td><td>{escape(e['why'])}</td>"
+        f"<td>{escape(e['source'])}</td></tr>" for e in shared)
+    return (f'<h2>Allowed by the isolation policy <code>{name}</code> ({len(result.verdict.allowed)} findings)</h2>'
+            '<p class="muted">Surfaces shared between tenants by design: a finding there, and every copy its crossing '
+            "explains, is allowed, listed with the incidents, never failing the run; <code>--policy strict</code> "
+            "treats them as leaks.</p>"
+            f'<table id="policy"><tr><th>surface</th><th>from &rarr; to</th><th>why</th><th>source</th></tr>{rows}'
+            "</table>")
+
+
 def _notes(result: AuditResult) -> str:
     v = result.verdict
     notes = []
@@ -246,6 +265,7 @@ entry point (its first hop), with every copy that crossing explains (its spread)
 docs/hermes-findings.md it matches, else new. <a href="{escape(docs_url("incidents"))}">How incidents are
 built</a>.</p>
 {_incidents(result)}
+{_policy(result)}
 <h2>Who leaked into whom</h2>
 <p class="muted">Row: the tenant whose canary or key it is. Column: the tenant whose channel carried it. New
 findings per channel; known ones (in the baseline) in grey.</p>

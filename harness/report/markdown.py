@@ -38,6 +38,22 @@ def _coverage_table(coverage: dict[str, dict[str, str]], what: str) -> list[str]
     return lines
 
 
+def _policy(result: AuditResult) -> list[str]:
+    """What the isolation policy shares by design, and how many findings it allowed."""
+    shared = result.policy.get("shared") or []
+    if not shared:
+        return [f"Isolation policy `{result.policy.get('name', 'strict')}`: nothing is shared by design.", ""]
+    allowed = len(result.verdict.allowed)
+    lines = [f"## Allowed by the isolation policy `{result.policy['name']}` ({allowed} findings)", "",
+             "Surfaces shared between tenants by design: a finding there (and every copy its crossing explains) is "
+             "`allowed`, listed with the incidents, never failing the run. `--policy strict` treats them as leaks.",
+             "", "| surface | from -> to | why | source |", "|---|---|---|---|"]
+    for e in shared:
+        surface = next(f"{k} `{e[k]}`" for k in ("tool", "service", "channel") if k in e)
+        lines.append(f"| {surface} | {e['from']} -> {e['to']} | {_cell(e['why'])} | {_cell(e['source'])} |")
+    return [*lines, ""]
+
+
 def _banner(result: AuditResult) -> list[str]:
     v = result.verdict
     lines = [f"# tenancy-audit: **{v.status.upper()}**", ""]
@@ -130,13 +146,14 @@ def markdown(result: AuditResult) -> str:
         lines += ["## Why the run is not conclusive", "", *[f"- {r}" for r in v.reasons], ""]
     if result.warnings:
         lines += ["## Warnings", "", *[f"- {w}" for w in result.warnings], ""]
-    new = sum(row.new for row in result.incidents)
-    lines += [f"## Incidents ({new} new, {len(result.incidents) - new} known)", "",
+    new, allowed = sum(row.new for row in result.incidents), sum(row.allowed for row in result.incidents)
+    lines += [f"## Incidents ({new} new, {len(result.incidents) - new - allowed} known, {allowed} allowed)", "",
               "Each incident is where a tenant's data first crossed into another tenant's context through one entry "
               "point (its first hop), with every copy that crossing explains (its spread); `documented` names the "
               f"finding of docs/hermes-findings.md it matches. The rule: [docs/findings.md]({docs_url('incidents')}).",
               ""]
     lines += _incidents(result.incidents) if result.incidents else ["None.", ""]
+    lines += _policy(result)
     lines += _matrix(result)
     if result.coverage:
         lines += ["", "## Tool coverage", "", "What each scenario drove: `driven` (a call's result came back), `leak` "

@@ -35,6 +35,7 @@ class AuditResult:
     services: dict[str, dict[str, str]] = field(default_factory=dict)  # scenario -> service -> status
     plants: list[str] = field(default_factory=list)  # negative controls planted (a leak is the expected outcome)
     warnings: list[str] = field(default_factory=list)  # e.g. a version-1 baseline
+    policy: dict[str, Any] = field(default_factory=dict)  # the isolation policy it was judged by (`Policy.to_dict`)
 
     @property
     def negative_control(self) -> bool:
@@ -42,10 +43,11 @@ class AuditResult:
 
     @cached_property
     def incidents(self) -> list[IncidentRow]:
-        """The incidents of every finding, new and known: the most severe first, then in evidence order."""
-        new = {id(f) for f in self.verdict.findings}
+        """The incidents of every finding, new, known and allowed: the most severe first, then in evidence order."""
+        v = self.verdict
+        new = {id(f) for f in v.findings}
         rows = [IncidentRow(i, any(id(f) in new for f in i.findings), documented(i))
-                for i in build(self.verdict.findings + self.verdict.known)]
+                for i in build(v.findings + v.known + v.allowed)]
         return sorted(rows, key=lambda r: rank(r.incident.severity))
 
     def to_dict(self) -> dict[str, Any]:
@@ -65,10 +67,12 @@ class AuditResult:
             "seconds": round(self.seconds, 2),
             "snapshots": dict(self.snapshots),
             "not_inspected": list(self.not_inspected),
-            "incidents": [{**row.incident.summary(), "new": row.new, "documented": row.documented}
-                          for row in self.incidents],
+            "incidents": [{**row.incident.summary(), "new": row.new, "allowed": row.allowed,
+                           "documented": row.documented} for row in self.incidents],
             "findings": [{**f.to_dict(), "incident": incident_of[id(f)]} for f in v.findings],
             "known": [{**f.to_dict(), "incident": incident_of[id(f)]} for f in v.known],
+            "allowed": [{**f.to_dict(), "incident": incident_of[id(f)]} for f in v.allowed],
+            "policy": self.policy,
             "fixed": self.fixed,
             "timeline": self.timeline,
             "coverage": self.coverage,
@@ -89,8 +93,13 @@ class IncidentRow:
     documented: list[str]
 
     @property
+    def allowed(self) -> bool:
+        """Every finding of it is on a surface the isolation policy shares by design."""
+        return all(f.scope for f in self.incident.findings)
+
+    @property
     def label(self) -> str:
-        return ",".join(self.documented) or "new"
+        return "allowed" if self.allowed else ",".join(self.documented) or "new"
 
     def direction(self, arrow: str = "->") -> str:
         """The first hop's victim -> recipient, and how many more directions crossed the same way."""
@@ -187,12 +196,13 @@ def summary_table(result: AuditResult) -> str:
     lines += coverage_lines(result.coverage)
     lines += coverage_lines(result.services, "services")
     incidents = sum(row.new for row in result.incidents)
+    allowed = f", {len(v.allowed)} allowed by the policy {result.policy.get('name')}" if v.allowed else ""
     return "\n".join([*lines, f"verdict {v.status}: {incidents} new incident(s); {len(v.findings)} new, "
-                              f"{len(v.known)} known finding(s)"])
+                              f"{len(v.known)} known finding(s){allowed}"])
 
 
 #: The statuses of the coverage tables, as the reports name them (a service a release lacks: `n/a: <why>`).
-COVERAGE_STATES = ("driven", "leak", "failed", "not offered", "not driven")
+COVERAGE_STATES = ("driven", "leak", "allowed", "failed", "not offered", "not driven")
 SERVICE_STATES_TEXT = ("driven: the service answered the tenant's requests; leak: a finding names the service; failed: "
                        "every request was answered with an error; not driven: nothing reached it; n/a: this Hermes "
                        "cannot use it (the reason follows).")
