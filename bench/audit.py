@@ -49,7 +49,7 @@ from harness.core.procs import ProcessSet
 from harness.core.registry import mint
 from harness.detect import reconcile, scan
 from harness.drive import scenarios
-from harness.drive.context import PROMPT
+from harness.core.protocol import PROMPT
 from harness.drive.hermes import Hermes, Sandbox, write_home
 
 STEPS: dict[str, float] = defaultdict(float)

@@ -13,7 +13,7 @@ import pytest
 
 from harness.capture.services.provider import StubProvider, ToolStep, answer_for, fit, probe_step
 from harness.core.findings import Finding
-from harness.core.protocol import PROBE_BEGIN
+from harness.core.protocol import PROBE_BEGIN, PROMPT
 from harness.core.registry import Registry, mint
 from harness.detect import snapshots
 from harness.detect.flows import Route, inspect_request
@@ -55,7 +55,7 @@ def test_the_stub_answers_each_step_then_text(reg):
     plan = [[probe_step(alpha)], [ToolStep("cronjob", {"action": "list"})],  # not offered: skipped
             [ToolStep("memory", {"action": "add", "target": "memory", "content": "x"}),
              ToolStep("terminal", {"command": "true"})]]
-    convo = [{"role": "system", "content": "s"}, {"role": "user", "content": "go"}]
+    convo = [{"role": "system", "content": "s"}, {"role": "user", "content": f"{PROMPT} and more"}]
     name, args = _call(answer_for(alpha, {"tools": TOOLS, "messages": convo}, plan))
     assert name == "terminal" and PROBE_BEGIN in args["command"]
     convo += [{"role": "assistant", "tool_calls": [{"id": "c1"}]}, {"role": "tool", "tool_call_id": "c1"}]
@@ -65,9 +65,21 @@ def test_the_stub_answers_each_step_then_text(reg):
     convo += [{"role": "assistant", "tool_calls": [{"id": "c2"}, {"id": "c3"}]},
               {"role": "tool", "tool_call_id": "c2"}, {"role": "tool", "tool_call_id": "c3"}]
     assert "tool_calls" not in answer_for(alpha, {"tools": TOOLS, "messages": convo}, plan)
-    convo += [{"role": "assistant", "content": "done"}, {"role": "user", "content": "again"}]  # a new turn
+    convo += [{"role": "assistant", "content": "done"}, {"role": "user", "content": PROMPT}]  # a new turn
     assert _call(answer_for(alpha, {"tools": TOOLS, "messages": convo}, plan))[0] == "terminal"
     assert answer_for(alpha, {"messages": convo}, plan, aux_text="Title T")["content"] == "Title T"
+
+
+def test_a_conversation_hermes_started_gets_the_probe_only(reg):
+    """A subagent's task, a background result re-entering, a memory recall quoting the prompt: not the driver's
+    conversation, so not the plan (it would run the tenant's writes twice)."""
+    alpha = reg["alpha"]
+    plan = [[ToolStep("memory", {"action": "add", "target": "memory", "content": "x"})]]
+    for text in ("Subagent of alpha: run the environment probe", "[ASYNC DELEGATION BATCH COMPLETE] done",
+                 f"recall <memory-context>{PROMPT}</memory-context>"):
+        convo = [{"role": "user", "content": text}]
+        name, args = _call(answer_for(alpha, {"tools": TOOLS, "messages": convo}, plan))
+        assert name == "terminal" and PROBE_BEGIN in args["command"], text
 
 
 @pytest.mark.parametrize(("mode", "status"), [("observe", 200), ("strict", 401)])

@@ -54,9 +54,8 @@ def placeholder(tenant: str, kind: str) -> str:
     return f"<{tenant}:{kind}>"
 
 
-#: The goal of the battery's `delegate_task` starts so: a stub answers a conversation whose user message holds
-#: it with the subagent's plan (the env probe), not with its tenant's main plan.
-SUBAGENT_MARKER = "TENANCY-SUBAGENT"
+#: What the drivers ask every tenant's Hermes: a stub runs its plan in the conversation that starts so.
+PROMPT = "Run the environment probe for this tenant."
 
 
 def probe_code() -> str:

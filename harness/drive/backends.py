@@ -49,6 +49,11 @@ class RpcLog:
         self._fh.close()
 
 
+def _event_of(frame: dict[str, Any], session_id: str, kind: str) -> bool:
+    p = frame.get("params") or {}
+    return frame.get("method") == "event" and p.get("session_id") == session_id and p.get("type") == kind
+
+
 class RpcBackend:
     """JSON-RPC 2.0 client: `call` a method, `wait` for a frame; every frame goes to the RpcLog.
 
@@ -146,6 +151,13 @@ class RpcBackend:
                 if not self._cond.wait(min(0.25, left)) and self.proc is not None and self.proc.poll() is not None:
                     raise BackendError(f"backend exited (rc={self.proc.returncode}) while waiting for {what}")
 
+    def _take_all(self, pred: Callable[[dict[str, Any]], bool]) -> int:
+        """Claim every unclaimed frame `pred` accepts (none waited for); how many there were."""
+        with self._cond:
+            kept = [f for f in self._frames if not pred(f)]
+            taken, self._frames[:] = len(self._frames) - len(kept), kept
+            return taken
+
     def _approve(self, session_id: Any) -> None:
         """Answer an `approval.request` without waiting: the reader thread must keep reading."""
         with contextlib.suppress(BackendError):  # the stream is gone: the waiters learn it from the reader
@@ -206,6 +218,11 @@ class RpcBackend:
         event = self.wait(done, timeout, f"message.complete of {tenant}")
         payload = event["params"].get("payload") or {}
         ok = event["params"]["type"] == "message.complete" and payload.get("status") == "complete"
+        if ok and self._take_all(lambda f: _event_of(f, session_id, "subagent.start")):
+            # a delegation runs in the background; its result re-enters the session as a turn of its own: the
+            # session is the tenant's again once that turn is complete too
+            self.wait(done, timeout, f"the turn {tenant}'s subagent result started")
+            self._take_all(lambda f: _event_of(f, session_id, "subagent.complete"))
         return ok, "" if ok else str(payload.get("text") or payload)[:200]
 
     @property

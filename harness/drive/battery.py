@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.capture.services.provider import Plan, StubProvider, ToolStep, probe_step
-from harness.core.protocol import SUBAGENT_MARKER, TOOL_GROUPS, probe_code
+from harness.core.protocol import TOOL_GROUPS, probe_code
 from harness.core.registry import TAG_MARKER, Tenant, new_tag
 from harness.detect.decode import loads
 from harness.detect.tools import call_names
@@ -187,7 +187,8 @@ def home_path(ctx: Context, tenant: str) -> str:
 
 
 def subagent_goal(tenant: str) -> str:
-    return f"{SUBAGENT_MARKER} of {tenant}: run the environment probe and report"
+    """The task of the battery's subagent (a conversation of its own: the stubs answer it with the env probe)."""
+    return f"Subagent of {tenant}: run the environment probe and report"
 
 
 def project_name(tenant: str, scenario: str) -> str:

@@ -23,8 +23,6 @@ from harness.drive.features import SERVICE_LACKS, Features
 from harness.drive.hermes import Hermes, Sandbox, TurnResult, gateway_config
 from harness.drive.services import SERVICES
 
-PROMPT = "Run the environment probe for this tenant."
-
 
 @dataclass
 class ScenarioOptions:

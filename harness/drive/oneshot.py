@@ -12,8 +12,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from harness.capture.services.provider import Plan
+from harness.core.protocol import PROMPT
 from harness.drive import battery
-from harness.drive.context import PROMPT, Context
+from harness.drive.context import Context
 from harness.drive.phases import wanted
 
 

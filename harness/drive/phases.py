@@ -6,10 +6,11 @@ import json
 import time
 from typing import Any
 
+from harness.core.protocol import PROMPT
 from harness.core.registry import new_tag
 from harness.detect.decode import loads
 from harness.drive.backends import BackendError
-from harness.drive.context import PROMPT, Context
+from harness.drive.context import Context
 from harness.drive.hermes import TurnResult
 
 CRON_SEED = (

@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.findings import Finding
+from harness.core.protocol import PROMPT
 from harness.core.registry import new_tag
 from harness.drive import battery
 from harness.drive.backends import BackendError, RpcBackend, ServeBackend, TuiBackend
-from harness.drive.context import PROMPT, Context
+from harness.drive.context import Context
 from harness.drive.hermes import TurnResult
 from harness.drive.phases import profiles, seed_cron, wait_cron, wanted
 

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from harness.capture.services.base import HttpStub, JsonHandler
-from harness.core.protocol import LOCAL_PROBES, SUBAGENT_MARKER, probe_command
+from harness.core.protocol import LOCAL_PROBES, PROMPT, probe_command
 from harness.core.registry import Tenant
 
 FAULTS = frozenset({"", "500", "hang", "drop"})
@@ -63,7 +63,8 @@ Plan = list[list[ToolStep]]
 def _last_user_text(messages: list[Any]) -> str:
     for m in reversed(messages):
         if isinstance(m, dict) and m.get("role") == "user":
-            return json.dumps(m.get("content"))
+            content = m.get("content")
+            return content if isinstance(content, str) else json.dumps(content)
     return ""
 
 
@@ -81,13 +82,14 @@ def _round_index(messages: list[Any]) -> int:
 def answer_for(tenant: Tenant, body: dict[str, Any], plan: Plan | None = None,
                aux_text: str | None = None) -> dict[str, Any]:
     """The assistant message the stub answers a chat completion with: the plan's next round of offered
-    steps as parallel tool calls, else text. A subagent's conversation (its task names `SUBAGENT_MARKER`)
-    gets the env probe only, whatever the plan."""
+    steps as parallel tool calls, else text. The plan runs in the conversation a driver started (its last user
+    message starts with `PROMPT`); one Hermes started itself (a subagent's task, a background result
+    re-entering, a cron job) gets the env probe only."""
     messages = body.get("messages") or []
     tools = body.get("tools")
     if tools:
-        subagent = SUBAGENT_MARKER in _last_user_text(messages)
-        rounds = plan if plan is not None and not subagent else [[probe_step(tenant)]]
+        driven = _last_user_text(messages).startswith(PROMPT)
+        rounds = plan if plan is not None and driven else [[probe_step(tenant)]]
         offered = [calls for r in rounds if (calls := [(s.tool, a) for s in r if (a := fit(s, tools)) is not None])]
         i = _round_index(messages)
         if i < len(offered):
