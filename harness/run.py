@@ -523,11 +523,12 @@ def check_plants(planted: dict[str, frozenset[str]], findings: list[Finding]) ->
     of a tool's store must also come back through one of its tools (`plants.TOOL_PLANTS`), a plant of a
     service's settings through that service (`plants.SERVICE_PLANTS`)."""
     kinds = {f.kind for f in findings}
-    through = {f.tool for f in findings if f.kind == "request_leak" and f.tool}
+    through = {(f.kind, f.tool) for f in findings if f.tool}
     reasons = [f"plant {name} was not detected: missing {sorted(expected - kinds)}"
                for name, expected in planted.items() if not expected <= kinds]
-    reasons += [f"plant {name} was not caught through a tool result: none of {sorted(plants.TOOL_PLANTS[name])}"
-                for name in planted if name in plants.TOOL_PLANTS and not plants.TOOL_PLANTS[name] & through]
+    reasons += [f"plant {name} was not caught through a tool: none of {sorted(plants.TOOL_PLANTS[name])}"
+                for name, expected in planted.items() if name in plants.TOOL_PLANTS
+                and not {(k, t) for k in expected | {"request_leak"} for t in plants.TOOL_PLANTS[name]} & through]
     services = {(f.kind, f.service) for f in findings if f.service}
     reasons += [f"plant {name} was not caught through its service {plants.SERVICE_PLANTS[name][0]}"
                 for name, expected in planted.items() if name in plants.SERVICE_PLANTS

@@ -205,7 +205,8 @@ def test_html_escapes_evidence_groups_by_fingerprint_and_greys_known(audit):
     assert html.count("<details>") == len(new) + 1 + len(result.incidents)  # the known class; each incident's
     assert html.count('<tr class="new" data-incident=') == 5 and html.count('<tr class="known" data-incident=') == 1
     request = next(r.incident for r in result.incidents if r.incident.entry == "request")
-    assert f'data-incident="{request.id}" data-severity="high" data-new="true" data-allowed="false" data-documented="new"' in html
+    assert (f'data-incident="{request.id}" data-severity="high" data-new="true" data-allowed="false" '
+            'data-documented="new"') in html
     assert "findings.md#request_leak" in html and "findings.md#incidents" in html
     assert "http://" not in html.replace("http://127", "") and "src=" not in html  # self-contained
 

@@ -169,7 +169,8 @@ def write_plan(ctx: Context, tenant: str) -> Plan:
         reads += [ToolStep("read_file", {"path": f"{home_path(ctx, tenant)}/SOUL.md"}),
                   ToolStep("search_files", {"pattern": TAG_MARKER, "path": c["workdir"]})]
     if "projects" in on:
-        writes.append(ToolStep("project_create", {"name": project_name(tenant, sc), "path": c["workdir"]}))
+        writes += [ToolStep("project_create", {"name": project_name(tenant, sc), "path": c["workdir"]}),
+                   ToolStep("project_switch", {"project": project_name(tenant, sc)})]
         reads.append(ToolStep("project_list", {}))
     if "terminals" in on:
         reads += [ToolStep("read_terminal", {}), ToolStep("close_terminal", {"process_id": "proc_000000"})]

@@ -125,6 +125,21 @@ def _service_key(service: str) -> Callable[[PlantContext], None]:
     return plant
 
 
+def _delegate_model(c: PlantContext) -> None:
+    """The donor's model for the target's subagents (`delegation.model`): they run on the target's provider."""
+    _edit_config(c.target_home, lambda cfg: cfg.setdefault("delegation", {}).update(model=c.donor.model))
+
+
+def _code_marker(c: PlantContext) -> None:
+    """The donor's env marker in the target's `.env`, under a name of its own: every tool subprocess inherits it."""
+    _append(c.target_home / ".env", f"TENANCY_PLANTED_CODE={c.donor.canaries['env_marker']}\n")
+
+
+def _home_path(c: PlantContext) -> None:
+    """The donor's Hermes home in the target's `.env`: a path of another tenant in the tools' environment."""
+    _append(c.target_home / ".env", f"TENANCY_PLANTED_HOME={c.donor.canaries['home']}\n")
+
+
 def _memory_user(c: PlantContext) -> None:
     """The donor's user id at the memory provider in the target's `mem0.json`."""
     path = c.target_home / "mem0.json"
@@ -162,6 +177,9 @@ PLANTS: dict[str, tuple[Callable[[PlantContext], None], frozenset[str]]] = {
     "memory-user": (_memory_user, frozenset({"wrong_identity"})),
     "web-key": (_service_key("web"), frozenset({"wrong_key"})),
     "aux-key": (_service_key("aux"), frozenset({"wrong_key"})),
+    "delegate-model": (_delegate_model, frozenset({"wrong_model"})),
+    "code-env": (_code_marker, frozenset({"env_leak"})),
+    "home-path": (_home_path, frozenset({"wrong_path"})),
 }
 #: Plants of a service's settings: the service whose traffic (or record) must carry the finding, and the
 #: battery group that drives it.
@@ -169,12 +187,18 @@ SERVICE_PLANTS: dict[str, tuple[str, str]] = {
     "mcp-key": ("mcp", "mcp"), "mcp-stdio-key": ("mcp_stdio", "mcp"), "memory-key": ("memory", "mem0"),
     "memory-user": ("memory", "mem0"), "web-key": ("web", "web"), "aux-key": ("aux", "vision"),
 }
-#: Plants of the tool battery's stores: the tools through whose result the plant must be caught.
+#: Plants a tool of the battery must catch: the tools through which a finding of the plant's kinds must come
+#: (a store's result, a tool subprocess's env).
 TOOL_PLANTS: dict[str, frozenset[str]] = {
     "memory-entry": frozenset({"memory"}),
     "skill": frozenset({"skills_list", "skill_view"}),
     "cronjob": frozenset({"cronjob"}),
+    "code-env": frozenset({"execute_code"}),
+    "home-path": frozenset({"terminal", "execute_code"}),
 }
+#: Plants the battery's other tools must drive to be seen at all (no finding names the tool: the subagent's own
+#: requests carry the model): the battery group they need.
+DRIVEN_BY = {"delegate-model": "delegate"}
 
 
 def battery_for(name: str) -> list[str]:
@@ -183,6 +207,8 @@ def battery_for(name: str) -> list[str]:
     leak the battery finds in Hermes, F8, would turn into a leak)."""
     if name in SERVICE_PLANTS:
         return [SERVICE_PLANTS[name][1]]
+    if name in DRIVEN_BY:
+        return [DRIVEN_BY[name]]
     tools = TOOL_PLANTS.get(name, frozenset())
     return [group for group, members in TOOL_GROUPS.items() if tools & set(members)]
 def services_for(name: str) -> list[str]:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.protocol import BATTERY_TOOLS
+from harness.core.protocol import BATTERY_TOOLS, OUT_OF_SCOPE
 from harness.drive.phases import ALL_PHASES
 from harness.drive.services import SERVICES
 
@@ -54,7 +54,14 @@ def test_scenario_reproduces_its_baseline_and_catches_an_unknown_plant(tenancy_a
     # observe-mode stubs: no turn fails for a foreign key, so every tenant runs every battery tool
     assert all(t["ok"] for t in audit.doc["timeline"] if t["phase"] != "cron"), audit.doc["timeline"]
     coverage = audit.doc["coverage"][scenario]
-    assert set(coverage) == set(BATTERY_TOOLS) and set(coverage.values()) <= {"driven", "leak"}, coverage
+    offered = {t for t, state in coverage.items() if state != "not offered"}
+    # every offered tool is driven (or allowed by the policy) or documented out of scope; serve offers them all,
+    # so there the out-of-scope list is exactly what the battery does not drive (it can only shrink)
+    assert offered - set(BATTERY_TOOLS) <= set(OUT_OF_SCOPE), offered - set(BATTERY_TOOLS)
+    if scenario == "serve":
+        assert offered - set(BATTERY_TOOLS) == set(OUT_OF_SCOPE)
+    states = {t: s for t, s in coverage.items() if t in BATTERY_TOOLS and t in offered}
+    assert set(states.values()) <= {"driven", "leak", "allowed"}, states
     services = audit.doc["service_coverage"][scenario]  # every service was driven (Hermes 0.19.0 leaks at each)
     assert set(services) == set(SERVICES) and set(services.values()) <= {"driven", "leak"}, services
     if scenario in TICKERS:  # a due job seeded in every profile; the backend's ticker must fire each

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import json
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from harness.core.protocol import BATTERY_TOOLS
+from harness.core.protocol import BATTERY_TOOLS, OUT_OF_SCOPE
 from harness.core.registry import load
 from harness.detect.matcher import Matcher
 from harness.drive.plants import PLANTS, SCENARIO, SERVICE_PLANTS, TOOL_PLANTS, TOPOLOGY, battery_for, services_for
@@ -27,11 +29,15 @@ def test_clean_two_tenant_audit(tenancy_audit):
     audit = tenancy_audit(baseline=BASELINE)
     assert audit.doc["findings"] == [] and audit.doc["reasons"] == [] and audit.doc["fixed"] == []
     assert audit.code == 0 and audit.verdict == "clean"
-    # every battery tool the one-shot CLI offers was driven; `cronjob` it does not offer, and says so
+    # every tool the one-shot CLI offers is driven or documented out of scope; what it does not offer says so
     coverage = audit.doc["coverage"]["oneshot"]
-    assert set(coverage) == set(BATTERY_TOOLS)
-    assert coverage.pop("cronjob") == "not offered"
-    assert set(coverage.values()) <= {"driven", "leak"}, coverage
+    assert set(BATTERY_TOOLS) <= set(coverage)
+    assert {t for t, s in coverage.items() if s == "not offered"} == {
+        "cronjob", "project_create", "project_list", "project_switch", "read_terminal", "close_terminal"}
+    assert {t for t, s in coverage.items() if s.startswith("out of scope: ")} <= set(OUT_OF_SCOPE)
+    driven = {t: s for t, s in coverage.items() if s != "not offered" and not s.startswith("out of scope: ")}
+    assert set(driven) <= set(BATTERY_TOOLS) and set(driven.values()) <= {"driven", "leak", "allowed"}, driven
+    assert {t for t, s in coverage.items() if s == "allowed"} == {"read_file", "search_files", "write_file"}
     # every service each tenant holds credentials for was driven, and found isolated
     assert audit.doc["service_coverage"] == {"oneshot": dict.fromkeys(SERVICES, "driven")}
     assert list((audit.out / "services").glob("mcp_stdio-alpha-*.jsonl")), "alpha's stdio MCP server never started"
@@ -68,8 +74,8 @@ def test_planted_leak_is_caught(tenancy_audit, plant):
         service = SERVICE_PLANTS[plant][0]
         assert any(f.kind in expected and f.service == service and f.victim == "default" and f.seen_in == "alpha"
                    for f in audit.findings), plant
-    if plant in TOOL_PLANTS:  # caught through the tool's result, not only by the file scan
-        assert any(f.kind == "request_leak" and f.tool in TOOL_PLANTS[plant] and f.victim == "default"
+    if plant in TOOL_PLANTS:  # caught through the tool (its result, its subprocess's env), not only the file scan
+        assert any(f.kind in expected | {"request_leak"} and f.tool in TOOL_PLANTS[plant] and f.victim == "default"
                    and f.seen_in == "alpha" for f in audit.findings), plant
     for f in audit.findings:
         if f.kind in {"bypass", "shortfall", "egress"}:
@@ -83,7 +89,7 @@ def test_a_tool_plant_needs_the_battery(tenancy_audit):
     """Without the battery (`--tools none`) a planted memory entry shows only in the file scan and the system
     prompt: the plant is reported as not caught through its tool, and the run is not conclusive about it."""
     audit = tenancy_audit(plants=["memory-entry"], tools=[], services=[])
-    assert any("not caught through a tool result" in r for r in audit.doc["reasons"]), audit.doc["reasons"]
+    assert any("not caught through a tool" in r for r in audit.doc["reasons"]), audit.doc["reasons"]
 
 
 def test_a_service_plant_needs_its_service_driven(tenancy_audit):
@@ -93,6 +99,22 @@ def test_a_service_plant_needs_its_service_driven(tenancy_audit):
     audit = tenancy_audit(plants=["web-key"], tools=[], services=["web"])
     assert any("not caught through its service web" in r for r in audit.doc["reasons"]), audit.doc["reasons"]
     assert audit.doc["service_coverage"]["oneshot"]["web"] == "not driven"
+
+
+def test_the_policy_allows_what_strict_fails(tenancy_audit):
+    """The file tools at another tenant's home: allowed by the default policy (Hermes shares them by design; the
+    run is clean), a leak under `--policy strict` (the same evidence judged again)."""
+    audit = tenancy_audit(tools=["files"], services=[])
+    assert audit.code == 0 and audit.doc["findings"] == [], audit.doc["findings"][:3]
+    allowed = audit.doc["allowed"]
+    assert {f["tool"] for f in allowed} >= {"read_file", "search_files"} and audit.doc["policy"]["name"] == "hermes"
+    assert all(f["scope"].startswith("allowed:hermes/") for f in allowed)
+    done = subprocess.run([sys.executable, "-m", "harness.cli", "reconcile", str(audit.out), "--policy", "strict",
+                           "--json"], capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1, done.stderr
+    strict = json.loads(done.stdout)
+    assert strict["allowed"] == [] and {f["tool"] for f in strict["findings"]} >= {"read_file", "search_files"}
+    assert not {f["fingerprint"] for f in strict["findings"]} & {f["fingerprint"] for f in allowed}
 
 
 def test_forward_topology_clean(tenancy_audit):
