@@ -204,5 +204,7 @@ def test_a_plant_runs_the_battery_groups_of_its_tools_only():
     assert plants.battery_for("cronjob") == ["cronjob"]
     assert plants.battery_for("memory-key") == ["mem0"]  # a service's plant: the group that drives the service
     assert plants.battery_for("aux-key") == ["vision"]
-    for name in set(plants.PLANTS) - set(plants.TOOL_PLANTS) - set(plants.SERVICE_PLANTS):
+    assert plants.battery_for("delegate-model") == ["delegate"]  # the subagent's own requests show it
+    assert plants.battery_for("code-env") == ["code"] and plants.battery_for("home-path") == ["terminal", "code"]
+    for name in set(plants.PLANTS) - set(plants.TOOL_PLANTS) - set(plants.SERVICE_PLANTS) - set(plants.DRIVEN_BY):
         assert plants.battery_for(name) == [], name  # the detectors' plants: the env probe only

@@ -24,7 +24,7 @@ TOOL_GROUPS: dict[str, tuple[str, ...]] = {
     "delegate": ("delegate_task",),
     "files": ("write_file", "patch", "read_file", "search_files"),
     "projects": ("project_create", "project_list", "project_switch"),
-    "terminals": ("read_terminal", "close_terminal"),
+    "terminals": ("close_terminal",),
     # the services' tools (`harness.drive.services`): each group runs where its service is on
     "mcp": ("mcp__tenancy__remember", "mcp__tenancy__recall", "mcp__tenancy_stdio__remember",
             "mcp__tenancy_stdio__recall"),
@@ -42,6 +42,7 @@ OUT_OF_SCOPE: dict[str, str] = {
                                                 "scroll", "snapshot", "type", "vision")},
     "clarify": "asks the person at the terminal and waits for an answer; it reads and writes nothing of a profile",
     "text_to_speech": "its provider (edge by default) needs Microsoft's servers; no TTS stub yet (docs/services.md)",
+    "read_terminal": "reads the desktop app's terminal pane; without the app it waits 30 s and reports none open",
 }
 #: What redaction leaves in place of a canary (`placeholder`); a redacted registry holds these instead of
 #: the secrets.

@@ -172,8 +172,8 @@ def write_plan(ctx: Context, tenant: str) -> Plan:
         writes += [ToolStep("project_create", {"name": project_name(tenant, sc), "path": c["workdir"]}),
                    ToolStep("project_switch", {"project": project_name(tenant, sc)})]
         reads.append(ToolStep("project_list", {}))
-    if "terminals" in on:
-        reads += [ToolStep("read_terminal", {}), ToolStep("close_terminal", {"process_id": "proc_000000"})]
+    if "terminals" in on:  # a tab of a process of its own (none: the tab of a process that is not there)
+        reads.append(ToolStep("close_terminal", {"process_id": "proc_000000"}))
     return rounds(writes + reads)
 
 

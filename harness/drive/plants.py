@@ -131,8 +131,9 @@ def _delegate_model(c: PlantContext) -> None:
 
 
 def _code_marker(c: PlantContext) -> None:
-    """The donor's env marker in the target's `.env`, under a name of its own: every tool subprocess inherits it."""
-    _append(c.target_home / ".env", f"TENANCY_PLANTED_CODE={c.donor.canaries['env_marker']}\n")
+    """The donor's env marker in a terminal setting of the target: `execute_code` passes its subprocess only an
+    allowlist of the environment (no `.env` line), the terminal settings among it (`TERMINAL_DOCKER_IMAGE`)."""
+    _edit_config(c.target_home, lambda cfg: cfg["terminal"].update(docker_image=c.donor.canaries["env_marker"]))
 
 
 def _home_path(c: PlantContext) -> None:

@@ -33,7 +33,7 @@ def test_clean_two_tenant_audit(tenancy_audit):
     coverage = audit.doc["coverage"]["oneshot"]
     assert set(BATTERY_TOOLS) <= set(coverage)
     assert {t for t, s in coverage.items() if s == "not offered"} == {
-        "cronjob", "project_create", "project_list", "project_switch", "read_terminal", "close_terminal"}
+        "cronjob", "project_create", "project_list", "project_switch", "close_terminal"}
     assert {t for t, s in coverage.items() if s.startswith("out of scope: ")} <= set(OUT_OF_SCOPE)
     driven = {t: s for t, s in coverage.items() if s != "not offered" and not s.startswith("out of scope: ")}
     assert set(driven) <= set(BATTERY_TOOLS) and set(driven.values()) <= {"driven", "leak", "allowed"}, driven
