@@ -3,7 +3,10 @@ of findings, the coverage table, and the plants of the tools' stores."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import os
 import re
 import urllib.error
 import urllib.request
@@ -13,7 +16,7 @@ import pytest
 
 from harness.capture.services.provider import StubProvider, ToolStep, answer_for, fit, probe_step
 from harness.core.findings import Finding
-from harness.core.protocol import PROBE_BEGIN, PROMPT
+from harness.core.protocol import PROBE_BEGIN, PROMPT, probe_code
 from harness.core.registry import Registry, mint
 from harness.detect import snapshots
 from harness.detect.flows import Route, inspect_request
@@ -167,6 +170,23 @@ def test_snapshots_come_only_from_terminal_results(reg):
         {"role": "tool", "tool_call_id": "t", "content": probe},
         {"role": "tool", "tool_call_id": "s", "content": json.dumps({"messages": [probe]})}]}
     assert [s.tool_call_id for s in snapshots.extract(reg["alpha"], "f", body)] == ["t"]
+
+
+def test_a_python_probe_is_a_snapshot_but_its_quoted_code_is_not(reg):
+    """execute_code's output is a snapshot of its subprocess; a reply that quotes the probe's code (Hermes asking
+    for approval) holds the markers inside lines, never alone on one: no snapshot, so no false wrong_cwd."""
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(probe_code(), {})
+    asking = json.dumps({"status": "error", "error": f"Asking the user for approval. Code: {probe_code()}"})
+    body = {"messages": [
+        {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "execute_code"}},
+                                            {"id": "q", "function": {"name": "execute_code"}}]},
+        {"role": "tool", "tool_call_id": "c", "content": json.dumps({"status": "success", "output": out.getvalue()})},
+        {"role": "tool", "tool_call_id": "q", "content": asking}]}
+    (snap,) = snapshots.extract(reg["alpha"], "f", body)
+    assert snap.tool_call_id == "c" and snap.tool == "execute_code" and snap.cwd == os.getcwd()
+    assert snapshots.shows_home(snap) == ("HERMES_HOME" in os.environ)
 
 
 @pytest.mark.parametrize("name", sorted(plants.TOOL_PLANTS))

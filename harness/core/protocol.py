@@ -65,9 +65,9 @@ def probe_code() -> str:
         "import base64, os\n"
         "lines = sorted(f'{k}={v}' for k, v in os.environ.items())\n"
         f"print({PROBE_BEGIN!r})\n"
+        "print('CWD=' + os.getcwd())\n"  # first: a tool that cuts long output still shows it
         "print('\\n'.join(lines))\n"
         "print('ENVB64=' + base64.b64encode(('\\n'.join(lines) + '\\n').encode()).decode())\n"
-        "print('CWD=' + os.getcwd())\n"
         f"print({PROBE_END!r})\n"
     )
 

@@ -23,6 +23,9 @@ from harness.detect.tools import call_names
 
 #: The tools whose results hold the probe's output: the shell command and its Python twin (`probe_code`).
 PROBE_TOOLS = ("terminal", "execute_code")
+#: The probe's output between its markers, each a line of its own (a tool that quotes the probe's code or command,
+#: asking for approval, has the markers inside a line, never alone on one).
+_SECTION = re.compile(f"^{PROBE_BEGIN}$(.*?)^{PROBE_END}$", re.M | re.S)
 _B64_LINE = re.compile(r"^ENVB64=([A-Za-z0-9+/=]*)\s*$", re.M)
 _CWD_LINE = re.compile(r"^CWD=(.*)$", re.M)
 
@@ -73,9 +76,10 @@ def extract(tenant: Tenant, flow_id: str, body: dict[str, Any]) -> list[EnvSnaps
         if m.get("role") != "tool" or tool not in PROBE_TOOLS:
             continue  # another tool's result may quote a probe's output (a session transcript): not a snapshot
         text = _tool_text(m)
-        if PROBE_BEGIN not in text:
+        output = _SECTION.search(text)
+        if output is None:
             continue
-        section = text.split(PROBE_BEGIN, 1)[1].split(PROBE_END, 1)[0]
+        section = output.group(1)
         cwd = _CWD_LINE.search(section)
         b64 = _B64_LINE.search(section)
         try:

@@ -127,6 +127,8 @@ def tenant_config(tenant: Tenant, base_url: str, extra: dict[str, Any] | None = 
         "memory": {"memory_enabled": True, "nudge_interval": 0},
         "skills": {"creation_nudge_interval": 0},
         "compression": {"enabled": False},
+        # The scripted model's tool calls need no one to approve them: the API server has no one to ask.
+        "approvals": {"mode": "off"},
     }
     for key, value in (extra or {}).items():
         base = cfg.get(key)
