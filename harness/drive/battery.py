@@ -17,6 +17,7 @@ request does not offer is skipped by the stub and shows as `not offered` in the 
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -187,6 +188,11 @@ def home_path(ctx: Context, tenant: str) -> str:
     return "~/" + ctx.sandbox.home_of(tenant).relative_to(ctx.sandbox.home).as_posix()
 
 
+def workdirs_path(ctx: Context) -> str:
+    """The folder of every tenant's workdir, relative to HOME (a workdir's own name is a canary)."""
+    return "~/" + Path(os.path.relpath(ctx.sandbox.root / "work", ctx.sandbox.home)).as_posix()
+
+
 def subagent_goal(tenant: str) -> str:
     """The task of the battery's subagent (a conversation of its own: the stubs answer it with the env probe)."""
     return f"Subagent of {tenant}: run the environment probe and report"
@@ -249,6 +255,7 @@ def lookup_plan(ctx: Context, tenant: str, other: Refs) -> Plan:
         mine = f"{theirs}/{FILE_PREFIX}{tenant}-in-{o}.txt"
         steps += [ToolStep("read_file", {"path": f"{theirs}/SOUL.md"}),
                   ToolStep("search_files", {"pattern": TAG_MARKER, "path": theirs}),
+                  ToolStep("search_files", {"pattern": TAG_MARKER, "path": workdirs_path(ctx)}),
                   ToolStep("write_file", {"path": mine, "content": f"{t.canaries['file_note']} ({sc})\n"})]
     if "projects" in on:
         steps += [ToolStep("project_list", {}), ToolStep("project_switch", {"project": project_name(o, sc)})]
