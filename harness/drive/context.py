@@ -72,10 +72,22 @@ class Context:
         self.say(f"phase {self.scenario}/{name}")
         try:
             yield
+            self.settle()
         finally:
             self.phases.append(Phase(self.scenario, name, start, time.time()))
             self.current_phase = None
             self.proxy.label(self._run_scenario, "end")
+
+    def settle(self, quiet: float = 0.4, longest: float = 5.0) -> None:
+        """Wait until no stub has received a request for `quiet` seconds (at most `longest`): what Hermes sends
+        in the background after a turn (a memory provider's sync) belongs to the phase of that turn, every run."""
+        stubs = [*self.stubs.values(), *self.service_stubs.values()]
+        deadline = time.monotonic() + longest
+        while time.monotonic() < deadline:
+            last = max((r.time for s in stubs for r in s.snapshot()[-1:]), default=0.0)
+            if time.time() - last >= quiet:
+                return
+            time.sleep(0.1)
 
     def matcher(self) -> Matcher:
         return matcher_for(self.registry)
