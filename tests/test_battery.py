@@ -73,16 +73,17 @@ def test_the_stub_answers_each_step_then_text(reg):
     assert answer_for(alpha, {"messages": convo}, plan, aux_text="Title T")["content"] == "Title T"
 
 
-def test_a_conversation_hermes_started_gets_the_probe_only(reg):
-    """A subagent's task, a background result re-entering, a memory recall quoting the prompt: not the driver's
-    conversation, so not the plan (it would run the tenant's writes twice)."""
+def test_a_conversation_hermes_started_never_runs_the_plan(reg):
+    """A subagent's task gets the env probe; a background result re-entering, or a memory recall quoting the
+    prompt, gets text: not the driver's conversation, so not the plan (it would run the tenant's writes twice)."""
     alpha = reg["alpha"]
     plan = [[ToolStep("memory", {"action": "add", "target": "memory", "content": "x"})]]
-    for text in ("Subagent of alpha: run the environment probe", "[ASYNC DELEGATION BATCH COMPLETE] done",
-                 f"recall <memory-context>{PROMPT}</memory-context>"):
-        convo = [{"role": "user", "content": text}]
-        name, args = _call(answer_for(alpha, {"tools": TOOLS, "messages": convo}, plan))
-        assert name == "terminal" and PROBE_BEGIN in args["command"], text
+    name, args = _call(answer_for(alpha, {"tools": TOOLS, "messages": [
+        {"role": "user", "content": "Subagent of alpha: run the environment probe"}]}, plan))
+    assert name == "terminal" and PROBE_BEGIN in args["command"]
+    for text in ("[ASYNC DELEGATION BATCH COMPLETE] done", f"recall <memory-context>{PROMPT}</memory-context>"):
+        message = answer_for(alpha, {"tools": TOOLS, "messages": [{"role": "user", "content": text}]}, plan)
+        assert "tool_calls" not in message, text
 
 
 @pytest.mark.parametrize(("mode", "status"), [("observe", 200), ("strict", 401)])

@@ -57,6 +57,8 @@ def placeholder(tenant: str, kind: str) -> str:
 
 #: What the drivers ask every tenant's Hermes: a stub runs its plan in the conversation that starts so.
 PROMPT = "Run the environment probe for this tenant."
+#: The battery's subagent task starts so: a stub answers that conversation with the env probe.
+SUBAGENT_TASK = "Subagent of"
 
 
 def probe_code() -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.capture.services.provider import Plan, StubProvider, ToolStep, probe_step
-from harness.core.protocol import TOOL_GROUPS, probe_code
+from harness.core.protocol import SUBAGENT_TASK, TOOL_GROUPS, probe_code
 from harness.core.registry import TAG_MARKER, Tenant, new_tag
 from harness.detect.decode import loads
 from harness.detect.tools import call_names
@@ -56,7 +56,7 @@ _PROC_ID = re.compile(r"proc_[0-9a-f]{6,}")
 #: between (`AIAgent.tool_delay`, not configurable), so every other call gets a model round trip of its own,
 #: which is faster.
 PARALLEL_SAFE = frozenset({"session_search", "skill_view", "skills_list", "web_search", "web_extract",
-                           "vision_analyze", *TOOL_GROUPS["mcp"]})
+                           "vision_analyze", "read_file", "search_files", *TOOL_GROUPS["mcp"]})
 #: The service each service tool group needs (`harness.drive.services`); the MCP group covers two servers.
 GROUP_SERVICES = {"mcp": ("mcp", "mcp_stdio"), "mem0": ("memory",), "web": ("web",), "vision": ("aux",)}
 
@@ -195,7 +195,7 @@ def workdirs_path(ctx: Context) -> str:
 
 def subagent_goal(tenant: str) -> str:
     """The task of the battery's subagent (a conversation of its own: the stubs answer it with the env probe)."""
-    return f"Subagent of {tenant}: run the environment probe and report"
+    return f"{SUBAGENT_TASK} {tenant}: run the environment probe and report"
 
 
 def project_name(tenant: str, scenario: str) -> str:

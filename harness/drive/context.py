@@ -78,7 +78,7 @@ class Context:
             self.current_phase = None
             self.proxy.label(self._run_scenario, "end")
 
-    def settle(self, quiet: float = 0.4, longest: float = 5.0) -> None:
+    def settle(self, quiet: float = 0.3, longest: float = 5.0) -> None:
         """Wait until no stub has received a request for `quiet` seconds (at most `longest`): what Hermes sends
         in the background after a turn (a memory provider's sync) belongs to the phase of that turn, every run."""
         stubs = [*self.stubs.values(), *self.service_stubs.values()]

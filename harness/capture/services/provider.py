@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Any, Self
 
 from harness.capture.services.base import HttpStub, JsonHandler
-from harness.core.protocol import LOCAL_PROBES, PROMPT, probe_command
+from harness.core.protocol import LOCAL_PROBES, PROMPT, SUBAGENT_TASK, probe_command
 from harness.core.registry import Tenant
 
 FAULTS = frozenset({"", "500", "hang", "drop"})
@@ -82,14 +82,18 @@ def _round_index(messages: list[Any]) -> int:
 def answer_for(tenant: Tenant, body: dict[str, Any], plan: Plan | None = None,
                aux_text: str | None = None) -> dict[str, Any]:
     """The assistant message the stub answers a chat completion with: the plan's next round of offered
-    steps as parallel tool calls, else text. The plan runs in the conversation a driver started (its last user
-    message starts with `PROMPT`); one Hermes started itself (a subagent's task, a background result
-    re-entering, a cron job) gets the env probe only."""
+    steps as parallel tool calls, else text. Without a plan every conversation gets the env probe (a cron job's
+    too). With one, the plan runs in the conversation a driver started (its last user message starts with
+    `PROMPT`), a subagent's task (`SUBAGENT_TASK`) gets the env probe, and any other conversation Hermes starts
+    itself (a background result re-entering the session) gets text."""
     messages = body.get("messages") or []
     tools = body.get("tools")
     if tools:
-        driven = _last_user_text(messages).startswith(PROMPT)
-        rounds = plan if plan is not None and driven else [[probe_step(tenant)]]
+        asked = _last_user_text(messages)
+        if plan is None or asked.startswith(SUBAGENT_TASK):
+            rounds = [[probe_step(tenant)]]
+        else:
+            rounds = plan if asked.startswith(PROMPT) else []
         offered = [calls for r in rounds if (calls := [(s.tool, a) for s in r if (a := fit(s, tools)) is not None])]
         i = _round_index(messages)
         if i < len(offered):
