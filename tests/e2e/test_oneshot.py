@@ -57,32 +57,41 @@ def test_clean_two_tenant_audit(tenancy_audit):
         assert secrets.find((audit.out / name).read_bytes()) == [], name
 
 
-@pytest.mark.parametrize("plant", sorted(PLANTS))
-def test_planted_leak_is_caught(tenancy_audit, plant):
-    scenario = SCENARIO.get(plant, "oneshot")
-    audit = tenancy_audit(plants=[plant], topology=TOPOLOGY.get(plant, "reverse"), scenario=scenario,
-                          phases=[] if scenario == "oneshot" else ["turns"], tools=battery_for(plant),
-                          services=services_for(plant))
-    expected = PLANTS[plant][1]
-    assert expected <= audit.kinds, f"{plant}: expected {sorted(expected)}, got {sorted(audit.kinds)}"
-    assert not [r for r in audit.doc["reasons"] if r.startswith("plant ")]
-    if plant == "bypass":
+#: Plants that change different settings of the target, so one audit plants them all (each still judged alone:
+#: `check_plants` wants every plant's kinds, through its tool or service); every other plant runs alone.
+TOGETHER = {"services": sorted(SERVICE_PLANTS), "tool surface": ["code-env", "delegate-model", "home-path"]}
+RUNS = {**TOGETHER, **{p: [p] for p in sorted(set(PLANTS) - {p for ps in TOGETHER.values() for p in ps})}}
+
+
+@pytest.mark.parametrize("run", sorted(RUNS))
+def test_planted_leaks_are_caught(tenancy_audit, run):
+    names = RUNS[run]
+    scenario = SCENARIO.get(names[0], "oneshot")
+    audit = tenancy_audit(plants=names, topology=TOPOLOGY.get(names[0], "reverse"), scenario=scenario,
+                          phases=[] if scenario == "oneshot" else ["turns"],
+                          tools=sorted({g for p in names for g in battery_for(p)}),
+                          services=sorted({s for p in names for s in services_for(p)}))
+    assert not [r for r in audit.doc["reasons"] if r.startswith("plant ")], audit.doc["reasons"]
+    if names == ["bypass"]:
         assert audit.code == 3 and audit.verdict == "inconclusive"  # a bypass proves nothing, but never "clean"
     else:
         assert audit.code == 1 and audit.verdict == "leak"
-    if plant in SERVICE_PLANTS:  # caught through the service's own traffic (or the stdio server's record)
-        service = SERVICE_PLANTS[plant][0]
-        assert any(f.kind in expected and f.service == service and f.victim == "default" and f.seen_in == "alpha"
-                   for f in audit.findings), plant
-    if plant in TOOL_PLANTS:  # caught through the tool (its result, its subprocess's env), not only the file scan
-        assert any(f.kind in expected | {"request_leak"} and f.tool in TOOL_PLANTS[plant] and f.victim == "default"
-                   and f.seen_in == "alpha" for f in audit.findings), plant
+    for plant in names:
+        expected = PLANTS[plant][1]
+        assert expected <= audit.kinds, f"{plant}: expected {sorted(expected)}, got {sorted(audit.kinds)}"
+        if plant in SERVICE_PLANTS:  # caught through the service's own traffic (or the stdio server's record)
+            service = SERVICE_PLANTS[plant][0]
+            assert any(f.kind in expected and f.service == service and f.victim == "default"
+                       and f.seen_in == "alpha" for f in audit.findings), plant
+        if plant in TOOL_PLANTS:  # caught through the tool (its result, its subprocess's env), not the file scan
+            assert any(f.kind in expected | {"request_leak"} and f.tool in TOOL_PLANTS[plant]
+                       and f.victim == "default" and f.seen_in == "alpha" for f in audit.findings), plant
     for f in audit.findings:
         if f.kind in {"bypass", "shortfall", "egress"}:
             continue
         assert f.victim in {"default", "alpha"}
         # a request to a host no tenant owns carries the target's canaries on nobody's channel
-        assert f.seen_in in ({"default", "alpha", None} if plant == "egress" else {"default", "alpha"})
+        assert f.seen_in in ({"default", "alpha", None} if names == ["egress"] else {"default", "alpha"})
 
 
 def test_a_tool_plant_needs_the_battery(tenancy_audit):
