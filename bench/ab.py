@@ -16,6 +16,7 @@ This file imports nothing from `harness` at module level, so that an old tree's 
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import os
@@ -162,13 +163,18 @@ def peak_rss_mib() -> float:
 
 def audit(tenants: int, out: str, hermes: str) -> dict[str, Any]:
     """One `run_audit` (scenario oneshot, reverse topology) as bench/audit.py's `audit` runs it, with the
-    Hermes at `hermes` (a ref's tree has no .hermes-venv of its own)."""
+    Hermes at `hermes` (a ref's tree has no .hermes-venv of its own); the battery and services off where the
+    tree has them (a tree from before them drives the env probe only anyway)."""
     run = importlib.import_module("harness.run")
+    known = {f.name for f in dataclasses.fields(run.RunOptions)}
+    extra = {k: [] for k in ("tools", "services") if k in known}
     t = time.perf_counter()
-    result = run.run_audit(run.RunOptions(tenants=tenants, out=Path(out), quiet=True, hermes_python=Path(hermes)))
+    result = run.run_audit(run.RunOptions(tenants=tenants, out=Path(out), quiet=True, hermes_python=Path(hermes),
+                                          **extra))
     seconds = time.perf_counter() - t
-    code = result[0] if isinstance(result, tuple) else result.verdict.exit_code  # (code, out) before the layering
-    return {"seconds": seconds, "code": code}
+    if isinstance(result, tuple):  # (code, out) before the layering
+        return {"seconds": seconds, "status": {0: "clean", 1: "leak"}.get(result[0], f"exit {result[0]}")}
+    return {"seconds": seconds, "status": result.verdict.status}
 
 
 JOBS: dict[str, Callable[..., dict[str, Any]]] = {

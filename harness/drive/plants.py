@@ -212,6 +212,8 @@ def battery_for(name: str) -> list[str]:
         return [DRIVEN_BY[name]]
     tools = TOOL_PLANTS.get(name, frozenset())
     return [group for group, members in TOOL_GROUPS.items() if tools & set(members)]
+
+
 def services_for(name: str) -> list[str]:
     """The services a plant's run needs: its own for a service's plant, none for the others (they test the
     detectors, which the services only slow down)."""
