@@ -29,6 +29,7 @@ import harness
 from harness.capture.proxy import FORWARD_DOMAIN, Proxy, bind_listener, free_port, port_of
 from harness.capture.services.base import MODES, Service, stop_all
 from harness.capture.services.provider import StubProvider
+from harness.capture.versions import FileVersions, keep_only
 from harness.core.files import REPO, seal, write_private
 from harness.core.findings import Finding, Verdict
 from harness.core.procs import ProcessSet, reap_stale
@@ -36,6 +37,7 @@ from harness.core.protocol import OUT_OF_SCOPE, TOOL_GROUPS
 from harness.core.registry import PROVIDER, Registry, load, mint
 from harness.detect.reconcile import EvidenceError, LogSource, Phase, reconcile
 from harness.detect.stream import DEFAULT_LIMITS, Limits
+from harness.detect.versions import version_of
 from harness.drive import battery, features, plants, services
 from harness.drive.backends import BackendError
 from harness.drive.context import Context, ScenarioOptions
@@ -265,6 +267,8 @@ def run_audit(opts: RunOptions) -> AuditResult:
         write_private(out / POLICY_COPY, yaml.safe_dump(policy.to_dict(), sort_keys=False).encode())
         progress(opts.quiet, f"phase reconcile: {proxy.flows_path.name}, homes, logs")
         result = evaluate(out, record, base, seconds=time.monotonic() - started, policy=policy)
+        v = result.verdict
+        keep_only(out, {i for f in [*v.findings, *v.known, *v.allowed] if (i := version_of(f))})
         write_reports(out, result)
         for line in summary_table(result).splitlines():
             progress(opts.quiet, line)
@@ -350,6 +354,7 @@ def _record(out: Path, scenario: str, ctx: Context, version: str | None, reasons
         "services": ctx.service_states(),
         "services_to_drive": ctx.services_to_drive(),
         "launch": ctx.sandbox.launch,
+        "file_versions": ctx.versions_kept,
     }
     write_private(out / RECORD, json.dumps(record, indent=2).encode())
     return record
@@ -400,7 +405,7 @@ def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None,
     rec = reconcile(registry, flows or out / "flows.mitm", homes=homes, logs=logs,
                     stub_log=stub_log if stub_log.exists() else None,
                     expect_snapshots=record.get("expect_snapshots"), phases=phases, empty_ok=True,
-                    limits=limits or DEFAULT_LIMITS, service_records=out / SERVICE_RECORDS)
+                    limits=limits or DEFAULT_LIMITS, service_records=out / SERVICE_RECORDS, kept_versions=out)
     starts = {(p.scenario, p.name): p.start for p in phases}
     live = [f if f.time is not None else replace(f, time=starts.get((f.scenario, f.phase))) for f in live + turns]
     found = [f if f.scenario else replace(f, scenario=scenario, phase=f.phase or "end") for f in rec.findings + live]
@@ -469,6 +474,7 @@ def _drive(
         driven.append(ctx)
         write_homes(ctx)
         battery.mint(ctx)
+        ctx.versions = FileVersions([sandbox.home_of(t.name) for t in registry], out).start()
         planted = plant_all(ctx, opts.plants)
         try:
             SCENARIOS[opts.scenario](ctx)
@@ -477,6 +483,9 @@ def _drive(
         finally:
             for log in ctx.rpc_logs.values():
                 log.close()
+            for writer in ctx.during:
+                writer.join()
+            ctx.versions_kept = ctx.versions.stop()
         coming_up.result()  # ProxyError if it never came up: nothing was recorded
     return ctx, planted, version, reasons
 
@@ -514,6 +523,7 @@ def plant_all(ctx: Context, names: list[str]) -> dict[str, frozenset[str]]:
         pc = plants.PlantContext(donor, target, ctx.sandbox.home_of(target.name), ctx.proxy.base_url(donor.name),
                                  ctx.stubs[target.name].url)
         planted[name] = plants.apply(name, pc)
+        ctx.during += pc.during
         ctx.say(f"planted {name}: {donor.name} -> {target.name}")
     return planted
 
@@ -521,14 +531,18 @@ def plant_all(ctx: Context, names: list[str]) -> dict[str, frozenset[str]]:
 def check_plants(planted: dict[str, frozenset[str]], findings: list[Finding]) -> list[str]:
     """A plant whose finding kinds did not all appear means a detector is blind: not conclusive. A plant
     of a tool's store must also come back through one of its tools (`plants.TOOL_PLANTS`), a plant of a
-    service's settings through that service (`plants.SERVICE_PLANTS`)."""
+    service's settings through that service (`plants.SERVICE_PLANTS`), a transient writer's in a version of a
+    file gone by the end (`plants.TRANSIENT_PLANTS`)."""
     kinds = {f.kind for f in findings}
-    through = {(f.kind, f.tool) for f in findings if f.tool}
+    through = {(f.kind, f.tool) for f in findings if f.tool and f.channel != "file"}  # the file scan does not count
     reasons = [f"plant {name} was not detected: missing {sorted(expected - kinds)}"
                for name, expected in planted.items() if not expected <= kinds]
     reasons += [f"plant {name} was not caught through a tool: none of {sorted(plants.TOOL_PLANTS[name])}"
                 for name, expected in planted.items() if name in plants.TOOL_PLANTS
                 and not {(k, t) for k in expected | {"request_leak"} for t in plants.TOOL_PLANTS[name]} & through]
+    transient = {f.kind for f in findings if f.transient}
+    reasons += [f"plant {name} was not caught in a file version gone by the end (transient)"
+                for name, expected in planted.items() if name in plants.TRANSIENT_PLANTS and not expected & transient]
     services = {(f.kind, f.service) for f in findings if f.service}
     reasons += [f"plant {name} was not caught through its service {plants.SERVICE_PLANTS[name][0]}"
                 for name, expected in planted.items() if name in plants.SERVICE_PLANTS

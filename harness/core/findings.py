@@ -53,6 +53,7 @@ class Finding:
     service: str | None = None  # the tenant's service (other than its provider) whose traffic carried it
     time: float | None = None  # when the evidence shows it (a flow's start, an RPC frame); None: a file, a log
     scope: str = ""  # `allowed:<policy>/<entry>` when an isolation policy declares its surface shared by design
+    transient: bool = False  # seen in a version of a file that was gone by the end of the run (`time`: when)
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

@@ -18,7 +18,7 @@ from mitmproxy.exceptions import FlowReadException
 
 from harness.core.findings import Finding, dedupe
 from harness.core.registry import PROVIDER, Registry
-from harness.detect import records, scan, snapshots, stream
+from harness.detect import records, scan, snapshots, stream, versions
 from harness.detect.decode import loads
 from harness.detect.flows import inspect_flow
 from harness.detect.matcher import Matcher, matcher_for
@@ -102,6 +102,12 @@ def _phase_of(t: float, phases: list[Phase]) -> Phase | None:
     return next((p for p in phases if p.start <= t <= p.end), None)
 
 
+def _phase_before(t: float, phases: list[Phase]) -> Phase | None:
+    """The phase `t` is in, else the last one that started before it (a file a phase's turn wrote can
+    change in the pause after it)."""
+    return _phase_of(t, phases) or max((p for p in phases if p.start <= t), key=lambda p: p.start, default=None)
+
+
 def _flow_phase(flow: http.HTTPFlow, phases: list[Phase]) -> Phase | None:
     """The phase a flow happened in: the label the live addon stamped on it (`tenancy_phase_file`), so the
     ledger, the flow file and this reconciliation agree on every fingerprint; else its start time."""
@@ -133,6 +139,7 @@ def reconcile(
     empty_ok: bool = False,
     limits: stream.Limits = stream.DEFAULT_LIMITS,
     service_records: Path | None = None,
+    kept_versions: Path | None = None,
 ) -> Reconciliation:
     """Every invariant over the evidence; findings carry the scenario/phase they happened in. Whatever
     was not read to its end is in `not_inspected`; what was read in part makes a reason (inconclusive)."""
@@ -187,6 +194,15 @@ def reconcile(
         rec.inspected["file"] += result.files
         rec.reasons += [f"unreadable file {p}" for p in result.unreadable]
         rec.skip(result.not_inspected, str(home))
+    if kept_versions is not None and homes:
+        ends = [f for f in rec.findings if f.channel == "file"]
+        try:
+            transient, rec.inspected["version"], skipped = versions.scan_versions(kept_versions, matcher, homes, ends,
+                                                                                  limits)
+        except ValueError as exc:
+            raise EvidenceError(f"versions: {exc}") from None
+        rec.findings += [_tag([f], _phase_before(f.time or 0.0, phases), f.time or 0.0)[0] for f in transient]
+        rec.skip(skipped)
     for source in logs:
         if source.channel == "rpc":
             try:

@@ -158,7 +158,7 @@ def scan_tree(
     result = TreeScan()
 
     def onerror(exc: OSError) -> None:
-        label = _redacted(matcher, Path(exc.filename).relative_to(root).as_posix()) if exc.filename else "?"
+        label = redacted_path(matcher, Path(exc.filename).relative_to(root).as_posix()) if exc.filename else "?"
         result.unreadable.append(str(exc.filename))
         result.notes.append(f"unreadable directory {exc.filename}: {exc.strerror or exc}")
         result.not_inspected.append(NotInspected(label, f"unreadable directory: {exc.strerror or exc}"))
@@ -182,11 +182,11 @@ def scan_tree(
                 continue
             rel = path.relative_to(root).as_posix()
             _scan_name(rel, matcher, owner, result)
-            _scan_entry(path, _redacted(matcher, rel), root, matcher, owner, result, limits)
+            _scan_entry(path, redacted_path(matcher, rel), root, matcher, owner, result, limits)
     return result
 
 
-def _redacted(matcher: Matcher, label: str) -> str:
+def redacted_path(matcher: Matcher, label: str) -> str:
     """A path as reports may show it: every canary in it replaced by `<tenant:kind>`."""
     return matcher.redact_text(label) if matcher.find(label.encode("utf-8", "surrogateescape")) else label
 
@@ -202,7 +202,7 @@ def _scan_name(rel: str, matcher: Matcher, owner: str | None, result: TreeScan, 
             continue
         result.findings.append(Finding(
             kind="file_leak", victim=hit.tenant, seen_in=owner, canary=hit.kind, channel="file",
-            location=f"{_redacted(matcher, rel)}:{what}@{hit.start}",
+            location=f"{redacted_path(matcher, rel)}:{what}@{hit.start}",
             encoding=what if hit.encoding == "plain" else f"{what}/{hit.encoding}",
             evidence=matcher.snippet(data, hit),
         ))
@@ -223,12 +223,12 @@ def _scan_entry(
         target = os.readlink(path)
         _scan_name(label, matcher, owner, result, what="target", text=target)
         real = os.path.realpath(path)
-        shown = _redacted(matcher, target)
+        shown = redacted_path(matcher, target)
         if not os.path.exists(real):
             result.not_inspected.append(NotInspected(label, f"dangling symlink to {shown} (not followed)", 0, False))
         elif root is None or not Path(real).is_relative_to(root):
             result.not_inspected.append(NotInspected(
-                label, f"symlink to {_redacted(matcher, real)}, out of the tree (not followed)", 0, False))
+                label, f"symlink to {redacted_path(matcher, real)}, out of the tree (not followed)", 0, False))
         return
     if not stat.S_ISREG(st.st_mode):
         kind = ("fifo" if stat.S_ISFIFO(st.st_mode) else "socket" if stat.S_ISSOCK(st.st_mode)
@@ -245,6 +245,14 @@ def _scan_entry(
     result.files += 1
     result.bytes += st.st_size
     result.findings += _findings(hits, owner, label, "file_leak", "file")
+
+
+def scan_copy(copy: Path, rel: str, matcher: Matcher, owner: str | None, limits: Limits = DEFAULT_LIMITS) -> TreeScan:
+    """A copy of a file that was at `rel` in `owner`'s home: its name and content, located as that file's."""
+    result = TreeScan()
+    _scan_name(rel, matcher, owner, result)
+    _scan_entry(copy, redacted_path(matcher, rel), None, matcher, owner, result, limits)
+    return result
 
 
 def scan_paths(
@@ -264,5 +272,5 @@ def scan_paths(
             result.notes.append(f"unreadable {p}: does not exist")
             result.not_inspected.append(NotInspected(str(p), "unreadable: does not exist"))
         else:
-            _scan_entry(path, _redacted(matcher, str(p)), None, matcher, owner, result, limits)
+            _scan_entry(path, redacted_path(matcher, str(p)), None, matcher, owner, result, limits)
     return result

@@ -190,27 +190,47 @@ class _Scan:
         skip: dict[str, int] = {}  # by codec ("*": every codec): where the layers decoded so far ended
         if type(chunks) is tuple and len(chunks) == 1:  # one buffer (a SQLite cell, a body): one window
             (window,) = chunks
+            first = len(self.hits)
             self._window(window, 0, 0, len(window), skip, layers, reopen, top)
             if window.startswith(SQLITE_MAGIC):
+                self._drop_cut_by_pages(window, layers, first)
                 self._sqlite(layers, reopen, sqlite_path)
             return
         owned_from = 0  # absolute offset: what ends at or before it was handled by an earlier window
         base = 0  # absolute offset of the window's first byte
         tail = b""
-        sqlite = False
+        header = b""
+        first = len(self.hits)
         for chunk, last in _windows(chunks):
             window = tail + chunk if tail else chunk
             limit = base + len(window) - (0 if last else 1)
-            if base == 0 and window.startswith(SQLITE_MAGIC):
-                sqlite = True
+            if base == 0:
+                header = window[:100]
             self._window(window, base, owned_from, limit, skip, layers, reopen, top and base == 0)
             owned_from = limit
             if last:
                 break
             tail = window[-self.overlap :]
             base += len(window) - len(tail)
-        if sqlite:
+        if header.startswith(SQLITE_MAGIC):
+            self._drop_cut_by_pages(header, layers, first)
             self._sqlite(layers, reopen, sqlite_path)
+
+    def _drop_cut_by_pages(self, header: bytes, layers: tuple[Layer, ...], first: int) -> None:
+        """A database's raw bytes cut a value at every page boundary; its cells (read whole by `_sqlite`) do
+        not. So a raw hit of a path that another tenant's path extends (the launch profile's home, which holds
+        every other profile's), with a page boundary right after it, cannot tell the two apart: the cells decide
+        (a page boundary within 6 bytes per character the longer path adds: its most expanded encoding)."""
+        size = int.from_bytes(header[16:18], "big")
+        size = 65536 if size == 1 else size
+        if size < 512 or not self.matcher.extended:
+            return
+
+        def cut(h: ScanHit) -> bool:
+            reach = self.matcher.extended.get((h.tenant, h.kind))
+            return bool(reach) and h.layers == layers and (h.hit.end + 6 * reach) // size > (h.hit.end - 1) // size
+
+        self.hits[first:] = [h for h in self.hits[first:] if not cut(h)]
 
     def _window(self, window: bytes, base: int, owned_from: int, limit: int, skip: dict[str, int],
                 layers: tuple[Layer, ...], reopen: Reopen, top: bool) -> None:

@@ -121,7 +121,8 @@ def write_plan(ctx: Context, tenant: str) -> Plan:
     c, sc, on = t.canaries, ctx.scenario, groups(ctx)
     writes, reads = [probe_step(t)], []
     if "terminal" in on:
-        writes.append(ToolStep("terminal", {"command": f"echo {c['bg_process']} {sc}", "background": True}))
+        writes.append(ToolStep("terminal", {"command": f"echo {c['bg_process']} {sc}; sleep 2",
+                                            "background": True}))
         reads.append(ToolStep("process", {"action": "list"}))
     if "memory" in on:
         entry = f"{c['tool_memory']} ({sc})"

@@ -3,6 +3,7 @@ records for the reconciler (phases, turns, findings it observes directly)."""
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -13,6 +14,7 @@ from typing import Any
 from harness.capture.proxy import Proxy
 from harness.capture.services.base import Service
 from harness.capture.services.provider import StubProvider
+from harness.capture.versions import FileVersions
 from harness.core.findings import Finding
 from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import Registry
@@ -58,6 +60,9 @@ class Context:
     rpc_logs: dict[str, RpcLog] = field(default_factory=dict)
     service_stubs: dict[tuple[str, str], Service] = field(default_factory=dict)  # (tenant, service) -> its stub
     features: Features = field(default_factory=Features)  # what the release offers
+    versions: FileVersions | None = None  # every version of the home files, kept while the scenario runs
+    versions_kept: dict[str, Any] = field(default_factory=dict)  # what `versions` kept (the run's record)
+    during: list[threading.Thread] = field(default_factory=list)  # plants' writers acting while Hermes runs
     _owners: dict[str, str | None] = field(default_factory=dict)
     _run_scenario: str = field(default="", init=False)
 
@@ -74,6 +79,8 @@ class Context:
             yield
             self.settle()
         finally:
+            if self.versions is not None:  # what changed in the phase, also without inotify
+                self.versions.sweep()
             self.phases.append(Phase(self.scenario, name, start, time.time()))
             self.current_phase = None
             self.proxy.label(self._run_scenario, "end")

@@ -10,8 +10,10 @@ settings (`SERVICE_PLANTS`) must be caught through that service: a finding that 
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -31,6 +33,7 @@ class PlantContext:
     target_home: Path
     donor_route: str  # the donor's base_url through the proxy
     target_stub: str  # the target's stub, bypassing the proxy
+    during: list[threading.Thread] = field(default_factory=list)  # writers that act while Hermes runs (joined)
 
 
 def _append(path: Path, text: str) -> None:
@@ -149,6 +152,30 @@ def _memory_user(c: PlantContext) -> None:
     path.write_text(json.dumps(doc))
 
 
+#: The files the transient writer writes and removes while Hermes runs, in the target's home.
+TRANSIENT_FILE, NEAR_MISS_FILE = "tenancy-checkpoint.json", "tenancy-checkpoint-near.json"
+
+
+def _transient(c: PlantContext) -> None:
+    """A writer that, while the first phase runs, checkpoints a process of the donor into the target's home
+    and removes it a second later, as Hermes' process registry does: only a watch of the homes sees it. Beside
+    it, a near miss that must not be reported: the donor's canary one character off, and the target's own."""
+    canary = c.donor.canaries["bg_process"]
+    near = canary[:-1] + ("0" if canary[-1] != "0" else "1")
+    own = c.target.canaries["memory"]
+
+    def write() -> None:
+        time.sleep(0.5)
+        (c.target_home / TRANSIENT_FILE).write_text(json.dumps([{"command": f"echo {canary}", "pid": 1}]))
+        (c.target_home / NEAR_MISS_FILE).write_text(json.dumps([{"command": f"echo {near} {own}", "pid": 1}]))
+        time.sleep(1.0)
+        for name in (TRANSIENT_FILE, NEAR_MISS_FILE):
+            (c.target_home / name).write_text("[]")
+        (c.target_home / NEAR_MISS_FILE).unlink()
+
+    c.during.append(threading.Thread(target=write, name="plant-transient", daemon=True))
+
+
 def _bypass(c: PlantContext) -> None:
     _edit_config(c.target_home, lambda cfg: cfg["providers"][PROVIDER_ID].update(base_url=f"{c.target_stub}/v1"))
 
@@ -164,7 +191,7 @@ PLANTS: dict[str, tuple[Callable[[PlantContext], None], frozenset[str]]] = {
     "memory": (_memory, frozenset({"file_leak", "request_leak"})),
     "soul": (_soul, frozenset({"file_leak", "request_leak"})),
     "route": (_route, frozenset({"wrong_key", "wrong_model", "request_leak"})),
-    "cwd": (_cwd, frozenset({"wrong_cwd", "env_leak"})),
+    "cwd": (_cwd, frozenset({"wrong_cwd", "wrong_path"})),
     "model": (_model, frozenset({"wrong_model"})),
     "key": (_key, frozenset({"wrong_key", "file_leak"})),
     "bypass": (_bypass, frozenset({"bypass"})),
@@ -181,7 +208,10 @@ PLANTS: dict[str, tuple[Callable[[PlantContext], None], frozenset[str]]] = {
     "delegate-model": (_delegate_model, frozenset({"wrong_model"})),
     "code-env": (_code_marker, frozenset({"env_leak"})),
     "home-path": (_home_path, frozenset({"wrong_path"})),
+    "transient": (_transient, frozenset({"file_leak"})),
 }
+#: Plants only a watch of the homes during the run can catch: a finding of theirs must be `transient`.
+TRANSIENT_PLANTS = frozenset({"transient"})
 #: Plants of a service's settings: the service whose traffic (or record) must carry the finding, and the
 #: battery group that drives it.
 SERVICE_PLANTS: dict[str, tuple[str, str]] = {
@@ -230,4 +260,6 @@ def apply(name: str, ctx: PlantContext) -> frozenset[str]:
     """Plant `name`; returns the finding kinds it must produce."""
     action, expected = PLANTS[name]
     action(ctx)
+    for writer in ctx.during:
+        writer.start()
     return expected

@@ -156,7 +156,11 @@ def _result(row: IncidentRow, rule_index: dict[str, int], homes: dict[str, str])
             ("spread", spread_counts(i.spread)), ("classes", sorted({g.fingerprint() for g in i.findings})))
             if v},
     }
-    if not row.new:
+    if row.allowed:
+        scopes = sorted({g.scope.removeprefix("allowed:") for g in i.findings})
+        res["suppressions"] = [{"kind": "external", "justification": "the isolation policy shares this surface by "
+                                f"design ({', '.join(scopes)})"}]
+    elif not row.new:
         res["suppressions"] = [{"kind": "external", "justification": "every finding of it is in the baseline"}]
     return res
 

@@ -58,8 +58,9 @@ def test_scenario_reproduces_its_baseline_and_catches_an_unknown_plant(tenancy_a
     # every offered tool is driven (or allowed by the policy) or documented out of scope; serve offers them all,
     # so there the out-of-scope list is exactly what the battery does not drive (it can only shrink)
     assert offered - set(BATTERY_TOOLS) <= set(OUT_OF_SCOPE), offered - set(BATTERY_TOOLS)
-    if scenario == "serve":
-        assert offered - set(BATTERY_TOOLS) == set(OUT_OF_SCOPE)
+    if scenario == "serve":  # text_to_speech alone is offered only when its provider's import check passes
+        # at that moment (edge-tts through Hermes' lazy-deps check): a fresh venv's first serve run has lacked it
+        assert set(OUT_OF_SCOPE) - {"text_to_speech"} <= offered - set(BATTERY_TOOLS) <= set(OUT_OF_SCOPE)
     states = {t: s for t, s in coverage.items() if t in BATTERY_TOOLS and t in offered}
     assert set(states.values()) <= {"driven", "leak", "allowed"}, states
     services = audit.doc["service_coverage"][scenario]  # every service was driven (Hermes 0.19.0 leaks at each)

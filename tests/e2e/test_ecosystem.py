@@ -9,6 +9,7 @@ import re
 import shutil
 import signal
 import subprocess
+from dataclasses import replace
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from mitmproxy import flowfilter
 
 from harness import cli
+from harness.core.findings import Finding
 from harness.core.registry import load
 from harness.detect import stream
 from harness.detect.matcher import matcher_for
@@ -96,7 +98,13 @@ def test_sarif_matches_the_findings(planted):
     assert [r["partialFingerprints"]["tenancyIncident/v1"] for r in results] == list(incidents)
     assert [r["partialFingerprints"]["tenancyFingerprint/v3"] for r in results] == [
         i["first"]["fingerprint"] for i in incidents.values()]
-    assert {fp for r in results for fp in r["properties"]["classes"]} == {f["fingerprint"] for f in doc["findings"]}
+    every = doc["findings"] + doc["known"] + doc["allowed"]  # an incident holds its allowed classes too
+    assert {fp for r in results for fp in r["properties"]["classes"]} == {f["fingerprint"] for f in every}
+    allowed = {i["id"] for i in doc["incidents"] if i["allowed"]}
+    assert allowed, "the battery's file tools write at other homes, which the hermes policy allows"
+    for r in results:
+        justification = (r.get("suppressions") or [{}])[0].get("justification", "")
+        assert ("isolation policy" in justification) == (r["partialFingerprints"]["tenancyIncident/v1"] in allowed)
     for r in results:
         for loc in r["locations"] + r["relatedLocations"]:
             uri = loc["physicalLocation"]["artifactLocation"]["uri"]
@@ -119,7 +127,9 @@ def test_reconcile_of_the_folder_reproduces_the_run_and_every_file_agrees_on_fin
     for key in ("verdict", "exit_code", "counts", "counts_by_kind", "reasons", "fixed", "plants", "incidents",
                 "findings", "known"):
         assert again[key] == doc[key], key
-    run_fps = {f["fingerprint"] for f in doc["findings"]}
+    # the ledger is judged live, before the policy: an allowed finding has its strict (unscoped) fingerprint there
+    unscoped = {replace(Finding.from_dict(f), scope="").fingerprint() for f in doc["allowed"]}
+    run_fps = {f["fingerprint"] for f in doc["findings"]} | unscoped
     ledger = [json.loads(line) for line in (out / "ledger.jsonl").read_text().splitlines()]
     ledger_fps = {f["fingerprint"] for line in ledger for f in line["findings"]}
     assert ledger_fps and ledger_fps <= run_fps  # the ledger holds the flow findings (not homes, env, logs)

@@ -113,7 +113,8 @@ def test_real_home_is_never_read_or_written(audit, registry):
     rec = reconcile(registry, audit["out"] / "flows.mitm")
     snaps = [s for v in rec.snapshots.values() for s in v]
     assert len(snaps) >= 8
-    sandbox = str((audit["out"] / "sandbox" / "home").resolve())
+    sandbox = str(Path(registry["default"].home).resolve().parent)  # HOME holds the launch profile's .hermes
+    assert Path(sandbox).parent == (audit["out"] / "sandbox").resolve()
     for snap in snaps:
         env = dict(line.split("=", 1) for line in snap.decoded.decode().splitlines() if "=" in line)
         assert env["HOME"] == sandbox, (snap.tenant, env["HOME"])

@@ -1,0 +1,74 @@
+"""Path canaries that nest: the launch profile's home holds every other profile's home, so the shorter path is
+inside the longer one wherever the longer one is written. The longer one decides; the shorter one alone (or
+followed by anything but the longer one's rest) is still the launch profile's."""
+
+from __future__ import annotations
+
+import base64
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from harness.core.registry import Registry, mint
+from harness.detect.matcher import matcher_for
+from harness.detect.stream import scan_bytes, scan_file
+
+
+@pytest.fixture
+def registry(tmp_path: Path) -> Registry:
+    reg = mint(["default", "alpha"], tmp_path / "work", {"default": {"listen": 42001}, "alpha": {"listen": 42002}})
+    launch = f"{tmp_path}/sandbox/home-{reg['default'].key[-12:]}/.hermes"
+    reg.add_canary("default", "home", launch)
+    reg.add_canary("alpha", "home", f"{launch}/profiles/alpha")
+    return reg
+
+
+def probe(path: str) -> bytes:
+    """An env probe's output as a tool result stores it: the environment, base64."""
+    return base64.b64encode(f"TERM=dumb\nHERMES_HOME={path}\nHERMES_REAL_HOME=/x\n".encode())
+
+
+def homes(registry: Registry) -> tuple[str, str]:
+    return registry["default"].canaries["home"], registry["alpha"].canaries["home"]
+
+
+def test_the_longer_path_decides_in_every_encoding(registry: Registry) -> None:
+    launch, alpha = homes(registry)
+    m = matcher_for(registry)
+    for data in (f"HERMES_HOME={alpha}\n".encode(), probe(alpha), alpha.encode().hex().encode()):
+        assert {(h.tenant, h.kind) for h in scan_bytes(data, m, exclude="alpha")} == set(), data
+    for data in (f"HERMES_HOME={launch}\n".encode(), probe(launch), f"{launch}/memories/MEMORY.md".encode()):
+        assert {(h.tenant, h.kind) for h in scan_bytes(data, m, exclude="alpha")} == {("default", "home")}, data
+
+
+def database(path: Path, values: list[bytes], page_size: int = 1024) -> Path:
+    conn = sqlite3.connect(path)
+    conn.execute(f"PRAGMA page_size = {page_size}")
+    conn.execute("CREATE TABLE messages (content TEXT)")
+    conn.executemany("INSERT INTO messages VALUES (?)", [(v.decode(),) for v in values])
+    conn.commit()
+    conn.close()
+    return path
+
+
+def test_a_page_boundary_inside_the_longer_path_leaves_it_to_the_cells(tmp_path: Path, registry: Registry) -> None:
+    """A value longer than a page continues on an overflow page: the raw bytes cut it (a 4-byte page header in
+    the middle), so the launch home's form shows whole while the profile's does not. At every cut, nothing."""
+    _, alpha = homes(registry)
+    m = matcher_for(registry)
+    for shift in range(0, 1100, 5):
+        value = b"x" * shift + probe(alpha) + b"y" * 2000
+        db = database(tmp_path / f"state-{shift}.db", [value])
+        found = {(h.tenant, h.kind) for h in scan_file(db, m) if h.tenant != "alpha"}
+        assert found == set(), shift
+
+
+def test_the_launch_home_in_a_profiles_database_is_still_found(tmp_path: Path, registry: Registry) -> None:
+    """The near miss the rule must not swallow: the launch profile's own home in another profile's database, in
+    a cell and in any position, is reported."""
+    launch, _ = homes(registry)
+    m = matcher_for(registry)
+    for shift in range(0, 1100, 50):
+        db = database(tmp_path / f"state-{shift}.db", [b"x" * shift + probe(launch) + b"y" * 2000])
+        assert ("default", "home") in {(h.tenant, h.kind) for h in scan_file(db, m)}, shift
