@@ -72,3 +72,25 @@ def test_the_launch_home_in_a_profiles_database_is_still_found(tmp_path: Path, r
     for shift in range(0, 1100, 50):
         db = database(tmp_path / f"state-{shift}.db", [b"x" * shift + probe(launch) + b"y" * 2000])
         assert ("default", "home") in {(h.tenant, h.kind) for h in scan_file(db, m)}, shift
+
+
+def test_a_frame_boundary_of_a_wal_inside_the_longer_path_is_left_to_the_cells(tmp_path: Path,
+                                                                                registry: Registry) -> None:
+    """The same in a write-ahead log read alone (a version of `state.db-wal` copied during the run): its frames
+    (a 24-byte header, then a page) cut a value wherever a page ends."""
+    _, alpha = homes(registry)
+    m = matcher_for(registry)
+    for shift in range(0, 1100, 5):
+        db = tmp_path / f"wal-{shift}.db"
+        conn = sqlite3.connect(db)
+        conn.execute("PRAGMA page_size = 1024")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA wal_autocheckpoint = 0")
+        conn.execute("CREATE TABLE messages (content TEXT)")
+        conn.execute("INSERT INTO messages VALUES (?)", ((b"x" * shift + probe(alpha) + b"y" * 2000).decode(),))
+        conn.commit()
+        wal = (tmp_path / f"wal-{shift}.db-wal").read_bytes()
+        conn.close()
+        copy = tmp_path / f"copy-{shift}-wal"
+        copy.write_bytes(wal)
+        assert {(h.tenant, h.kind) for h in scan_file(copy, m) if h.tenant != "alpha"} == set(), shift

@@ -58,6 +58,8 @@ from harness.detect.matcher import Hit, Matcher
 #: Bytes read per window (each window also holds the last `Matcher.longest` bytes of the one before).
 WINDOW = 4 << 20
 SQLITE_MAGIC = b"SQLite format 3\x00"
+#: A write-ahead log: its header, then frames of a header and one page each.
+WAL_MAGIC, WAL_HEADER, WAL_FRAME_HEADER = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83"), 32, 24
 #: Rows of a table whose values `_Scan._cells` looks at together first.
 CELL_BATCH = 32
 #: Characters of evidence on either side of a hit.
@@ -192,8 +194,8 @@ class _Scan:
             (window,) = chunks
             first = len(self.hits)
             self._window(window, 0, 0, len(window), skip, layers, reopen, top)
+            self._drop_cut_by_pages(window, layers, first)
             if window.startswith(SQLITE_MAGIC):
-                self._drop_cut_by_pages(window, layers, first)
                 self._sqlite(layers, reopen, sqlite_path)
             return
         owned_from = 0  # absolute offset: what ends at or before it was handled by an earlier window
@@ -212,23 +214,26 @@ class _Scan:
                 break
             tail = window[-self.overlap :]
             base += len(window) - len(tail)
+        self._drop_cut_by_pages(header, layers, first)
         if header.startswith(SQLITE_MAGIC):
-            self._drop_cut_by_pages(header, layers, first)
             self._sqlite(layers, reopen, sqlite_path)
 
     def _drop_cut_by_pages(self, header: bytes, layers: tuple[Layer, ...], first: int) -> None:
-        """A database's raw bytes cut a value at every page boundary; its cells (read whole by `_sqlite`) do
-        not. So a raw hit of a path that another tenant's path extends (the launch profile's home, which holds
-        every other profile's), with a page boundary right after it, cannot tell the two apart: the cells decide
-        (a page boundary within 6 bytes per character the longer path adds: its most expanded encoding)."""
-        size = int.from_bytes(header[16:18], "big")
-        size = 65536 if size == 1 else size
-        if size < 512 or not self.matcher.extended:
+        """A database's raw bytes (and its WAL's) cut a value at every page boundary; its cells (read whole by
+        `_sqlite`) do not. So a raw hit of a path that another tenant's path extends (the launch profile's home,
+        which holds every other profile's), with a page boundary right after it, cannot tell the two apart: the
+        cells decide (a boundary within 6 bytes per character the longer path adds: its most expanded encoding).
+        """
+        grid = _page_grid(header)
+        if grid is None or not self.matcher.extended:
             return
+        start, stride = grid
 
         def cut(h: ScanHit) -> bool:
             reach = self.matcher.extended.get((h.tenant, h.kind))
-            return bool(reach) and h.layers == layers and (h.hit.end + 6 * reach) // size > (h.hit.end - 1) // size
+            if not reach or h.layers != layers:
+                return False
+            return (h.hit.end + 6 * reach - start) // stride >= -(-(h.hit.end - start) // stride)
 
         self.hits[first:] = [h for h in self.hits[first:] if not cut(h)]
 
@@ -426,6 +431,18 @@ class _Scan:
         shown = {(h.tenant, h.kind, h.layers) for h in self.hits}
         return [h for h in self.hits
                 if not (h.layers and h.layers[-1][0] in TRANSFORMS and (h.tenant, h.kind, h.layers[:-1]) in shown)]
+
+
+def _page_grid(header: bytes) -> tuple[int, int] | None:
+    """Where a SQLite database's pages (or its WAL's frames) start: (first, stride); None for other data."""
+    if header.startswith(SQLITE_MAGIC):
+        size = int.from_bytes(header[16:18], "big")
+        size = 65536 if size == 1 else size
+        return (0, size) if size >= 512 else None
+    if header[:4] in WAL_MAGIC and len(header) >= 32:
+        size = int.from_bytes(header[8:12], "big")
+        return (WAL_HEADER, size + WAL_FRAME_HEADER) if size >= 512 else None
+    return None
 
 
 def _windows(chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:

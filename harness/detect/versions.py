@@ -67,7 +67,8 @@ def scan_versions(
 ) -> tuple[list[Finding], int, list[stream.NotInspected]]:
     """The transient findings of the kept versions under `out`, how many versions were scanned, and what was
     not read to its end (listed, never partial: the end-of-run scan is the one that must be whole; a copy of a
-    database taken mid-write may not open). `end`: the end-of-run scans' findings.
+    database taken mid-write may not open as one, and is then read as bytes only). `end`: the end-of-run scans'
+    findings.
 
     A finding is not transient when the end-of-run scan shows it in the same file, or in any file that held
     the same content (a temporary file renamed into place); a SQLite side file (`-wal`, `-journal`) counts as
@@ -93,7 +94,8 @@ def scan_versions(
             continue
         owner, rel = where[v.id]
         result = scan.scan_copy(out / FOLDER / v.id, rel, matcher, owner, limits)
-        skipped += [replace(n, path=f"{n.path} ({MARK} {v.id})", partial=False) for n in result.not_inspected]
+        skipped += [replace(n, path=f"{n.path} ({MARK} {v.id})", partial=False) for n in result.not_inspected
+                    if not n.reason.startswith("sqlite: cannot")]  # a copy taken mid-write: its raw bytes were read
         for f in result.findings:
             if shown.get((f.kind, f.victim, f.seen_in, f.canary), set()) & holders[v.sha256]:
                 continue

@@ -14,7 +14,18 @@ import pytest
 from harness.core.protocol import BATTERY_TOOLS, OUT_OF_SCOPE
 from harness.core.registry import load
 from harness.detect.matcher import Matcher
-from harness.drive.plants import PLANTS, SCENARIO, SERVICE_PLANTS, TOOL_PLANTS, TOPOLOGY, battery_for, services_for
+from harness.detect.versions import version_of
+from harness.drive.plants import (
+    NEAR_MISS_FILE,
+    PLANTS,
+    SCENARIO,
+    SERVICE_PLANTS,
+    TOOL_PLANTS,
+    TOPOLOGY,
+    TRANSIENT_FILE,
+    battery_for,
+    services_for,
+)
 from harness.drive.services import SERVICES
 from harness.pytest_plugin import assert_isolated
 
@@ -86,6 +97,12 @@ def test_planted_leaks_are_caught(tenancy_audit, run):
         if plant in TOOL_PLANTS:  # caught through the tool (its result, its subprocess's env), not the file scan
             assert any(f.kind in expected | {"request_leak"} and f.tool in TOOL_PLANTS[plant] and f.channel != "file"
                        and f.victim == "default" and f.seen_in == "alpha" for f in audit.findings), plant
+    if "transient" in names:  # the checkpoint only the watch saw; never the near miss beside it
+        gone = [f for f in audit.findings if f.transient]
+        assert {(f.victim, f.seen_in, f.canary, f.location.split("@")[0]) for f in gone} == {
+            ("default", "alpha", "bg_process", TRANSIENT_FILE)}, [f.summary() for f in gone]
+        assert not [f for f in audit.findings if NEAR_MISS_FILE in f.location]
+        assert (audit.out / "versions" / version_of(gone[0])).is_file()
     for f in audit.findings:
         if f.kind in {"bypass", "shortfall", "egress"}:
             continue
