@@ -158,3 +158,21 @@ def test_a_temporary_file_renamed_into_place_and_a_wal_checkpointed_are_not_tran
     finally:
         watch.stop()
     assert transient(reg, homes, out) == []
+
+
+def test_a_checkpoint_written_through_a_temporary_file_is_reported_at_the_checkpoint(tmp_path: Path) -> None:
+    """Hermes writes `processes.json` atomically (a randomly named temporary file renamed over it): the transient
+    finding names `processes.json`, whatever the temporary file was called, so its incident is stable."""
+    reg, homes, out = make(tmp_path)
+    watch = capture.FileVersions(homes.values(), out).start()
+    try:
+        for n, content in enumerate([checkpoint("idle"), checkpoint(reg["bob"].key), "[]"]):
+            tmp = homes["alice"] / f".processes_{n}x7q.tmp"
+            tmp.write_text(content)
+            wait_for(watch, 3 + 2 * n)
+            tmp.rename(homes["alice"] / "processes.json")
+            wait_for(watch, 4 + 2 * n)
+    finally:
+        watch.stop()
+    found = transient(reg, homes, out)
+    assert [f.location.split("@")[0] for f in found] == ["processes.json"]

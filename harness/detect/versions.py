@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -81,18 +82,26 @@ def scan_versions(
     kept = read_index(out)
     where: dict[str, tuple[str, str]] = {}  # version id -> (owner, path in the owner's home)
     holders: dict[str, set[str]] = {}  # content (sha256) -> every file (label) that held it
+    versions_of: Counter[str] = Counter()  # file (label) -> how many versions of it were kept
     for v in kept:
         path = Path(os.path.abspath(out / v.path))
         owner = owner_of(path, homes)
         if owner is not None:
             where[v.id] = (owner, path.relative_to(homes[owner]).as_posix())
-            holders.setdefault(v.sha256, set()).add(_database(scan.redacted_path(matcher, where[v.id][1])))
+            label = _database(scan.redacted_path(matcher, where[v.id][1]))
+            holders.setdefault(v.sha256, set()).add(label)
+            versions_of[label] += 1
+    # a content several files held (a temporary file renamed into place) is reported at the file that had the
+    # most versions (the checkpoint, not its temporary file's random name), so its incident is the same each run
+    canonical = {sha: min(files, key=lambda f: (-versions_of[f], f)) for sha, files in holders.items()}
     findings: dict[tuple[Any, ...], Finding] = {}
     skipped: list[stream.NotInspected] = []
     for v in kept:
         if v.id not in where:
             continue
         owner, rel = where[v.id]
+        if _database(scan.redacted_path(matcher, rel)) != canonical[v.sha256]:
+            continue
         result = scan.scan_copy(out / FOLDER / v.id, rel, matcher, owner, limits)
         skipped += [replace(n, path=f"{n.path} ({MARK} {v.id})", partial=False) for n in result.not_inspected
                     if not n.reason.startswith("sqlite: cannot")]  # a copy taken mid-write: its raw bytes were read

@@ -1,4 +1,4 @@
-"""Which documented Hermes finding (F1-F16 of docs/hermes-findings.md) an incident is.
+"""Which documented Hermes finding (F1-F17 of docs/hermes-findings.md) an incident is.
 
 Each F-number has an incident signature: clauses over an incident's crossings (entry point, kind, canary kind,
 scenario, phase, direction). An incident links to every F-number one of its crossings matches; one that matches
@@ -71,6 +71,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F15": (Clause(("service delegation",), direction="launch -> other"),
             Clause(("request",), ("request_leak",), ("skill_*",), direction="launch -> other")),
     "F16": (Clause(("tool execute_code",), ("wrong_path", "env_leak"), direction="launch -> other"),),
+    "F17": (Clause(("file processes.json",), ("file_leak",), direction="other -> launch"),),
 }
 
 
