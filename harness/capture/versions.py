@@ -8,8 +8,11 @@ so a machine without inotify still keeps one version per phase. The detection co
 (`harness.detect.versions`); the run then keeps only those that carried a finding.
 
 Bounds, stated in the record: a version larger than `MAX_BYTES` is not copied (the end-of-run scan still
-reads the file's last content in full), and a content that lives shorter than the watcher takes to read
-it (a few milliseconds) can be missed: this widens what the audit sees, it never proves a file was empty.
+reads the file's last content in full); a file is copied at most once per `SETTLE` seconds (a database's
+log rewritten a hundred times a second is copied a few times; the content it has at the end of each
+stretch is), so a content that lives shorter than that, or than the watcher takes to read it, can be missed;
+SQLite's shared-memory index (`-shm`: page numbers, no content) is not copied. This widens what the audit
+sees; it never proves a file was empty.
 """
 
 from __future__ import annotations
@@ -18,7 +21,6 @@ import hashlib
 import json
 import logging
 import os
-import queue
 import stat
 import threading
 import time
@@ -35,6 +37,10 @@ from harness.detect.versions import FOLDER, INDEX, read_index
 
 #: A version larger than this is not copied (a database's every page write would be copied whole).
 MAX_BYTES = 1 << 20
+#: A file is copied at most once in this many seconds (its last content in each stretch).
+SETTLE = 0.2
+#: Files that never hold content: SQLite's shared-memory index.
+NO_CONTENT = ("-shm",)
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +57,10 @@ class FileVersions:
         self.stats = {"versions": 0, "too_large": 0, "unreadable": 0, "events": 0}
         self.mode = "phase boundaries"
         self._last: dict[Path, tuple[int, int, str]] = {}  # path -> (mtime_ns, size, sha256) of its last copy
-        self._pending: queue.Queue[Path | None] = queue.Queue()
+        self._copied: dict[Path, float] = {}  # path -> when it was last copied (monotonic)
+        self._due: dict[Path, float] = {}  # path -> when to copy it next (monotonic)
+        self._wake = threading.Condition()
+        self._stopping = False
         self._lock = threading.Lock()
         self._observer: Any = None
         self._worker = threading.Thread(target=self._work, name="file-versions", daemon=True)
@@ -86,18 +95,39 @@ class FileVersions:
         if self._observer is not None:
             self._observer.stop()
             self._observer.join(timeout=10)
+        with self._wake:
+            self._stopping = True
+            self._wake.notify()
         if self._worker.is_alive():
-            self._pending.put(None)
             self._worker.join(timeout=30)
         self.sweep()
-        return {"mode": self.mode, "max_bytes": MAX_BYTES, **self.stats}
+        return {"mode": self.mode, "max_bytes": MAX_BYTES, "settle": SETTLE, **self.stats}
 
     def changed(self, path: str) -> None:
-        self.stats["events"] += 1
-        self._pending.put(Path(path))
+        """A file may have a new content: copy it now, or once `SETTLE` has passed since its last copy."""
+        target = Path(path)
+        if target.name.endswith(NO_CONTENT):
+            return
+        with self._wake:
+            self.stats["events"] += 1
+            if target not in self._due:
+                self._due[target] = self._copied.get(target, -SETTLE) + SETTLE
+                self._wake.notify()
 
     def _work(self) -> None:
-        while (path := self._pending.get()) is not None:
+        while True:
+            with self._wake:
+                while not self._stopping:
+                    now = time.monotonic()
+                    due = min(self._due.items(), key=lambda kv: kv[1], default=None)
+                    if due is not None and due[1] <= now:
+                        break
+                    self._wake.wait(None if due is None else due[1] - now)
+                if self._stopping:
+                    return  # `stop` sweeps what is still due
+                path = due[0]
+                del self._due[path]
+                self._copied[path] = time.monotonic()
             try:
                 self._copy(path)
             except Exception:  # a watcher that stops would silently narrow the audit: log, go on
@@ -107,7 +137,7 @@ class FileVersions:
         """Copy `path`'s content if it is new for that path (read once, hashed, written 0600)."""
         try:
             st = path.lstat()
-            if not stat.S_ISREG(st.st_mode) or path.is_relative_to(self.folder):
+            if not stat.S_ISREG(st.st_mode) or path.is_relative_to(self.folder) or path.name.endswith(NO_CONTENT):
                 return
             with self._lock:
                 last = self._last.get(path)
