@@ -69,24 +69,39 @@ def _decode_all(codec: str, data: bytes) -> bytes:
     return bytes(out)
 
 
-def decode_body(raw: bytes | None, content_encoding: str = "") -> Body:
-    """Decode `raw` from `content_encoding` (a header value, possibly a list); never raises."""
+def decode_body(raw: bytes | None, content_encoding: str = "", transfer_encoding: str = "") -> Body:
+    """Decode `raw` from `content_encoding` (a header value, possibly a list); never raises. A body saved with
+    its chunked framing (`transfer_encoding` names `chunked` and the bytes are chunks up to the last one) is
+    unframed first: a canary split over two chunks is whole again."""
     raw = raw or b""
     encodings = [e.strip().lower() for e in content_encoding.split(",") if e.strip()]
     encodings = [e for e in encodings if e != "identity"]
+    framed = "chunked" in transfer_encoding.lower() and bool(raw) and raw[0] in _HEX_DIGITS
+    if framed and len(raw) <= MAX_BODY:
+        try:
+            raw = _decode_all("chunked", raw)
+        except ValueError:
+            framed = False  # not framed after all (mitmproxy keeps the header of a body it has unframed)
+    else:
+        framed = False
+    if framed:
+        encodings.insert(0, "chunked")  # the outermost: listed first, as in the headers
     if len(raw) > MAX_BODY:
         return Body(raw, None, "too large to decode" if encodings else "too large")
     if not encodings or not raw:
         return Body(raw)
     data = raw
     try:
-        for enc in reversed(encodings):
+        for enc in reversed([e for e in encodings if e != "chunked"]):
             data = _inflate(data, enc)
             if len(data) > MAX_BODY:
                 return Body(data[:MAX_BODY], "+".join(encodings), "truncated")
     except ValueError:
-        return Body(raw, None, "undecodable")
+        return Body(raw, "chunked" if framed else None, "undecodable")
     return Body(data, "+".join(encodings))
+
+
+_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
 
 
 def loads(data: bytes) -> Any:

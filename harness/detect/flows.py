@@ -245,7 +245,7 @@ def inspect_request(
     tenant, service = endpoint_for(registry, listen_port=route.listen_port, host=route.host)
     name = tenant.name if tenant else None
     first = first_values(headers)
-    decoded = decode_body(body, first.get("content-encoding", ""))
+    decoded = decode_body(body, first.get("content-encoding", ""), first.get("transfer-encoding", ""))
     doc = parse_json(decoded)
     kind = request_kind(path, doc, service)
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
@@ -347,7 +347,7 @@ def inspect_response(
 ) -> ResponseReport:
     """Check one response (JSON, SSE or anything else) for another tenant's canary: `response_leak`."""
     first = first_values(headers)
-    decoded = decode_body(body, first.get("content-encoding", ""))
+    decoded = decode_body(body, first.get("content-encoding", ""), first.get("transfer-encoding", ""))
     streamed = "text/event-stream" in first.get("content-type", "").lower()
     size = len(body) if body is not None else None
     report = ResponseReport(status, size, streamed, error, decoded.note)
