@@ -15,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.findings import Finding
 from harness.core.protocol import BATTERY_TOOLS, OUT_OF_SCOPE
+from harness.detect.versions import version_of
 from harness.drive.phases import ALL_PHASES
 from harness.drive.services import SERVICES
 
@@ -50,6 +52,11 @@ def test_scenario_reproduces_its_baseline_and_catches_an_unknown_plant(tenancy_a
     assert audit.doc["reasons"] == []
     assert audit.code == 1 and audit.verdict == "leak"
     assert audit.doc["known"], "Hermes 0.19.0 is known to leak here: the audit must see it"
+    # F17: the checkpoint of every profile's background process in the launch home, cleared before the end:
+    # only the watch of the homes sees it (a transient finding, its version kept in the evidence)
+    gone = [f for f in audit.doc["known"] if f["transient"] and f["location"].startswith("processes.json@")]
+    assert {(f["victim"], f["seen_in"]) for f in gone} == {("alpha", "default"), ("beta", "default")}, gone
+    assert all((audit.out / "versions" / version_of(Finding.from_dict(f))).is_file() for f in gone)
     assert {t["tenant"] for t in audit.doc["timeline"]} >= {"default", "alpha", "beta"}
     # observe-mode stubs: no turn fails for a foreign key, so every tenant runs every battery tool
     assert all(t["ok"] for t in audit.doc["timeline"] if t["phase"] != "cron"), audit.doc["timeline"]
