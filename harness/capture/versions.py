@@ -38,7 +38,7 @@ from harness.detect.versions import FOLDER, INDEX, read_index
 #: A version larger than this is not copied (a database's every page write would be copied whole).
 MAX_BYTES = 1 << 20
 #: A file is copied at most once in this many seconds (its last content in each stretch).
-SETTLE = 0.2
+SETTLE = 0.5
 #: Files that never hold content: SQLite's shared-memory index.
 NO_CONTENT = ("-shm",)
 

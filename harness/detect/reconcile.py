@@ -197,8 +197,8 @@ def reconcile(
     if kept_versions is not None and homes:
         ends = [f for f in rec.findings if f.channel == "file"]
         try:
-            transient, rec.inspected["version"], skipped = versions.scan_versions(kept_versions, matcher, homes, ends,
-                                                                                  limits)
+            transient, rec.inspected["version"], skipped = versions.scan_versions(
+                kept_versions, matcher, homes, ends, limits, stretch=lambda t: _phase_before(t, phases))
         except ValueError as exc:
             raise EvidenceError(f"versions: {exc}") from None
         rec.findings += [_tag([f], _phase_before(f.time or 0.0, phases), f.time or 0.0)[0] for f in transient]

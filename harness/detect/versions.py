@@ -12,7 +12,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -64,7 +64,7 @@ def owner_of(path: Path, homes: dict[str, Path]) -> str | None:
 
 def scan_versions(
     out: Path, matcher: Matcher, homes: dict[str, Path], end: Sequence[Finding],
-    limits: stream.Limits = stream.DEFAULT_LIMITS,
+    limits: stream.Limits = stream.DEFAULT_LIMITS, stretch: Callable[[float], Any] = lambda t: None,
 ) -> tuple[list[Finding], int, list[stream.NotInspected]]:
     """The transient findings of the kept versions under `out`, how many versions were scanned, and what was
     not read to its end (listed, never partial: the end-of-run scan is the one that must be whole; a copy of a
@@ -73,8 +73,8 @@ def scan_versions(
 
     A finding is not transient when the end-of-run scan shows it in the same file, or in any file that held
     the same content (a temporary file renamed into place); a SQLite side file (`-wal`, `-journal`) counts as
-    its database, whose scan reads it. Each transient finding is reported once per file, for the first version
-    that shows it."""
+    its database, whose scan reads it. Each transient finding is reported once per file and `stretch` of the run
+    (the phase a version's time falls in), for the first version that shows it."""
     homes = {name: Path(os.path.abspath(h)) for name, h in homes.items()}
     shown: dict[tuple[Any, ...], set[str]] = {}
     for f in end:
@@ -108,7 +108,7 @@ def scan_versions(
         for f in result.findings:
             if shown.get((f.kind, f.victim, f.seen_in, f.canary), set()) & holders[v.sha256]:
                 continue
-            key = (f.kind, f.victim, f.seen_in, f.canary, f.encoding, _database(_file_of(f.location)))
+            key = (f.kind, f.victim, f.seen_in, f.canary, f.encoding, _database(_file_of(f.location)), stretch(v.time))
             findings.setdefault(key, replace(f, location=f"{f.location} ({MARK} {v.id}, gone at the end)",
                                              transient=True, time=v.time))
     return list(findings.values()), len(kept), skipped
