@@ -76,32 +76,33 @@ def decode_body(raw: bytes | None, content_encoding: str = "", transfer_encoding
     raw = raw or b""
     encodings = [e.strip().lower() for e in content_encoding.split(",") if e.strip()]
     encodings = [e for e in encodings if e != "identity"]
-    framed = "chunked" in transfer_encoding.lower() and bool(raw) and raw[0] in _HEX_DIGITS
-    if framed and len(raw) <= MAX_BODY:
-        try:
-            raw = _decode_all("chunked", raw)
-        except ValueError:
-            framed = False  # not framed after all (mitmproxy keeps the header of a body it has unframed)
-    else:
-        framed = False
-    if framed:
-        encodings.insert(0, "chunked")  # the outermost: listed first, as in the headers
+    unframed = _unframe(raw) if "chunked" in transfer_encoding.lower() else None
+    layers = encodings if unframed is None else ["chunked", *encodings]  # the outermost first, as in the headers
+    raw = raw if unframed is None else unframed
     if len(raw) > MAX_BODY:
-        return Body(raw, None, "too large to decode" if encodings else "too large")
-    if not encodings or not raw:
+        return Body(raw, None, "too large to decode" if layers else "too large")
+    if not layers or not raw:
         return Body(raw)
     data = raw
     try:
-        for enc in reversed([e for e in encodings if e != "chunked"]):
+        for enc in reversed(encodings):
             data = _inflate(data, enc)
             if len(data) > MAX_BODY:
-                return Body(data[:MAX_BODY], "+".join(encodings), "truncated")
+                return Body(data[:MAX_BODY], "+".join(layers), "truncated")
     except ValueError:
-        return Body(raw, "chunked" if framed else None, "undecodable")
-    return Body(data, "+".join(encodings))
+        return Body(raw, None if unframed is None else "chunked", "undecodable")
+    return Body(data, "+".join(layers))
 
 
-_HEX_DIGITS = frozenset(b"0123456789abcdefABCDEF")
+def _unframe(raw: bytes) -> bytes | None:
+    """The payload of a body kept with its chunked framing, or None when it is not chunks up to the last one
+    (mitmproxy keeps the header of a body it has unframed already) or too large to unframe."""
+    if not raw or len(raw) > MAX_BODY:
+        return None
+    try:
+        return _decode_all("chunked", raw)
+    except ValueError:
+        return None
 
 
 def loads(data: bytes) -> Any:

@@ -80,15 +80,16 @@ def scan_versions(
     for f in end:
         shown.setdefault((f.kind, f.victim, f.seen_in, f.canary), set()).add(_database(_file_of(f.location)))
     kept = read_index(out)
-    where: dict[str, tuple[str, str]] = {}  # version id -> (owner, path in the owner's home)
+    where: dict[str, tuple[str, str, str]] = {}  # version id -> (owner, path in the owner's home, file label)
     holders: dict[str, set[str]] = {}  # content (sha256) -> every file (label) that held it
     versions_of: Counter[str] = Counter()  # file (label) -> how many versions of it were kept
     for v in kept:
         path = Path(os.path.abspath(out / v.path))
         owner = owner_of(path, homes)
         if owner is not None:
-            where[v.id] = (owner, path.relative_to(homes[owner]).as_posix())
-            label = _database(scan.redacted_path(matcher, where[v.id][1]))
+            rel = path.relative_to(homes[owner]).as_posix()
+            label = _database(scan.redacted_path(matcher, rel))
+            where[v.id] = (owner, rel, label)
             holders.setdefault(v.sha256, set()).add(label)
             versions_of[label] += 1
     # a content several files held (a temporary file renamed into place) is reported at the file that had the
@@ -99,8 +100,8 @@ def scan_versions(
     for v in kept:
         if v.id not in where:
             continue
-        owner, rel = where[v.id]
-        if _database(scan.redacted_path(matcher, rel)) != canonical[v.sha256]:
+        owner, rel, label = where[v.id]
+        if label != canonical[v.sha256]:
             continue
         result = scan.scan_copy(out / FOLDER / v.id, rel, matcher, owner, limits)
         skipped += [replace(n, path=f"{n.path} ({MARK} {v.id})", partial=False) for n in result.not_inspected
