@@ -96,9 +96,9 @@ def module(layered: str, flat: str) -> ModuleType:
 
 
 def streaming() -> ModuleType:
-    """The module holding `scan_file`: `detect.stream`, or the scanner's module in a tree before the split."""
+    """The module holding `scan_file`: `detect.engine.stream`, or the scanner's module in a tree before the split."""
     try:
-        return importlib.import_module("harness.detect.stream")
+        return importlib.import_module("harness.detect.engine.stream")
     except ModuleNotFoundError:
         return module("detect.scan", "scan")
 
@@ -106,7 +106,7 @@ def streaming() -> ModuleType:
 def scan_load(corpus: str, registry: str) -> dict[str, Any]:
     """Load the registry and the corpus's bytes; build both matchers and warm scan_tree's matcher cache."""
     reg = module("core.registry", "registry").load(registry)
-    matcher = module("detect.matcher", "matcher").Matcher
+    matcher = module("detect.engine.matcher", "matcher").Matcher
     files = sorted(p for p in Path(corpus).rglob("*") if p.is_file())
     STATE.update(registry=reg, corpus=corpus, blobs=[p.read_bytes() for p in files],
                  matchers={True: matcher.for_registry(reg), False: matcher.for_registry(reg, prefilter=False)})
@@ -115,7 +115,7 @@ def scan_load(corpus: str, registry: str) -> dict[str, Any]:
 
 
 def scan_build() -> dict[str, Any]:
-    matcher = module("detect.matcher", "matcher").Matcher
+    matcher = module("detect.engine.matcher", "matcher").Matcher
     t = time.perf_counter()
     matcher.for_registry(STATE["registry"])
     return {"seconds": time.perf_counter() - t}
@@ -144,7 +144,7 @@ def scan_fresh(target: str, registry: str) -> dict[str, Any]:
     peak RSS in MiB (the interpreter, the matcher's automata and whatever the scan held)."""
     reg = module("core.registry", "registry").load(registry)
     scan = module("detect.scan", "scan")
-    matcher = module("detect.matcher", "matcher").Matcher.for_registry(reg)
+    matcher = module("detect.engine.matcher", "matcher").Matcher.for_registry(reg)
     t = time.perf_counter()
     if Path(target).is_dir():
         found = len(scan.scan_tree(target, reg, None, matcher=matcher).findings)

@@ -28,7 +28,7 @@ from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow
 
 from harness.core.registry import Registry, mint
-from harness.detect.matcher import Matcher
+from harness.detect.engine.matcher import Matcher
 
 ROOT = Path(__file__).resolve().parent.parent
 EXTRA_KINDS = ("session_id", "gateway_token", "upload_note")  # 9 minted + 3 = 12 canaries per tenant

@@ -50,7 +50,7 @@ import children
 
 from harness.core.procs import ProcessSet
 from harness.core.registry import Registry, mint
-from harness.detect.matcher import Matcher, encodings_of
+from harness.detect.engine.matcher import Matcher, encodings_of
 
 MiB = 1 << 20
 EXTRA_KINDS = ("session_id", "gateway_token", "upload_note")  # 9 minted + 3 = 12 canaries per tenant

@@ -34,8 +34,9 @@ from harness.core.procs import reap_stale
 from harness.core.protocol import TOOL_GROUPS
 from harness.core.registry import RegistryError, load
 from harness.core.severity import docs_url
-from harness.detect import scan, stream
-from harness.detect.matcher import matcher_for
+from harness.detect import scan
+from harness.detect.engine import stream
+from harness.detect.engine.matcher import matcher_for
 from harness.detect.reconcile import EvidenceError, LogSource, read_flows, reconcile
 from harness.drive import plants, scenarios
 from harness.drive.hermes import HermesError

@@ -25,7 +25,7 @@ from harness.capture.proxy import ProxyError
 from harness.core.files import REPO, write_private
 from harness.core.procs import ProcessSet
 from harness.core.registry import RegistryError, load
-from harness.detect.matcher import matcher_for
+from harness.detect.engine.matcher import matcher_for
 from harness.detect.reconcile import EvidenceError
 from harness.drive import features, install
 from harness.drive.hermes import Hermes, HermesError, Sandbox

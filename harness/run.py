@@ -35,8 +35,8 @@ from harness.core.findings import Finding, Verdict
 from harness.core.procs import ProcessSet, reap_stale
 from harness.core.protocol import OUT_OF_SCOPE, TOOL_GROUPS
 from harness.core.registry import PROVIDER, Registry, load, mint
+from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
 from harness.detect.reconcile import EvidenceError, LogSource, Phase, reconcile
-from harness.detect.stream import DEFAULT_LIMITS, Limits
 from harness.detect.versions import version_of
 from harness.drive import battery, features, plants, services
 from harness.drive.backends import BackendError

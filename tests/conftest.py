@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.detect import stream
+from harness.detect.engine import stream
 
 
 @pytest.fixture

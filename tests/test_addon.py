@@ -23,7 +23,7 @@ from harness.core.findings import Finding
 from harness.core.protocol import FLOW_HEADER
 from harness.core.registry import Registry, mint
 from harness.detect import decode, flows
-from harness.detect.matcher import Matcher
+from harness.detect.engine.matcher import Matcher
 
 ROOT = Path(__file__).resolve().parent.parent
 PORTS = {"alpha": 18001, "beta": 18002}
@@ -643,7 +643,7 @@ def test_bodies_as_saved_are_inspected_live_and_again_from_every_file(tctx, addo
     """A request and a response body with another tenant's canaries, in any content-encoding (stacked too) and
     with the chunked framing kept in the saved body: the live addon, `reconcile` of the flow file, the ledger
     and the HAR export all see the same findings."""
-    from harness.detect.matcher import matcher_for
+    from harness.detect.engine.matcher import matcher_for
     from harness.detect.reconcile import reconcile
     from harness.report.export import har
 

@@ -20,8 +20,8 @@ from mitmproxy import io
 from harness.capture.services.provider import StubProvider
 from harness.core.protocol import FLOW_HEADER
 from harness.core.registry import Registry, mint
+from harness.detect.engine.matcher import Matcher
 from harness.detect.flows import inspect_flow
-from harness.detect.matcher import Matcher
 
 ROOT = Path(__file__).resolve().parent.parent
 ADDON = ROOT / "addons" / "tenancy.py"

@@ -19,8 +19,8 @@ from harness.core.findings import Finding
 from harness.core.protocol import PROBE_BEGIN, PROMPT, probe_code
 from harness.core.registry import Registry, mint
 from harness.detect import snapshots
+from harness.detect.engine.matcher import Matcher
 from harness.detect.flows import Route, inspect_request
-from harness.detect.matcher import Matcher
 from harness.detect.tools import Coverage, message_spans, tool_for_file
 from harness.drive import plants
 from harness.run import check_plants

@@ -38,11 +38,11 @@ from mitmproxy import io as mitmio
 from mitmproxy.test import tflow
 
 from harness.core.registry import TAG_MARKER, Registry, mint
-from harness.detect import codecs, containers
+from harness.detect.engine import codecs, containers
+from harness.detect.engine.matcher import Matcher, matcher_for
+from harness.detect.engine.stream import Limits, NotInspected, scan_bytes, scan_file
 from harness.detect.flows import inspect_flow
-from harness.detect.matcher import Matcher, matcher_for
 from harness.detect.reconcile import read_flows
-from harness.detect.stream import Limits, NotInspected, scan_bytes, scan_file
 
 try:
     from compression import zstd  # type: ignore[import-not-found]

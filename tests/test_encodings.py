@@ -26,12 +26,12 @@ import brotli
 import pytest
 
 from harness.core.registry import Registry, mint
-from harness.detect import codecs, containers, matcher, stream
+from harness.detect.engine import codecs, containers, forms, matcher, stream
+from harness.detect.engine.matcher import Matcher, encodings_of, matcher_for
+from harness.detect.engine.stream import NotInspected, scan_bytes, scan_file
 from harness.detect.flows import Route, inspect_request, inspect_response
-from harness.detect.matcher import Matcher, encodings_of, matcher_for
 from harness.detect.reconcile import reconcile
 from harness.detect.scan import scan_log, scan_text, scan_tree
-from harness.detect.stream import NotInspected, scan_bytes, scan_file
 
 try:
     from compression import zstd  # type: ignore[import-not-found]
@@ -106,7 +106,7 @@ def test_base64_edges_negative_control(registry: Registry, m: Matcher, monkeypat
     """Without the edge check the near miss is reported: the check is what rejects it."""
     v = value(registry, "memory")
     twins = [base64.b64encode(b"abc"[:pad] + near.encode() + b"!") for pad in range(3) for near in near_misses(v)]
-    monkeypatch.setattr(matcher._Edge, "agrees", lambda self, data, start, end: True)
+    monkeypatch.setattr(forms.Edge, "agrees", lambda self, data, start, end: True)
     assert any(Matcher(m.canaries).find(t) for t in twins)
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from harness.core.registry import TAG_MARKER, Registry, mint
-from harness.detect.matcher import PREFILTER_MIN_BYTES, Canary, Matcher, encodings_of
+from harness.detect.engine.matcher import PREFILTER_MIN_BYTES, Canary, Matcher, encodings_of
 
 
 def make_registry(root: Path) -> Registry:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from harness.core.registry import Registry, mint
-from harness.detect.matcher import matcher_for
-from harness.detect.stream import scan_bytes, scan_file
+from harness.detect.engine.matcher import matcher_for
+from harness.detect.engine.stream import scan_bytes, scan_file
 
 
 @pytest.fixture

@@ -19,10 +19,11 @@ from pathlib import Path
 import pytest
 
 from harness.core.registry import Registry, mint
-from harness.detect import scan, stream
-from harness.detect.matcher import Matcher, matcher_for
+from harness.detect import scan
+from harness.detect.engine import stream
+from harness.detect.engine.matcher import Matcher, matcher_for
+from harness.detect.engine.stream import ScanHit, scan_bytes, scan_file
 from harness.detect.scan import scan_paths, scan_text, scan_tree
-from harness.detect.stream import ScanHit, scan_bytes, scan_file
 
 OWNER, VICTIM = "alice", "bob"
 KINDS = [

@@ -19,8 +19,8 @@ from harness.capture.services.provider import StubProvider
 from harness.capture.services.tavily import TavilyStub
 from harness.core.registry import Registry, RegistryError, load, mint, parse
 from harness.detect import records
+from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import Route, inspect_request
-from harness.detect.matcher import matcher_for
 from harness.drive import services
 from harness.drive.hermes import hermetic_env
 

@@ -12,7 +12,7 @@ import pytest
 from harness.capture import versions as capture
 from harness.core.registry import Registry, mint
 from harness.detect import versions
-from harness.detect.matcher import matcher_for
+from harness.detect.engine.matcher import matcher_for
 from harness.detect.scan import scan_tree
 
 

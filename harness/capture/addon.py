@@ -27,7 +27,7 @@ from harness.core.files import write_private
 from harness.core.findings import Finding
 from harness.core.protocol import FLOW_HEADER
 from harness.detect import flows
-from harness.detect.matcher import Matcher, matcher_for
+from harness.detect.engine.matcher import Matcher, matcher_for
 
 log = logging.getLogger("tenancy")
 EGRESS_CHOICES = ("flag", "block")

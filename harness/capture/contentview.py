@@ -13,7 +13,7 @@ from collections.abc import Callable
 from mitmproxy.contentviews import Contentview, Metadata
 
 from harness.core.protocol import placeholder
-from harness.detect.matcher import Matcher
+from harness.detect.engine.matcher import Matcher
 
 
 class TenancyContentview(Contentview):

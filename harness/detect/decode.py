@@ -1,5 +1,5 @@
 """Decoding what an HTTP message carries: content-encodings (bounded, by the same streaming decoders the
-file scanner uses, `harness.detect.codecs`), JSON, SSE streams reassembled, and the header values the
+file scanner uses, `harness.detect.engine.codecs`), JSON, SSE streams reassembled, and the header values the
 detectors need (first values, the presented credential).
 
 Whatever cannot be decoded or parsed is left as the raw bytes it is (and said so in `Body.note`), so no
@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from harness.detect import codecs
+from harness.detect.engine import codecs
 
 MAX_BODY = 16 * 1024 * 1024
 #: How deep the SSE walk follows nested JSON; deeper strings are still in the raw body's scan.

@@ -30,8 +30,9 @@ from harness.detect.decode import (
     sse_streams,
     utf8_bytes,
 )
-from harness.detect.matcher import SEPARATOR, Hit, Matcher
-from harness.detect.stream import NotInspected, ScanHit, scan_bytes
+from harness.detect.engine.matcher import SEPARATOR, Hit, Matcher
+from harness.detect.engine.stream import NotInspected, ScanHit, scan_bytes
+from harness.detect.reports import FlowReport, RequestReport, ResponseReport
 from harness.detect.tools import attribute_body
 
 _SEPARATOR = SEPARATOR.decode()
@@ -72,7 +73,7 @@ def _label(body_encoding: str | None, hit: Hit | ScanHit) -> str:
 
 
 @dataclass
-class _Scan:
+class _FlowScan:
     """Collects leak findings of one message: every canary not owned by the channel's tenant."""
 
     matcher: Matcher
@@ -166,38 +167,6 @@ class _Scan:
             self.not_inspected.append(NotInspected(f"flow:{self.flow_id}:{part}", f"body {body.note}", read))
 
 
-@dataclass
-class RequestReport:
-    """What one request was: whose, which credential and model, what kind, and what it leaked."""
-
-    tenant: str | None
-    route: str
-    method: str
-    path: str
-    kind: str  # "main", "aux" or "probe" (a provider's), "service" (any other service's)
-    bearer: str  # see _bearer_state
-    bearer_tenant: str | None
-    model: str | None
-    size: int
-    note: str = ""
-    findings: list[Finding] = field(default_factory=list)
-    not_inspected: list[NotInspected] = field(default_factory=list)
-    service: str = PROVIDER  # which of the tenant's services the request went to
-
-
-@dataclass
-class ResponseReport:
-    """What came back: status and size (None when the flow failed first), and any foreign canary."""
-
-    status: int | None
-    size: int | None
-    streamed: bool = False
-    error: str | None = None
-    note: str = ""
-    findings: list[Finding] = field(default_factory=list)
-    not_inspected: list[NotInspected] = field(default_factory=list)
-
-
 def _bearer_state(tenant: Tenant | None, bearer: str | None, owner: Tenant | None, expected: str | None) -> str:
     """`none`, `own` (the credential the tenant must present here: `expected`), `foreign` (another tenant's
     secret), `misused` (another secret of the tenant itself) or `unknown` (no tenant's)."""
@@ -286,7 +255,7 @@ def inspect_request(
             evidence=matcher.redact_text(f'"model": {json.dumps(model)}'),
             detail=f"main turn model is not {tenant.name}'s model",
         ))
-    scan = _Scan(matcher, flow_id, name, "request", "request_leak")
+    scan = _FlowScan(matcher, flow_id, name, "request", "request_leak")
     scan.layered(path.encode("utf-8", "surrogateescape"), "request.path", offsets=False)
     scan.headers(headers, "request", frozenset(skip_headers))
     scan.body(decoded, "request.body", frozenset(skip_body))
@@ -351,7 +320,7 @@ def inspect_response(
     streamed = "text/event-stream" in first.get("content-type", "").lower()
     size = len(body) if body is not None else None
     report = ResponseReport(status, size, streamed, error, decoded.note)
-    scan = _Scan(matcher, flow_id, tenant, "response", "response_leak")
+    scan = _FlowScan(matcher, flow_id, tenant, "response", "response_leak")
     scan.headers(headers, "response")
     scan.body(decoded, "response.body")
     if streamed and not decoded.note:
@@ -360,59 +329,6 @@ def inspect_response(
     report.findings = scan.findings if service == PROVIDER else [replace(f, service=service) for f in scan.findings]
     report.not_inspected = scan.not_inspected
     return report
-
-
-@dataclass
-class FlowReport:
-    """One flow's request and response reports; `ledger_entry()` is its line in the ledger."""
-
-    flow_id: str
-    time: float
-    host: str
-    request: RequestReport
-    response: ResponseReport | None = None
-    scenario: str | None = None  # the audit's phase the flow happened in (`label`), if known
-    phase: str | None = None
-
-    @property
-    def findings(self) -> list[Finding]:
-        return self.request.findings + (self.response.findings if self.response else [])
-
-    def label(self, scenario: str | None, phase: str | None) -> None:
-        """Fill in the scenario/phase the flow happened in (what its findings' fingerprints include)."""
-        self.scenario, self.phase = scenario, phase
-        for part in (self.request, self.response):
-            if part is not None:
-                part.findings = [f.labelled(scenario, phase) for f in part.findings]
-    @property
-    def not_inspected(self) -> list[NotInspected]:
-        return self.request.not_inspected + (self.response.not_inspected if self.response else [])
-
-    def ledger_entry(self) -> dict[str, Any]:
-        req, resp = self.request, self.response
-        return {
-            "time": self.time,
-            "flow": self.flow_id,
-            "tenant": req.tenant,
-            "route": req.route,
-            "host": self.host,
-            "method": req.method,
-            "path": req.path,
-            "kind": req.kind,
-            "service": req.service,
-            "bearer": req.bearer,
-            "bearer_tenant": req.bearer_tenant,
-            "model": req.model,
-            "request_bytes": req.size,
-            "status": resp.status if resp else None,
-            "response_bytes": resp.size if resp else None,
-            "streamed": resp.streamed if resp else False,
-            "error": resp.error if resp else None,
-            "flagged": bool(self.findings),
-            "findings": [f.to_dict() for f in self.findings],
-            "scenario": self.scenario,
-            "phase": self.phase,
-        }
 
 
 def route_of(flow: http.HTTPFlow) -> Route:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -18,10 +18,11 @@ from mitmproxy.exceptions import FlowReadException
 
 from harness.core.findings import Finding, dedupe
 from harness.core.registry import PROVIDER, Registry
-from harness.detect import records, scan, snapshots, stream, versions
+from harness.detect import records, scan, snapshots, versions
 from harness.detect.decode import loads
+from harness.detect.engine import stream
+from harness.detect.engine.matcher import Matcher, matcher_for
 from harness.detect.flows import inspect_flow
-from harness.detect.matcher import Matcher, matcher_for
 from harness.detect.tools import Coverage, tool_for_file, written_files
 
 
@@ -127,6 +128,26 @@ def _tag(findings: list[Finding], phase: Phase | None, when: float) -> list[Find
             for f in findings]
 
 
+@dataclass
+class Evidence:
+    """What one reconciliation reads (see `reconcile`), and what its passes learn for the later ones."""
+
+    registry: Registry
+    matcher: Matcher
+    flows_path: Path
+    homes: dict[str, Path]
+    logs: Sequence[LogSource]
+    stub_log: Path | None
+    expect_snapshots: dict[str, int]
+    phases: list[Phase]
+    empty_ok: bool
+    limits: stream.Limits
+    service_records: Path | None
+    kept_versions: Path | None
+    flow_ids: set[str] = field(default_factory=set)  # every saved flow's id (the bypass check)
+    written: dict[str, str] = field(default_factory=dict)  # file name -> the tool whose call wrote it
+
+
 def reconcile(
     registry: Registry,
     flows_path: Path,
@@ -141,21 +162,30 @@ def reconcile(
     service_records: Path | None = None,
     kept_versions: Path | None = None,
 ) -> Reconciliation:
-    """Every invariant over the evidence; findings carry the scenario/phase they happened in. Whatever
-    was not read to its end is in `not_inspected`; what was read in part makes a reason (inconclusive)."""
-    matcher = matcher_for(registry)
-    phases = list(phases)
+    """Every invariant over the evidence, one pass per kind of evidence (`PASSES`, in order); findings carry
+    the scenario/phase they happened in. Whatever was not read to its end is in `not_inspected`; what was
+    read in part makes a reason (inconclusive)."""
+    ev = Evidence(registry, matcher_for(registry), flows_path, homes or {}, logs, stub_log, expect_snapshots or {},
+                  list(phases), empty_ok, limits, service_records, kept_versions)
     rec = Reconciliation()
-    flows, truncated = read_flows(flows_path, empty_ok=empty_ok)
+    for evidence_pass in PASSES:
+        evidence_pass(ev, rec)
+    rec.findings = dedupe(rec.findings)
+    return rec
+
+
+def _flows(ev: Evidence, rec: Reconciliation) -> None:
+    """Every saved flow inspected as the live addon did, the tool calls and env snapshots its main turns
+    carry, and the services each tenant used."""
+    flows, truncated = read_flows(ev.flows_path, empty_ok=ev.empty_ok)
     if truncated:
         rec.reasons.append(truncated)
     rec.flows = len(flows)
-    flow_ids = {f.id for f in flows}
+    ev.flow_ids = {f.id for f in flows}
     seen_calls: set[tuple[str, str]] = set()
-    written: dict[str, str] = {}  # file name -> the tool whose call wrote it (a file finding's tool)
     for flow in flows:
-        phase = _flow_phase(flow, phases)
-        report = inspect_flow(registry, matcher, flow)
+        phase = _flow_phase(flow, ev.phases)
+        report = inspect_flow(ev.registry, ev.matcher, flow)
         rec.findings += _tag(list(report.findings), phase, flow.request.timestamp_start)
         rec.skip(report.not_inspected)
         tenant = report.request.tenant
@@ -172,38 +202,55 @@ def reconcile(
             continue
         if body.get("tools"):
             rec.coverage.add(phase.scenario if phase else "run", body)
-            written.update(written_files(body.get("messages") or []))
-        for snap in snapshots.extract(registry[tenant], flow.id, body):
+            ev.written.update(written_files(body.get("messages") or []))
+        for snap in snapshots.extract(ev.registry[tenant], flow.id, body):
             if (snap.tenant, snap.tool_call_id) in seen_calls:
                 continue
             seen_calls.add((snap.tenant, snap.tool_call_id))
             rec.snapshots.setdefault(snap.tenant, []).append(snap)
             rec.inspected["env"] += 1
-            rec.findings += _tag(snapshots.check(snap, registry, matcher), phase, flow.request.timestamp_start)
-    if stub_log is not None:
-        rec.findings += _bypass(stub_log, flow_ids, phases)
-    if service_records is not None:
-        _records(service_records, registry, matcher, phases, rec)
-    for name, home in (homes or {}).items():
+            rec.findings += _tag(snapshots.check(snap, ev.registry, ev.matcher), phase, flow.request.timestamp_start)
+
+
+def _stubs(ev: Evidence, rec: Reconciliation) -> None:
+    """Every request a stub recorded passed the proxy; the records of the servers not behind it."""
+    if ev.stub_log is not None:
+        rec.findings += _bypass(ev.stub_log, ev.flow_ids, ev.phases)
+    if ev.service_records is not None:
+        _records(ev.service_records, ev.registry, ev.matcher, ev.phases, rec)
+
+
+def _homes(ev: Evidence, rec: Reconciliation) -> None:
+    """Every file of every tenant's home as it is at the end."""
+    for name, home in ev.homes.items():
         if not home.exists():
             rec.reasons.append(f"home of tenant {name!r} is missing: {home}")
             continue
-        others = [h for n, h in (homes or {}).items() if n != name]  # where they are now, not where they ran
-        result = scan.scan_tree(home, registry, name, exclude=others, matcher=matcher, limits=limits)
-        rec.findings += [replace(f, tool=f.tool or tool_for_file(f.location, written)) for f in result.findings]
+        others = [h for n, h in ev.homes.items() if n != name]  # where they are now, not where they ran
+        result = scan.scan_tree(home, ev.registry, name, exclude=others, matcher=ev.matcher, limits=ev.limits)
+        rec.findings += [replace(f, tool=f.tool or tool_for_file(f.location, ev.written)) for f in result.findings]
         rec.inspected["file"] += result.files
         rec.reasons += [f"unreadable file {p}" for p in result.unreadable]
         rec.skip(result.not_inspected, str(home))
-    if kept_versions is not None and homes:
-        ends = [f for f in rec.findings if f.channel == "file"]
-        try:
-            transient, rec.inspected["version"], skipped = versions.scan_versions(
-                kept_versions, matcher, homes, ends, limits, stretch=lambda t: _phase_before(t, phases))
-        except ValueError as exc:
-            raise EvidenceError(f"versions: {exc}") from None
-        rec.findings += [_tag([f], _phase_before(f.time or 0.0, phases), f.time or 0.0)[0] for f in transient]
-        rec.skip(skipped)
-    for source in logs:
+
+
+def _versions(ev: Evidence, rec: Reconciliation) -> None:
+    """Every version of the home files kept during the run; a canary gone by the end is transient."""
+    if ev.kept_versions is None or not ev.homes:
+        return
+    ends = [f for f in rec.findings if f.channel == "file"]
+    try:
+        transient, rec.inspected["version"], skipped = versions.scan_versions(
+            ev.kept_versions, ev.matcher, ev.homes, ends, ev.limits, stretch=lambda t: _phase_before(t, ev.phases))
+    except ValueError as exc:
+        raise EvidenceError(f"versions: {exc}") from None
+    rec.findings += [_tag([f], _phase_before(f.time or 0.0, ev.phases), f.time or 0.0)[0] for f in transient]
+    rec.skip(skipped)
+
+
+def _logs(ev: Evidence, rec: Reconciliation) -> None:
+    """Every log and RPC stream."""
+    for source in ev.logs:
         if source.channel == "rpc":
             try:
                 data = source.path.read_bytes()
@@ -211,29 +258,38 @@ def reconcile(
                 rec.reasons.append(f"log {source.path} unreadable: {exc.strerror}")
                 continue
             rec.inspected["rpc"] += 1
-            rec.findings += _scan_rpc(data, registry, matcher, source.path.name, phases, rec)
+            rec.findings += _scan_rpc(data, ev.registry, ev.matcher, source.path.name, ev.phases, rec)
             continue
-        log = scan.scan_log(source.path, registry, source.owner, label=source.path.name, matcher=matcher,
-                            limits=limits)
+        log = scan.scan_log(source.path, ev.registry, source.owner, label=source.path.name, matcher=ev.matcher,
+                            limits=ev.limits)
         if log.unreadable:
             rec.reasons.append(f"log {source.path} unreadable")
             continue
         rec.inspected["log"] += 1
         rec.findings += log.findings
         rec.skip(log.not_inspected)
+
+
+def _snapshot_controls(ev: Evidence, rec: Reconciliation) -> None:
+    """The env snapshots' positive control (one shows a HERMES_HOME) and their expected number."""
     for name, snaps in rec.snapshots.items():  # the positive control of the path check
         if not any(snapshots.shows_home(s) for s in snaps):
             rec.reasons.append(f"no env snapshot of {name} shows a HERMES_HOME: a wrong home would not be seen")
-    for name, wanted in (expect_snapshots or {}).items():
+    for name, wanted in ev.expect_snapshots.items():
         got = len(rec.snapshots.get(name, []))
         if got < wanted:
             rec.findings.append(Finding(
                 "shortfall", name, None, None, "env", "run",
                 detail=f"{got} env snapshot(s) reached {name}'s provider, expected >= {wanted}",
-                scenario=phases[0].scenario if phases else None,
+                scenario=ev.phases[0].scenario if ev.phases else None,
             ))
-    rec.findings = dedupe(rec.findings)
-    return rec
+
+
+#: The evidence passes, in order: the flows first (the bypass check needs their ids, the home scan the files
+#: tool calls wrote), the home files before their kept versions (a version's canary still there at the end is
+#: not transient).
+PASSES: tuple[Callable[[Evidence, Reconciliation], None], ...] = (
+    _flows, _stubs, _homes, _versions, _logs, _snapshot_controls)
 
 
 def _scan_rpc(data: bytes, registry: Registry, matcher: Matcher, label: str, phases: list[Phase],

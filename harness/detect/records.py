@@ -24,8 +24,8 @@ from typing import Any
 from harness.core.findings import Finding
 from harness.core.registry import Registry, is_path_kind
 from harness.detect import scan
-from harness.detect.matcher import Matcher
-from harness.detect.stream import NotInspected
+from harness.detect.engine.matcher import Matcher
+from harness.detect.engine.stream import NotInspected
 
 #: What a record file is named: `<service>-<tenant>-<pid>.jsonl`, and the variable that carries the server's
 #: credential (`mcp_stdio.TOKEN_ENV`), by service.

@@ -1,5 +1,5 @@
 """Canaries as findings: `file_leak`s in files, trees and paths (names and symlink targets too), and
-`text_leak`s in logs and RPC streams, each scanned by `harness.detect.stream`.
+`text_leak`s in logs and RPC streams, each scanned by `harness.detect.engine.stream`.
 
 Names: `scan_tree` scans every path below the root (directories, files, symlinks and their targets) as
 text; a canary in a name is a `file_leak` at `PATH:name@OFFSET` (encoding `name`, `name/url`, ...). Any
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from harness.core.findings import Finding
 from harness.core.registry import Registry, is_secret_kind
-from harness.detect.matcher import Hit, Matcher, matcher_for
-from harness.detect.stream import DEFAULT_LIMITS, Limits, NotInspected, ScanHit, scan_bytes, scan_file
+from harness.detect.engine.matcher import Hit, Matcher, matcher_for
+from harness.detect.engine.stream import DEFAULT_LIMITS, Limits, NotInspected, ScanHit, scan_bytes, scan_file
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 from harness.core.findings import Finding
 from harness.core.protocol import PROBE_BEGIN, PROBE_END
 from harness.core.registry import Registry, Tenant, is_path_kind
-from harness.detect.matcher import Matcher
+from harness.detect.engine.matcher import Matcher
 from harness.detect.tools import call_names
 
 #: The tools whose results hold the probe's output: the shell command and its Python twin (`probe_code`).

@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.findings import Finding
-from harness.detect import scan, stream
-from harness.detect.matcher import Matcher
+from harness.detect import scan
+from harness.detect.engine import stream
+from harness.detect.engine.matcher import Matcher
 
 #: Where the copies are in an evidence folder, and their index (one JSON line per kept version).
 FOLDER = "versions"

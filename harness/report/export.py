@@ -21,9 +21,9 @@ from mitmproxy import io as mio
 
 from harness.core.files import write_private
 from harness.core.protocol import PLACEHOLDER_PATTERN
-from harness.detect import stream
 from harness.detect.decode import sse_streams
-from harness.detect.matcher import Matcher
+from harness.detect.engine import stream
+from harness.detect.engine.matcher import Matcher
 from harness.report import redact
 
 CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "api-key", "x-api-key", "cookie",

@@ -17,7 +17,7 @@ from mitmproxy import http, io
 from harness.core.files import write_private
 from harness.core.protocol import placeholder
 from harness.core.registry import Registry, Tenant
-from harness.detect.matcher import Matcher
+from harness.detect.engine.matcher import Matcher
 from harness.detect.reconcile import read_flows
 
 REDACTED = "redacted"

@@ -19,8 +19,8 @@ from mitmproxy import flowfilter
 from harness import cli
 from harness.core.findings import Finding
 from harness.core.registry import load
-from harness.detect import stream
-from harness.detect.matcher import matcher_for
+from harness.detect.engine import stream
+from harness.detect.engine.matcher import matcher_for
 from harness.detect.reconcile import read_flows
 from harness.run import RunOptions, run_audit
 

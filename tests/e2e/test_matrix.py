@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from harness.core.registry import load
-from harness.detect.matcher import Matcher
+from harness.detect.engine.matcher import Matcher
 from harness.matrix import FILES
 from harness.report.matrix import NA
 from harness.run import hermes_python

@@ -13,7 +13,7 @@ import pytest
 
 from harness.core.protocol import BATTERY_TOOLS, OUT_OF_SCOPE
 from harness.core.registry import load
-from harness.detect.matcher import Matcher
+from harness.detect.engine.matcher import Matcher
 from harness.detect.versions import version_of
 from harness.drive.plants import (
     NEAR_MISS_FILE,

@@ -16,31 +16,16 @@ mitmproxy dependencies.
 from __future__ import annotations
 
 import binascii
-import bz2
 import json
-import lzma
 import re
 import struct
-import sys
 import urllib.parse
-import zlib
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 
-import brotli
+from harness.detect.engine import compressed
+from harness.detect.engine.compressed import COMPRESSION, HEAD, plausible
+from harness.detect.engine.progress import PIECE, Chunk, Progress, in_steps
 
-if sys.version_info >= (3, 14):  # pragma: no cover
-    from compression import zstd
-else:
-    from backports import zstd
-
-#: Output bytes per yielded piece.
-PIECE = 1 << 20
-#: Input bytes per decoder call (a corrupt zlib stream keeps the output of the calls before the damage).
-STEP = 1 << 16
-#: Memory a decoder may use for its window (xz and zstd let a stream ask for up to 4 GiB).
-DECODER_MEMORY = 128 << 20
-COMPRESSION = ("gzip", "zlib", "deflate", "xz", "lzma", "bz2", "zstd", "br")
 #: Text encodings: each decodes a run of its characters (or a JSON string) to fewer bytes.
 TEXT = ("base64", "hex", "url", "json")
 #: Archive members: a tar member, a zip entry stored as it is.
@@ -49,174 +34,21 @@ CODECS = (*COMPRESSION, "chunked", *TEXT, *ARCHIVE)
 #: The decoders whose output keeps every byte they do not decode (an escape, a chunk's size line, a member's
 #: header): what starts inside their input also starts in their output.
 KEEPING = frozenset({"chunked", "json", "url", *ARCHIVE})
-Chunk = bytes | bytearray | memoryview
-
-
-@dataclass
-class Progress:
-    """What a decoder did: input consumed, whether the stream ended properly, and why it stopped early."""
-
-    consumed: int = 0
-    eof: bool = False
-    error: str = ""
+__all__ = ["CODECS", "COMPRESSION", "HEAD", "KEEPING", "PIECE", "TEXT", "Chunk", "Progress", "decode", "plausible"]
 
 
 def decode(codec: str, chunks: Iterable[Chunk], progress: Progress) -> Iterator[bytes]:
     """The decoded output of the stream of `codec` at the start of `chunks`, piece by piece."""
-    steps = _steps(chunks)
+    pieces = in_steps(chunks)
     try:
-        if codec in ("gzip", "zlib", "deflate"):
-            # Only a gzip member (a checked header) gets the failing step's prefix back: a zlib or deflate
-            # start found by its two magic bytes is mostly chance, and the search would cost more than it saves.
-            yield from _zlib(zlib.decompressobj({"gzip": 31, "zlib": 15, "deflate": -15}[codec]), steps, progress,
-                             recover=codec == "gzip")
-        elif codec == "br":
-            yield from _brotli(steps, progress)
-        elif codec == "base64":
-            yield from _base64(steps, progress)
-        elif codec == "chunked":
-            yield from _chunked(steps, progress)
-        elif codec == "hex":
-            yield from _hex(steps, progress)
-        elif codec == "url":
-            yield from _url(steps, progress)
-        elif codec == "json":
-            yield from _json(steps, progress)
+        if codec in _TEXT_DECODERS:
+            yield from _TEXT_DECODERS[codec](pieces, progress)
         elif codec in ARCHIVE:
-            yield from _member(codec, steps, progress)
+            yield from _member(codec, pieces, progress)
         else:
-            yield from _stdlib(_decompressor(codec), steps, progress)
-    except (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError, zstd.ZstdError, brotli.error) as exc:
+            yield from compressed.decode(codec, pieces, progress)
+    except compressed.ERRORS as exc:
         progress.error = f"{type(exc).__name__}: {exc}"
-
-
-#: Codecs whose decoder, on an error in a stream's first bytes, yields nothing at all (no recovery).
-_CHECKED = {"zlib": 15, "deflate": -15, "br": 0}
-#: Bytes `plausible` decodes.
-HEAD = 64
-
-
-def plausible(codec: str, head: bytes | memoryview) -> bool:
-    """False if the stream of `codec` that starts with `head` (its first HEAD bytes) certainly decodes to
-    nothing: its decoder fails on them. Cheaper than `decode`, which would fail on them too (errors in these
-    decoders are monotonic in the input); most zlib magic numbers and streams without one in binary data
-    are chance."""
-    wbits = _CHECKED.get(codec)
-    try:
-        if wbits is None:
-            return True
-        if wbits:
-            zlib.decompressobj(wbits).decompress(head, 1 << 16)
-        else:
-            brotli.Decompressor().process(head, output_buffer_limit=1 << 16)
-    except (zlib.error, brotli.error):
-        return False
-    return True
-
-
-def _decompressor(codec: str):  # type: ignore[no-untyped-def]
-    if codec == "xz":
-        return lzma.LZMADecompressor(lzma.FORMAT_XZ, memlimit=DECODER_MEMORY)
-    if codec == "lzma":
-        return lzma.LZMADecompressor(lzma.FORMAT_ALONE, memlimit=DECODER_MEMORY)
-    if codec == "bz2":
-        return bz2.BZ2Decompressor()
-    if codec == "zstd":
-        return zstd.ZstdDecompressor(options={zstd.DecompressionParameter.window_log_max: 27})
-    raise ValueError(f"unknown codec {codec!r}")
-
-
-def _steps(chunks: Iterable[Chunk]) -> Iterator[memoryview]:
-    for chunk in chunks:
-        view = memoryview(chunk)
-        for i in range(0, len(view), STEP):
-            yield view[i : i + STEP]
-
-
-def _stdlib(d, steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:  # type: ignore[no-untyped-def]
-    """lzma, bz2 and zstd decompressors (`decompress(data, max_length)`, `needs_input`, `eof`)."""
-    for step in steps:
-        out = d.decompress(step, PIECE)
-        while True:
-            if out:
-                yield out
-            if d.eof:
-                progress.consumed += len(step) - len(d.unused_data)
-                progress.eof = True
-                return
-            if d.needs_input:
-                break
-            out = d.decompress(b"", PIECE)
-        progress.consumed += len(step)
-
-
-def _zlib(d: zlib._Decompress, steps: Iterator[memoryview], progress: Progress, *,
-          recover: bool) -> Iterator[bytes]:
-    """gzip, zlib and raw deflate. On an error, the longest prefix of the failing step that decodes
-    cleanly is decoded (errors are monotonic in the input's length), so nothing before the damage is lost."""
-    for step in steps:
-        saved, emitted = d.copy() if recover else d, 0
-        try:
-            for out in _zlib_step(d, step):
-                emitted += len(out)
-                yield out
-        except zlib.error:
-            if not recover:
-                raise
-            good = _longest_good_prefix(saved, step)
-            skip = emitted
-            for out in _zlib_step(saved, step[:good]):
-                if len(out) > skip:
-                    yield out[skip:]
-                skip = max(0, skip - len(out))
-            raise
-        if d.eof:
-            progress.consumed += len(step) - len(d.unused_data)
-            progress.eof = True
-            return
-        progress.consumed += len(step)
-
-
-def _zlib_step(d: zlib._Decompress, data: memoryview) -> Iterator[bytes]:
-    out = d.decompress(data, PIECE)
-    while True:
-        if out:
-            yield out
-        if not d.unconsumed_tail or d.eof:
-            return
-        out = d.decompress(d.unconsumed_tail, PIECE)
-
-
-def _longest_good_prefix(d: zlib._Decompress, data: memoryview) -> int:
-    lo, hi = 0, len(data) - 1
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        try:
-            c = d.copy()
-            out = c.decompress(data[:mid], PIECE)
-            while c.unconsumed_tail and not c.eof and out:
-                out = c.decompress(c.unconsumed_tail, PIECE)
-            lo = mid
-        except zlib.error:
-            hi = mid - 1
-    return lo
-
-
-def _brotli(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
-    d = brotli.Decompressor()
-    for step in steps:
-        out = d.process(step, output_buffer_limit=PIECE)
-        while True:
-            if out:
-                yield out
-            if d.is_finished():
-                progress.consumed += len(step)  # brotli does not say how much of the last step it used
-                progress.eof = True
-                return
-            if d.can_accept_more_data():
-                break
-            out = d.process(b"", output_buffer_limit=PIECE)
-        progress.consumed += len(step)
 
 
 # -- base64 blocks ------------------------------------------------------------------------------------------
@@ -484,3 +316,6 @@ def _fill(steps: Iterator[memoryview], buf: bytes, size: int) -> bytes:
             break
         buf += bytes(step)
     return buf
+
+
+_TEXT_DECODERS = {"base64": _base64, "chunked": _chunked, "hex": _hex, "url": _url, "json": _json}

@@ -1,11 +1,11 @@
-"""The streaming scan: every canary of every tenant in a buffer or a file and in every layer inside it.
+"""The walk through a stream's layers: every canary of every tenant in a buffer or a file and in every layer inside it.
 
-Built on `harness.detect.matcher.Matcher` (one automaton, every encoding, one pass), the candidate layer
-starts of `harness.detect.containers` and the streaming decoders of `harness.detect.codecs`. Everything is
+Built on `harness.detect.engine.matcher.Matcher` (one automaton, every encoding, one pass), the candidate layer
+starts of `harness.detect.engine.containers` and the streaming decoders of `harness.detect.engine.codecs`. Everything is
 read as a stream, in windows of `WINDOW` bytes that overlap by the longest encoded pattern, so memory stays
 bounded whatever the size of a file or of what it inflates to.
 
-One loop composes every layer with every other (`_Scan.stream`): in each window the scanner finds the
+One loop composes every layer with every other (`LayerWalk.stream`): in each window the scanner finds the
 canaries, then every layer that starts there, of every kind, and scans what each decodes to exactly as it
 scans a file (the same finders, the same decoders, a stream without a magic number tried at its start),
 so a chain of layers is found in any order, to `Limits.depth`. SQLite files (`SQLite format 3\\0`) are
@@ -21,149 +21,38 @@ scanned. A layer a weaker sign shows is held to more before it is taken: a strea
 inside another layer (or a cell) only if it ends properly, and past the depth cap a run (`containers.RUN`)
 is listed only if its decoded bytes show what its raw bytes cannot (a canary in an encoding of its own, a
 layer with a magic number): a run of base64 or hex characters decodes to something whatever it is.
-
-Reporting scheme (`ScanHit`):
-- `container` is None for the raw bytes, else the layers joined by `/`: `gzip`, `zlib`, `deflate`, `xz`,
-  `lzma`, `bz2`, `zstd`, `br`, `chunked`, `base64`, `hex`, `url` (percent-encoding), `json` (a JSON string's
-  escapes), `sqlite:<table>.<column>#<rowid>`, e.g.
-  `sqlite:messages.content#3/gzip` for a gzip blob in a cell, `base64/gzip` for a gzip in a base64 block.
-- `offset` is the canary's byte offset inside the innermost layer (decoded bytes, or the cell value as
-  UTF-8 / blob bytes); `layers` also records where each layer starts in its parent (None for a cell).
-- `encoding` is the matcher's encoding prefixed by every decoded layer, a trailing `plain` dropped:
-  `plain`, `base64`, `gzip` (plain text in a gzip stream), `gzip/base64`, `base64/gzip`, `zlib/utf16le`.
-  SQLite is a container, not an encoding: a plain canary in a cell has encoding `plain`.
-- `location(label)`: `path@OFFSET` for the raw bytes, `path@AT:gzip@OFFSET` in a stream that starts at AT,
-  `path:sqlite:messages.content#3@OFFSET` in a cell.
-- A text layer or chunked body is also scanned as raw bytes; a canary its raw bytes already show (an
-  unwrapped base64 form, a hex form) is reported there, once, not again in the decoded layer.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 import sqlite3
-import stat
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any
 
-from harness.detect import codecs, containers
-from harness.detect.containers import BARE, MAGIC, RUN, Start
-from harness.detect.matcher import Hit, Matcher
+from harness.detect.engine import codecs, containers
+from harness.detect.engine.containers import BARE, MAGIC, RUN, Start
+from harness.detect.engine.hits import Layer, Limits, NotInspected, ScanHit, Snippet, where
+from harness.detect.engine.matcher import Matcher
 
 #: Bytes read per window (each window also holds the last `Matcher.longest` bytes of the one before).
 WINDOW = 4 << 20
 SQLITE_MAGIC = b"SQLite format 3\x00"
 #: A write-ahead log: its header, then frames of a header and one page each.
 WAL_MAGIC, WAL_HEADER, WAL_FRAME_HEADER = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83"), 32, 24
-#: Rows of a table whose values `_Scan._cells` looks at together first.
+#: Rows of a table whose values `LayerWalk._cells` looks at together first.
 CELL_BATCH = 32
-#: Characters of evidence on either side of a hit.
-SNIPPET_WIDTH = 48
 #: Layers that re-encode bytes which are scanned raw too (a canary their raw bytes show is reported there).
 TRANSFORMS = frozenset({*codecs.TEXT, *codecs.KEEPING})
 
-Layer = tuple[str, int | None]  # (name, where it starts in its parent; None for a SQLite cell)
 Reopen = Callable[[int], Iterator[bytes]]  # the stream's bytes again, from an offset
 
 
-@dataclass(frozen=True)
-class Limits:
-    """What the scanner reads at most. Each limit it reaches is reported (`NotInspected`), never silent."""
 
-    stream_bytes: int = 256 << 20  # decoded bytes read from one compressed stream
-    total_bytes: int = 1 << 30  # decoded bytes read from all the compressed streams of one file
-    depth: int = 4  # layers inside layers: a gzip in a base64 block in a SQLite cell ...
-    seconds: float = 300.0  # decoding layers of one file (or buffer); its raw bytes are always read to the end
-
-
-DEFAULT_LIMITS = Limits()
-
-
-@dataclass(frozen=True)
-class NotInspected:
-    """A file, or a layer of one, that was not read to its end: where, why, how many bytes were read, and
-    whether part of it went unread (`partial`: a secret could be there, so the audit is inconclusive)."""
-
-    path: str
-    reason: str
-    bytes_read: int = 0
-    partial: bool = True
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "reason": self.reason, "bytes_read": self.bytes_read, "partial": self.partial}
-
-    def summary(self) -> str:
-        return f"{self.path}: {self.reason} ({self.bytes_read} bytes read)"
-
-
-class Snippet:
-    """The redacted text around a hit (`Matcher.snippet`), made the first time it is asked for: most hits are
-    never reported (another tenant's in a tenant's own home, a decoded layer's that its raw bytes show)."""
-
-    __slots__ = ("_context", "_hit", "_matcher", "_text")
-
-    def __init__(self, matcher: Matcher, window: bytes, hit: Hit) -> None:
-        reach = SNIPPET_WIDTH + matcher.longest  # all that `Matcher.snippet` reads around the hit
-        lo = max(0, hit.start - reach)
-        self._matcher, self._context = matcher, bytes(window[lo : hit.end + reach])
-        self._hit = replace(hit, start=hit.start - lo, end=hit.end - lo)
-        self._text: str | None = None
-
-    def __str__(self) -> str:
-        if self._text is None:
-            self._text = self._matcher.snippet(self._context, self._hit, SNIPPET_WIDTH)
-        return self._text
-
-
-@dataclass(frozen=True)
-class ScanHit:
-    """One canary occurrence, with the containers it was found in."""
-
-    hit: Hit
-    layers: tuple[Layer, ...] = ()
-    snippet: Snippet | None = field(default=None, compare=False, repr=False)
-
-    @property
-    def evidence(self) -> str:
-        return "" if self.snippet is None else str(self.snippet)
-
-    @property
-    def tenant(self) -> str:
-        return self.hit.tenant
-
-    @property
-    def kind(self) -> str:
-        return self.hit.kind
-
-    @property
-    def offset(self) -> int:
-        return self.hit.start
-
-    @property
-    def container(self) -> str | None:
-        return "/".join(name for name, _ in self.layers) or None
-
-    @property
-    def encoding(self) -> str:
-        codecs_ = [name for name, at in self.layers if at is not None]
-        if self.hit.encoding != "plain" or not codecs_:
-            codecs_.append(self.hit.encoding)
-        return "/".join(codecs_)
-
-    def location(self, label: str) -> str:
-        return label + _where(self.layers) + f"@{self.offset}"
-
-
-def _where(layers: Iterable[Layer]) -> str:
-    return "".join(f"@{at}:{name}" if at is not None else f":{name}" for name, at in layers)
-
-
-class _Scan:
+class LayerWalk:
     """One top-level scan (a file or a buffer): its hits, what it could not read, its decoding budget."""
 
     def __init__(self, matcher: Matcher, limits: Limits, exclude: str | None = None) -> None:
@@ -421,17 +310,16 @@ class _Scan:
             if no_layer and 0 not in value:
                 self._hits(value, 0, 0, len(value), cell)
             else:
-                self.stream((value,), cell, _bytes_reopen(value), top=True)
+                self.stream((value,), cell, bytes_reopen(value), top=True)
 
     def result(self, not_inspected: list[NotInspected] | None, label: str = "") -> list[ScanHit]:
         """The hits, without those a decoded block repeats from its own raw bytes (see the module docstring)."""
         if not_inspected is not None:
-            not_inspected += [NotInspected(label + _where(layers), reason, read)
+            not_inspected += [NotInspected(label + where(layers), reason, read)
                               for layers, reason, read in self.skipped]
         shown = {(h.tenant, h.kind, h.layers) for h in self.hits}
         return [h for h in self.hits
                 if not (h.layers and h.layers[-1][0] in TRANSFORMS and (h.tenant, h.kind, h.layers[:-1]) in shown)]
-
 
 def _page_grid(header: bytes) -> tuple[int, int] | None:
     """Where a SQLite database's pages (or its WAL's frames) start: (first, stride); None for other data."""
@@ -484,75 +372,11 @@ def _skip(pieces: Iterator[bytes], offset: int) -> Iterator[bytes]:
         offset = 0
 
 
-def _bytes_reopen(data: bytes | memoryview) -> Reopen:
+def bytes_reopen(data: bytes | memoryview) -> Reopen:
+    """The bytes of `data` again, from an offset (a buffer's `Reopen`)."""
+
     def again(offset: int) -> Iterator[bytes]:
         if offset < len(data):
             yield bytes(data[offset:])
 
     return again
-
-
-# -- entry points -------------------------------------------------------------------------------------------
-
-
-def scan_bytes(
-    data: bytes | bytearray | memoryview,
-    matcher: Matcher,
-    *,
-    limits: Limits = DEFAULT_LIMITS,
-    not_inspected: list[NotInspected] | None = None,
-    headerless: bool = True,
-    exclude: str | None = None,
-) -> list[ScanHit]:
-    """Every canary in `data` and in the layers it contains (see the module docstring). `headerless`:
-    also try the formats without a magic number at offset 0 (a file's bytes; not an HTTP body, whose
-    content-encoding is in its headers). `exclude`: a tenant whose canaries are not reported (a flow's own)."""
-    data = bytes(data)
-    scan = _Scan(matcher, limits, exclude)
-    scan.stream((data,), (), _bytes_reopen(data), top=headerless)
-    return scan.result(not_inspected, "bytes")
-
-
-def scan_file(
-    path: Path | str,
-    matcher: Matcher,
-    *,
-    limits: Limits = DEFAULT_LIMITS,
-    not_inspected: list[NotInspected] | None = None,
-    label: str | None = None,
-) -> list[ScanHit]:
-    """Scan one regular file as a stream; a SQLite database is also read logically together with its
-    -wal/-journal. Raises OSError when the file cannot be opened or is not a regular file."""
-    path = Path(path)
-    fd = _open(path)
-    scan = _Scan(matcher, limits)
-
-    def again(offset: int) -> Iterator[bytes]:
-        return _file_chunks(os.dup(fd), offset)
-
-    try:
-        scan.stream(_file_chunks(os.dup(fd), 0), (), again, top=True, sqlite_path=path)
-    finally:
-        os.close(fd)
-    return scan.result(not_inspected, str(path) if label is None else label)
-
-
-def _open(path: Path) -> int:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(f"not a regular file: {path}")
-    return fd
-
-
-def _file_chunks(fd: int, offset: int) -> Iterator[bytes]:
-    """The file's bytes from `offset`, WINDOW at a time (owns and closes `fd`)."""
-    try:
-        while True:
-            chunk = os.pread(fd, WINDOW, offset)
-            if not chunk:
-                return
-            offset += len(chunk)
-            yield chunk
-    finally:
-        os.close(fd)

@@ -11,38 +11,30 @@ hold every match the full scan would find, and nothing else.
 Three checks run after the automaton, all exact:
 - a base64 form holds only the characters the canary alone determines; the partial characters at its
   edges (bits of the canary mixed with bits of its neighbours) are checked bit by bit, so a value that
-  differs from a canary only in its first or last bits is not reported (`_Edge`);
+  differs from a canary only in its first or last bits is not reported (`Edge`);
 - around every JSON escape of an ASCII character (`\\u002f`, `\\/`, also escaped again inside a JSON
   string holding JSON) the text is unescaped and searched again, so a canary with any mix of escaped and
   plain characters is found at its span in the original bytes (encoding `json`);
 - a canary encoded twice in base64 (encoding `base64/base64`) is found by decoding the base64 text around
-  a trigger (`_Doubles`): the marker's double-base64 forms, which every minted canary's double forms hold,
+  a trigger (`Doubles`): the marker's double-base64 forms, which every minted canary's double forms hold,
   or a hand-written canary's own double forms. They are not patterns of the automaton: they would double
   its size, and past `DFA_MAX_PATTERNS` its full passes lose the DFA.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
-import bisect
-import functools
 import hashlib
-import html
-import itertools
-import json
-import math
-import re
 import threading
-import urllib.parse
 from collections import OrderedDict
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import ahocorasick_rs
 
 from harness.core.protocol import placeholder
 from harness.core.registry import TAG_MARKER, Registry, is_secret_kind
+from harness.detect.engine.escapes import ESCAPE_STARTS, MAX_UNESCAPE, Unescaped, escape_triggers
+from harness.detect.engine.forms import Doubles, Edge, encodings_of, encodings_with_edges
 
 DFA_MAX_PATTERNS = 12288
 #: Buffers shorter than this are scanned by the full automaton at once (one call is cheaper than two).
@@ -76,161 +68,6 @@ class Hit:
     encoding: str
 
 
-B64_ALPHABET = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
-#: The 6-bit value of each base64 and base64url character (-1: not one).
-_B64_VALUE = [-1] * 256
-for _i, _c in enumerate(B64_ALPHABET):
-    _B64_VALUE[_c] = _i
-_B64_VALUE[ord("-")], _B64_VALUE[ord("_")] = 62, 63
-
-
-@dataclass(frozen=True)
-class _Edge:
-    """The canary's bits in the partial base64 characters just outside a form: before it (`lead`, in the
-    low bits of the character before) and after it (`trail`, in the high bits of the character after)."""
-
-    lead_bits: int
-    lead: int
-    trail_bits: int
-    trail: int
-
-    def agrees(self, data: bytes | bytearray | memoryview, start: int, end: int) -> bool:
-        """Whether the characters around data[start:end] carry the canary's bits. A missing character (the
-        buffer ends there) is accepted: what the buffer holds is the canary's, and no near miss."""
-        if self.lead_bits and 0 < start <= len(data):
-            value = _B64_VALUE[data[start - 1]]
-            if value < 0 or value & ((1 << self.lead_bits) - 1) != self.lead:
-                return False
-        if self.trail_bits and end < len(data):
-            value = _B64_VALUE[data[end]]
-            if value < 0 or value >> (6 - self.trail_bits) != self.trail:
-                return False
-        return True
-
-
-_TO_STANDARD = bytes.maketrans(b"-_", b"+/")
-
-
-def _b64_alignments(raw: bytes) -> list[tuple[bytes, _Edge]]:
-    """At each of the three byte alignments: the base64 characters fully determined by `raw`, and the
-    canary's bits in the partial characters on either side."""
-    out = []
-    for pad in range(3):
-        enc = base64.b64encode(b"\0" * pad + raw + b"\0\0")
-        first = math.ceil(pad * 8 / 6)
-        last = (pad + len(raw)) * 8 // 6  # exclusive: chars fully inside the raw bits
-        lead_bits = first * 6 - pad * 8
-        trail_bits = (pad + len(raw)) * 8 - last * 6
-        lead = _B64_VALUE[enc[first - 1]] & ((1 << lead_bits) - 1) if lead_bits else 0
-        trail = _B64_VALUE[enc[last]] >> (6 - trail_bits) if trail_bits else 0
-        out.append((enc[first:last], _Edge(lead_bits, lead, trail_bits, trail)))
-    return out
-
-
-def _json_u(value: str, hexfmt: str = "04x", keep: str = "") -> str:
-    """`value` with every character not in `keep` written as a JSON `\\uXXXX` escape (UTF-16 surrogate
-    pairs above U+FFFF, as JSON encoders write them)."""
-    out = []
-    for c in value:
-        if c in keep:
-            out.append(c)
-            continue
-        units = c.encode("utf-16-be")
-        out += [f"\\u{int.from_bytes(units[i:i + 2], 'big'):{hexfmt}}" for i in range(0, len(units), 2)]
-    return "".join(out)
-
-
-def _lower_percent(form: str) -> str:
-    return re.sub(r"%[0-9A-F]{2}", lambda m: m.group().lower(), form)
-
-
-def encodings_with_edges(value: str) -> dict[str, list[tuple[bytes, _Edge | None]]]:
-    """Every encoded form of `value` the scanner looks for, by encoding name, each with the bits its base64
-    neighbours must carry (None: nothing to check)."""
-    raw = value.encode()
-    forms: dict[str, list[tuple[bytes, _Edge | None]]] = {"plain": [(raw, None)]}
-    written = json.dumps(value)[1:-1]  # as JSON encoders write it: non-ASCII escaped (surrogate pairs), `"`, `\\`
-    json_forms = {
-        written,
-        re.sub(r"\\u[0-9a-f]{4}", lambda m: m.group().upper().replace("\\U", "\\u"), written),
-        json.dumps(value, ensure_ascii=False)[1:-1],
-        _json_u(value),
-        _json_u(value, "04X"),
-    }
-    json_forms |= {f.replace("/", "\\/") for f in list(json_forms) if "/" in f}
-    forms["json"] = [(f.encode(), None) for f in sorted(json_forms) if f != value]
-    url_forms = {urllib.parse.quote(value, safe=""), urllib.parse.quote(value), urllib.parse.quote_plus(value),
-                 "".join(f"%{b:02X}" for b in raw)}
-    url_forms |= {_lower_percent(f) for f in url_forms}
-    forms["url"] = [(f.encode(), None) for f in sorted(url_forms) if f != value]
-    forms["html"] = [(f.encode(), None) for f in {html.escape(value)} if f != value]
-    b64 = _b64_alignments(raw)
-    forms["base64"] = [(f, e) for f, e in b64]
-    forms["base64url"] = [(f.replace(b"+", b"-").replace(b"/", b"_"), e) for f, e in b64 if b"+" in f or b"/" in f]
-    forms["hex"] = [(raw.hex().encode(), None), (raw.hex().upper().encode(), None)]
-    forms["utf16le"] = [(value.encode("utf-16-le"), None)]
-    forms["utf16be"] = [(value.encode("utf-16-be"), None)]
-    return {enc: fs for enc, fs in forms.items() if fs}
-
-
-def encodings_of(value: str) -> dict[str, list[bytes]]:
-    """Every encoded form of `value` that the automaton looks for, by encoding name."""
-    return {enc: [f for f, _ in fs] for enc, fs in encodings_with_edges(value).items()}
-
-
-def double_base64_forms(value: str) -> list[bytes]:
-    """The base64 characters that `value` encoded twice in base64 determines, at every alignment of both
-    encodings (a token encoded twice). Found by `_Doubles`, not by the automaton."""
-    return sorted({outer for inner, _ in _b64_alignments(value.encode()) for outer, _ in _b64_alignments(inner)})
-
-
-_B64_RUN = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_")
-
-
-class _Doubles:
-    """Canaries encoded twice in base64 (a token encoded twice): where they may be, and the base64 text
-    there decoded once.
-
-    Every double form of a canary holds a trigger: one of the marker's double forms where it holds one
-    (every minted canary's do), else the form itself (a hand-written canary). Around each trigger found
-    (`decoded`), the run of base64 characters within `reach` is decoded at each of the four character
-    phases (a trigger says nothing sure about where the groups start); the caller searches the decoded
-    text for the canaries' base64 forms, whose edges are checked there (`_Edge`), bit by bit."""
-
-    def __init__(self, values: Iterable[str]) -> None:
-        markers = double_base64_forms(TAG_MARKER)
-        self.triggers: set[bytes] = set()
-        #: The longest double form.
-        self.longest = 0
-        for value in values:
-            for form in double_base64_forms(value):
-                self.triggers.add(next((m for m in markers if m in form), form))
-                self.longest = max(self.longest, len(form))
-        #: How far from a trigger its canary's characters, and those carrying its edge bits, can be (a
-        #: trigger skipped for overlapping a found one starts inside it: one trigger further).
-        self.reach = self.longest + max(map(len, self.triggers), default=0) + 8
-
-    def decoded(self, data: bytes | bytearray | memoryview, positions: list[int]) -> Iterator[tuple[int, bytes]]:
-        """(offset in `data`, bytes) of the base64 text around each trigger position, decoded at each phase."""
-        regions: list[list[int]] = []
-        for pos in positions:
-            lo, hi = pos, pos
-            while lo > max(0, pos - self.reach) and data[lo - 1] in _B64_RUN:
-                lo -= 1
-            while hi < min(len(data), pos + self.reach) and data[hi] in _B64_RUN:
-                hi += 1
-            if regions and lo <= regions[-1][1]:
-                regions[-1][1] = max(regions[-1][1], hi)
-            else:
-                regions.append([lo, hi])
-        for lo, hi in regions:
-            chars = bytes(data[lo:hi]).translate(_TO_STANDARD)
-            for phase in range(4):
-                run = chars[phase:]
-                run = run[: len(run) - (len(run) % 4 == 1)]  # a last character alone holds no whole byte
-                yield lo + phase, binascii.a2b_base64(run + b"=" * (-len(run) % 4))
-
-
 #: What a trigger string found in the data asks `Matcher.find` for (`_Triggers`).
 WINDOW, DOUBLE, ESCAPE = "window", "double", "escape"
 _ROLES = (WINDOW, DOUBLE, ESCAPE)
@@ -244,7 +81,7 @@ def _can_hide(found: bytes, other: bytes, *, first: bool) -> bool:
 
 class _Triggers:
     """The fixed strings `Matcher.find` looks for besides the canaries' patterns, in one pass, by role:
-    WINDOW, a marker form (the automaton runs around it); DOUBLE, a `_Doubles` trigger; ESCAPE, the
+    WINDOW, a marker form (the automaton runs around it); DOUBLE, a `Doubles` trigger; ESCAPE, the
     start of a `\\u00XX` escape.
 
     One pass, not one per role: a pass costs about as much as the prefilter's windows (3 ms per 32 MiB),
@@ -277,67 +114,6 @@ class _Triggers:
         return found
 
 
-#: The start of a JSON escape of an ASCII character (`\\u002f`, `\\/`): where a canary may be written half
-#: escaped. An automaton (the SIMD searcher, leftmost-first: no string can start inside another), not a regex:
-#: in binary data (a backslash every 256 bytes) a regex took 2.5 ms per MiB, the automaton 0.1 ms.
-_ESCAPE_STARTS = ahocorasick_rs.BytesAhoCorasick([b"\\u00%d" % d for d in range(8)] + [b"\\/"],
-                                                 matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
-#: One JSON string escape: a UTF-16 surrogate pair (one character), a `\\uXXXX` or a simple escape
-#: (captured, so that `split` returns the escapes too).
-_JSON_ESCAPE = re.compile(rb'(\\(?:u[dD][89abAB][0-9a-fA-F]{2}\\u[dD][c-fC-F][0-9a-fA-F]{2}'
-                          rb'|u[0-9a-fA-F]{4}|["\\/bfnrt]))')
-_SIMPLE_ESCAPES = {b'"': b'"', b"\\": b"\\", b"/": b"/", b"b": b"\b", b"f": b"\f", b"n": b"\n", b"r": b"\r",
-                   b"t": b"\t"}
-#: How many times a region is unescaped (a JSON string holding JSON holding JSON).
-MAX_UNESCAPE = 3
-
-
-def _escape_triggers(data: bytes | bytearray | memoryview) -> list[int]:
-    """Where an escape of an ASCII character starts (`_ESCAPE_STARTS`), in order."""
-    return [pos for _, pos, _ in _ESCAPE_STARTS.find_matches_as_indexes(data)]
-
-
-@functools.lru_cache(maxsize=4096)
-def _unescape(escape: bytes) -> bytes:
-    """The UTF-8 bytes of one `_JSON_ESCAPE` match (a lone surrogate is kept, as `surrogatepass` writes it)."""
-    if len(escape) == 2:
-        return _SIMPLE_ESCAPES[escape[1:]]
-    unit = int(escape[2:6], 16)
-    if len(escape) == 12:  # a surrogate pair
-        unit = 0x10000 + ((unit - 0xD800) << 10) + (int(escape[8:12], 16) - 0xDC00)
-    return chr(unit).encode("utf-8", "surrogatepass")
-
-
-class _Unescaped:
-    """One level of JSON string escapes undone in `data`, with the map from offsets in the result back to
-    offsets in `data` (every escape is one span; the text between them maps one to one). Built with list
-    operations, not a loop over the escapes: a canary written all escaped has one escape per character."""
-
-    def __init__(self, data: bytes) -> None:
-        raw = _JSON_ESCAPE.split(data)  # text, escape, text, ..., escape, text
-        out = raw.copy()
-        out[1::2] = map(_unescape, raw[1::2])
-        self.text = b"".join(out)
-        out_at = list(itertools.accumulate(map(len, out), initial=0))  # where each piece starts in the result
-        raw_at = list(itertools.accumulate(map(len, raw), initial=0))  # ... and in `data`
-        #: Where each escape starts and ends in the result and in `data`.
-        self.out_starts, self.out_ends = out_at[1:-1:2], out_at[2::2]
-        self.raw_starts, self.raw_ends = raw_at[1:-1:2], raw_at[2::2]
-
-    def raw_span(self, start: int, end: int) -> tuple[int, int]:
-        """The span of `data` that the result's [start, end) was decoded from (an escape cut by either end
-        counts whole)."""
-        i = bisect.bisect_right(self.out_starts, start) - 1  # the last escape starting at or before `start`
-        if i >= 0:
-            o_end, r_end = self.out_ends[i], self.raw_ends[i]
-            start = self.raw_starts[i] if start < o_end else r_end + (start - o_end)
-        j = bisect.bisect_left(self.out_starts, end) - 1  # the last escape starting before `end`
-        if j >= 0:
-            o_end, r_end = self.out_ends[j], self.raw_ends[j]
-            end = r_end if end <= o_end else r_end + (end - o_end)
-        return start, end
-
-
 def _outermost(found: list[tuple[Canary, str, int, int]]) -> list[tuple[Canary, str, int, int]]:
     """The matches without those inside a longer match of another tenant's canary: `/home/.hermes` (the launch
     profile's home) found inside `/home/.hermes/profiles/alpha` is alpha's home, not the launch profile's."""
@@ -360,7 +136,7 @@ class Matcher:
     def __init__(self, canaries: Iterable[Canary], *, prefilter: bool = True) -> None:
         self.canaries = list(canaries)
         patterns: dict[bytes, tuple[Canary, str]] = {}
-        edges: dict[bytes, _Edge | None] = {}
+        edges: dict[bytes, Edge | None] = {}
         for canary in self.canaries:
             for encoding, forms in encodings_with_edges(canary.value).items():
                 for form, edge in forms:
@@ -369,7 +145,7 @@ class Matcher:
         self._patterns = list(patterns)
         self._meta = [patterns[p] for p in self._patterns]
         self._edges = [edges[p] for p in self._patterns]
-        self._doubles = _Doubles(c.value for c in self.canaries)
+        self._doubles = Doubles(c.value for c in self.canaries)
         #: Length in bytes of the shortest / longest encoded form (shorter buffers cannot hold a canary).
         self.shortest = min(map(len, self._patterns), default=0)
         self.longest = max(max(map(len, self._patterns), default=0), self._doubles.longest)
@@ -522,7 +298,7 @@ class Matcher:
         That is enough: a half-escaped minted canary either keeps one of its marker forms (or triggers)
         whole, and all its escapes lie within 2 * longest of it, or has a character of it escaped."""
         if not self._prefiltered:
-            return _escape_triggers(data)
+            return escape_triggers(data)
         # An escape start skipped inside a found marker form is within that form's reach, below.
         starts = [pos for pos in marks[ESCAPE] if bytes(data[pos : pos + 6]) in self._marker_escapes]
         reach = 2 * self.longest + self._triggers.longest
@@ -535,7 +311,7 @@ class Matcher:
             else:
                 near.append([lo, hi])
         for lo, hi in near:
-            starts += [lo + pos for _, pos, _ in _ESCAPE_STARTS.find_matches_as_indexes(view[lo:hi])]
+            starts += [lo + pos for _, pos, _ in ESCAPE_STARTS.find_matches_as_indexes(view[lo:hi])]
         return sorted(set(starts))
 
     def _escaped(self, data: bytes | bytearray | memoryview, triggers: list[int]) -> list[tuple[Canary, str, int, int]]:
@@ -558,10 +334,10 @@ class Matcher:
                 regions.append([lo, hi])
         out = []
         for lo, hi in regions:
-            chain: list[_Unescaped] = []
+            chain: list[Unescaped] = []
             text = bytes(data[lo:hi])
             while len(chain) < MAX_UNESCAPE:
-                level = _Unescaped(text)
+                level = Unescaped(text)
                 if level.text == text:
                     break
                 chain.append(level)
@@ -570,7 +346,7 @@ class Matcher:
                     for step in reversed(chain):
                         start, end = step.raw_span(start, end)
                     out.append((canary, "json" if encoding == "plain" else f"json/{encoding}", lo + start, lo + end))
-                if not _ESCAPE_STARTS.find_matches_as_indexes(text):
+                if not ESCAPE_STARTS.find_matches_as_indexes(text):
                     break
         return out
 
@@ -583,7 +359,7 @@ class Matcher:
     def _double_base64(self, data: bytes | bytearray | memoryview,
                        triggers: list[int]) -> list[tuple[Canary, str, int, int]]:
         """Canaries encoded twice in base64: a base64 form in the text around a trigger decoded once
-        (`_Doubles`), at the span of the characters it was decoded from; encoding `base64/base64`."""
+        (`Doubles`), at the span of the characters it was decoded from; encoding `base64/base64`."""
         out = []
         for at, inner in self._doubles.decoded(data, triggers):
             for canary, encoding, start, end in self._raw_matches(inner):

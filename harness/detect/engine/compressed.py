@@ -1,0 +1,163 @@
+"""The compression decoders: gzip, zlib and raw deflate (zlib), xz and lzma, bz2, zstd and brotli, each a
+generator over input steps (`progress.steps`) yielding pieces of at most `PIECE` bytes. The stdlib does the
+decoding; zstd is `backports.zstd` (the stdlib's `compression.zstd` from Python 3.14) and brotli the
+`brotli` package, both already mitmproxy dependencies.
+"""
+
+from __future__ import annotations
+
+import bz2
+import lzma
+import sys
+import zlib
+from collections.abc import Iterator
+
+import brotli
+
+from harness.detect.engine.progress import PIECE, Progress
+
+if sys.version_info >= (3, 14):  # pragma: no cover
+    from compression import zstd
+else:
+    from backports import zstd
+
+#: Memory a decoder may use for its window (xz and zstd let a stream ask for up to 4 GiB).
+DECODER_MEMORY = 128 << 20
+COMPRESSION = ("gzip", "zlib", "deflate", "xz", "lzma", "bz2", "zstd", "br")
+#: What a decoder raises on a corrupt stream.
+ERRORS = (zlib.error, lzma.LZMAError, OSError, EOFError, ValueError, zstd.ZstdError, brotli.error)
+
+
+#: Codecs whose decoder, on an error in a stream's first bytes, yields nothing at all (no recovery).
+_CHECKED = {"zlib": 15, "deflate": -15, "br": 0}
+#: Bytes `plausible` decodes.
+HEAD = 64
+
+
+def plausible(codec: str, head: bytes | memoryview) -> bool:
+    """False if the stream of `codec` that starts with `head` (its first HEAD bytes) certainly decodes to
+    nothing: its decoder fails on them. Cheaper than `decode`, which would fail on them too (errors in these
+    decoders are monotonic in the input); most zlib magic numbers and streams without one in binary data
+    are chance."""
+    wbits = _CHECKED.get(codec)
+    try:
+        if wbits is None:
+            return True
+        if wbits:
+            zlib.decompressobj(wbits).decompress(head, 1 << 16)
+        else:
+            brotli.Decompressor().process(head, output_buffer_limit=1 << 16)
+    except (zlib.error, brotli.error):
+        return False
+    return True
+
+
+def _decompressor(codec: str):  # type: ignore[no-untyped-def]
+    if codec == "xz":
+        return lzma.LZMADecompressor(lzma.FORMAT_XZ, memlimit=DECODER_MEMORY)
+    if codec == "lzma":
+        return lzma.LZMADecompressor(lzma.FORMAT_ALONE, memlimit=DECODER_MEMORY)
+    if codec == "bz2":
+        return bz2.BZ2Decompressor()
+    if codec == "zstd":
+        return zstd.ZstdDecompressor(options={zstd.DecompressionParameter.window_log_max: 27})
+    raise ValueError(f"unknown codec {codec!r}")
+
+
+def _stdlib(d, steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:  # type: ignore[no-untyped-def]
+    """lzma, bz2 and zstd decompressors (`decompress(data, max_length)`, `needs_input`, `eof`)."""
+    for step in steps:
+        out = d.decompress(step, PIECE)
+        while True:
+            if out:
+                yield out
+            if d.eof:
+                progress.consumed += len(step) - len(d.unused_data)
+                progress.eof = True
+                return
+            if d.needs_input:
+                break
+            out = d.decompress(b"", PIECE)
+        progress.consumed += len(step)
+
+
+def _zlib(d: zlib._Decompress, steps: Iterator[memoryview], progress: Progress, *,
+          recover: bool) -> Iterator[bytes]:
+    """gzip, zlib and raw deflate. On an error, the longest prefix of the failing step that decodes
+    cleanly is decoded (errors are monotonic in the input's length), so nothing before the damage is lost."""
+    for step in steps:
+        saved, emitted = d.copy() if recover else d, 0
+        try:
+            for out in _zlib_step(d, step):
+                emitted += len(out)
+                yield out
+        except zlib.error:
+            if not recover:
+                raise
+            good = _longest_good_prefix(saved, step)
+            skip = emitted
+            for out in _zlib_step(saved, step[:good]):
+                if len(out) > skip:
+                    yield out[skip:]
+                skip = max(0, skip - len(out))
+            raise
+        if d.eof:
+            progress.consumed += len(step) - len(d.unused_data)
+            progress.eof = True
+            return
+        progress.consumed += len(step)
+
+
+def _zlib_step(d: zlib._Decompress, data: memoryview) -> Iterator[bytes]:
+    out = d.decompress(data, PIECE)
+    while True:
+        if out:
+            yield out
+        if not d.unconsumed_tail or d.eof:
+            return
+        out = d.decompress(d.unconsumed_tail, PIECE)
+
+
+def _longest_good_prefix(d: zlib._Decompress, data: memoryview) -> int:
+    lo, hi = 0, len(data) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        try:
+            c = d.copy()
+            out = c.decompress(data[:mid], PIECE)
+            while c.unconsumed_tail and not c.eof and out:
+                out = c.decompress(c.unconsumed_tail, PIECE)
+            lo = mid
+        except zlib.error:
+            hi = mid - 1
+    return lo
+
+
+def _brotli(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
+    d = brotli.Decompressor()
+    for step in steps:
+        out = d.process(step, output_buffer_limit=PIECE)
+        while True:
+            if out:
+                yield out
+            if d.is_finished():
+                progress.consumed += len(step)  # brotli does not say how much of the last step it used
+                progress.eof = True
+                return
+            if d.can_accept_more_data():
+                break
+            out = d.process(b"", output_buffer_limit=PIECE)
+        progress.consumed += len(step)
+
+
+def decode(codec: str, steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
+    """The output of the compressed stream of `codec` (one of COMPRESSION) read from `steps`."""
+    if codec in ("gzip", "zlib", "deflate"):
+        # Only a gzip member (a checked header) gets the failing step's prefix back: a zlib or deflate start
+        # found by its two magic bytes is mostly chance, and the search would cost more than it saves.
+        wbits = {"gzip": 31, "zlib": 15, "deflate": -15}[codec]
+        yield from _zlib(zlib.decompressobj(wbits), steps, progress, recover=codec == "gzip")
+    elif codec == "br":
+        yield from _brotli(steps, progress)
+    else:
+        yield from _stdlib(_decompressor(codec), steps, progress)

@@ -1,0 +1,28 @@
+"""What every streaming decoder shares: the pieces it reads and yields, and what it did (`Progress`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+
+#: Output bytes per yielded piece.
+PIECE = 1 << 20
+#: Input bytes per decoder call (a corrupt zlib stream keeps the output of the calls before the damage).
+STEP = 1 << 16
+Chunk = bytes | bytearray | memoryview
+
+
+@dataclass
+class Progress:
+    """What a decoder did: input consumed, whether the stream ended properly, and why it stopped early."""
+
+    consumed: int = 0
+    eof: bool = False
+    error: str = ""
+
+
+def in_steps(chunks: Iterable[Chunk]) -> Iterator[memoryview]:
+    for chunk in chunks:
+        view = memoryview(chunk)
+        for i in range(0, len(view), STEP):
+            yield view[i : i + STEP]
