@@ -3,7 +3,7 @@
     mitmdump -s addons/tenancy.py --set tenancy_registry=registry.yaml --set tenancy_ledger=ledger.jsonl \\
         --mode reverse:http://127.0.0.1:9001@8001 --mode reverse:http://127.0.0.1:9002@8002
 
-The addon class lives in `harness.capture.addon`; see docs/addon.md.
+`Tenancy` (the routing and the inspection addon as one) lives in `harness.capture.addon`; see docs/addon.md.
 """
 
 import sys

@@ -1,0 +1,204 @@
+"""The inspection addon: attribute, inspect, record and flag every tenant flow of a tenancy audit.
+
+Thin glue over `harness.detect.flows` (the detection core the offline reconciler uses too). A flow with a
+finding is marked, commented, logged at WARNING and carries its findings in `flow.metadata["tenancy"]`;
+every flow is one line of the JSONL ledger. It reads the registry `Routing` loads and keeps current, and
+runs after it in every hook (`harness.capture.addon.Tenancy` composes the two). See docs/addon.md.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import IO, Any
+
+import mitmproxy.types
+import orjson
+from mitmproxy import command, contentviews, ctx, exceptions, http
+from mitmproxy.log import ALERT
+
+from harness.capture.contentview import TenancyContentview
+from harness.capture.watched import PhaseFile, RegistryFile
+from harness.core import registry
+from harness.core.files import write_private
+from harness.core.findings import Finding
+from harness.detect import flows
+from harness.detect.engine.matcher import Matcher
+
+log = logging.getLogger("tenancy")
+MARK = ":warning:"
+
+
+class _StreamTap:
+    """`response.stream` for SSE: every chunk goes to the client at once; a copy is kept for inspection."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+
+    def __call__(self, chunk: bytes) -> bytes:
+        self.data += chunk
+        return chunk
+
+
+class Inspection:
+    """Owns the options `tenancy_ledger` and `tenancy_phase_file`, the "Tenancy" content view and the commands
+    `tenancy.findings` and `tenancy.report`; inspects against the registry in `tenants`."""
+
+    def __init__(self, tenants: RegistryFile) -> None:
+        self.tenants = tenants
+        self.phase = PhaseFile()
+        self.findings: list[Finding] = []
+        self.ledger: IO[bytes] | None = None
+        self._ledger_failed = False  # once a line could not be written, nothing more is recorded
+        #: The report of every request in flight, reused by `_finish` while the request is unchanged.
+        self._inflight: dict[str, tuple[_RequestState, flows.RequestReport]] = {}
+
+    @property
+    def registry(self) -> registry.Registry | None:
+        return self.tenants.registry
+
+    def load(self, loader: Any) -> None:
+        contentviews.add(TenancyContentview(lambda: self.tenants.matcher))
+        loader.add_option(
+            "tenancy_ledger", str | None, None,
+            "Append one JSON line per flow to this file (mode 0600); the proxy stops if it cannot be written.",
+        )
+        loader.add_option(
+            "tenancy_phase_file", str | None, None,
+            'A JSON file {"scenario": ..., "phase": ...} naming the audit\'s current phase; findings are labelled '
+            "with it, so their fingerprints match the audit's (the harness writes it).",
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        if "tenancy_ledger" in updated:
+            if self.ledger:
+                self.ledger.close()
+                self.ledger = None
+            self._ledger_failed = False
+            path = ctx.options.tenancy_ledger
+            if path:
+                try:
+                    fd = os.open(os.path.expanduser(path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+                    self.ledger = os.fdopen(fd, "ab", buffering=0)  # a failed line is never left in a buffer
+                except OSError as exc:
+                    raise exceptions.OptionsError(f"tenancy_ledger: cannot open {path}: {exc.strerror}") from None
+        if "tenancy_phase_file" in updated:
+            self.phase.reset()
+
+    def done(self) -> None:
+        if self.ledger:
+            self.ledger.close()
+            self.ledger = None
+
+    def _stamp_label(self, flow: http.HTTPFlow) -> None:
+        scenario, phase = self.phase.label(ctx.options.tenancy_phase_file)
+        flow.metadata["tenancy"].update(scenario=scenario, phase=phase)
+
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        """Record a CONNECT answered here (routing blocked it): no other hook of this flow follows."""
+        if flow.response is not None:
+            self._finish(flow)
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        reg, matcher = self.tenants.registry, self.tenants.matcher
+        if reg is None or matcher is None or flow.response or flow.error:
+            return
+        report = flows.inspect_flow_request(reg, matcher, flow)
+        self._inflight[flow.id] = (_request_state(flow, matcher), report)
+        flow.metadata["tenancy"] = {"tenant": report.tenant, "route": report.route, "kind": report.kind}
+        self._stamp_label(flow)
+        if report.findings:
+            flow.marked = MARK
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        if self.tenants.registry is None or flow.response is None or flow.response.stream:
+            return
+        if "text/event-stream" in flow.response.headers.get("content-type", "").lower():
+            flow.response.stream = _StreamTap()
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self._finish(flow)
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self._finish(flow)
+
+    def _finish(self, flow: http.HTTPFlow) -> None:
+        inflight = self._inflight.pop(flow.id, None)
+        reg, matcher = self.tenants.registry, self.tenants.matcher
+        if reg is None or matcher is None or "tenancy" not in flow.metadata:
+            return
+        if "phase" not in flow.metadata["tenancy"]:  # answered by routing before `request` saw it
+            self._stamp_label(flow)
+        if flow.response is not None and isinstance(flow.response.stream, _StreamTap):
+            flow.response.data.content = bytes(flow.response.stream.data)  # saved flows keep the stream
+            flow.response.stream = False
+        known = inflight[1] if inflight and inflight[0] == _request_state(flow, matcher) else None
+        report = flows.inspect_flow(reg, matcher, flow, request=known)
+        report.label(flow.metadata["tenancy"].get("scenario"), flow.metadata["tenancy"].get("phase"))
+        entry = report.ledger_entry()
+        flow.metadata["tenancy"] = {k: v for k, v in entry.items() if k not in ("time", "flow")}
+        if report.findings:
+            self.findings += report.findings
+            flow.marked = MARK
+            first = report.findings[0].summary()
+            more = f" (+{len(report.findings) - 1} more)" if len(report.findings) > 1 else ""
+            flow.comment = f"tenancy: {first}{more}"
+            for finding in report.findings:
+                log.warning(f"tenancy: {finding.summary()}")
+        self._record(flow, entry)
+
+    def _record(self, flow: http.HTTPFlow, entry: dict[str, Any]) -> None:
+        """Fail closed: once a flow cannot be recorded, it and every later flow are killed (nothing more is
+        written, so a torn line stays the ledger's last) and the proxy shuts down."""
+        if self.ledger is None:
+            return
+        if not self._ledger_failed:
+            line = _ledger_line(entry)
+            try:
+                if self.ledger.write(line) != len(line):
+                    raise OSError(f"short write ({len(line)} bytes)")
+            except (OSError, ValueError) as exc:
+                self._ledger_failed = True
+                log.error(f"tenancy: cannot write the ledger {ctx.options.tenancy_ledger}: {exc}; shutting down")
+                ctx.master.shutdown()
+        if self._ledger_failed and flow.killable:
+            flow.kill()
+
+    @command.command("tenancy.findings")
+    def findings_cmd(self) -> Sequence[str]:
+        """The findings of this session so far, one summary line each."""
+        lines = [f.summary() for f in self.findings]
+        logging.log(ALERT, f"tenancy: {len(lines)} findings" + "".join(f"\n  {line}" for line in lines))
+        return lines
+
+    @command.command("tenancy.report")
+    def report_cmd(self, path: mitmproxy.types.Path) -> None:
+        """Write the findings of this session as JSON (mode 0600)."""
+        doc = {"findings": [f.to_dict() for f in self.findings], "count": len(self.findings)}
+        try:
+            write_private(Path(os.path.expanduser(path)), json.dumps(doc, indent=2).encode() + b"\n")
+        except OSError as exc:
+            raise exceptions.CommandError(f"tenancy.report: cannot write {path}: {exc.strerror}") from None
+        logging.log(ALERT, f"tenancy: wrote {len(self.findings)} findings to {path}")
+
+
+_RequestState = tuple[Matcher, bytes | None, bytes, bytes, bytes, str, tuple[tuple[bytes, bytes], ...]]
+
+
+def _request_state(flow: http.HTTPFlow, matcher: Matcher) -> _RequestState:
+    """What a request report depends on: the matcher (a reloaded registry builds a new one), the body,
+    method, path, host and headers. Comparing two states is cheap: the same body object is not read."""
+    data = flow.request.data  # the raw fields: no decoding, no parsing (pretty_host would parse the Host)
+    return matcher, data.content, data.method, data.path, data.authority, data.host, data.headers.fields
+
+
+def _ledger_line(entry: dict[str, Any]) -> bytes:
+    """One JSON line. orjson writes it where it can (five times faster); json takes what orjson refuses
+    (a lone surrogate from a path or header read with surrogateescape, an integer past 64 bits)."""
+    try:
+        return orjson.dumps(entry, option=orjson.OPT_APPEND_NEWLINE)
+    except TypeError:
+        return json.dumps(entry, separators=(",", ":")).encode() + b"\n"

@@ -1,0 +1,118 @@
+"""The routing addon: the registry in force, each forward-mode request sent to its tenant's provider, egress to a
+host no tenant owns flagged or blocked, and every request stamped with its flow id.
+
+It runs before `Inspection` in every hook (`harness.capture.addon.Tenancy` composes the two), so the registry
+is current and the request is routed when the inspection sees it. See docs/addon.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import urllib.parse
+from pathlib import Path
+from typing import Any
+
+from mitmproxy import ctx, exceptions, http
+
+from harness.capture.watched import RegistryFile
+from harness.core import registry
+from harness.core.protocol import FLOW_HEADER
+from harness.detect import flows
+
+log = logging.getLogger("tenancy")
+EGRESS_CHOICES = ("flag", "block")
+
+
+class Routing:
+    """Owns the options `tenancy_registry` (loaded into `tenants`, which `Inspection` reads too) and
+    `tenancy_egress`. `script` is True for the instance `addons/tenancy.py` gives `mitmdump -s`: a bad
+    `tenancy_registry` at startup is then one error line (mitmproxy exits on it) instead of the traceback
+    mitmproxy prints for any exception a script raises; later `--set`s are rejected with OptionsError."""
+
+    def __init__(self, tenants: RegistryFile, *, script: bool = False) -> None:
+        self.tenants = tenants
+        self.script = script
+        self._running = False
+        self._foreign_ports: set[int] = set()  # reverse listeners of no tenant, warned about once each
+
+    def load(self, loader: Any) -> None:
+        loader.add_option(
+            "tenancy_registry", str | None, None,
+            "Path to the tenancy registry (registry.yaml): tenants, keys, models, routes, canaries.",
+        )
+        loader.add_option(
+            "tenancy_egress", str, "flag",
+            "What to do with a forward-mode request to a host no tenant owns: flag it, or block it with 403.",
+            choices=EGRESS_CHOICES,
+        )
+
+    def configure(self, updated: set[str]) -> None:
+        if "tenancy_egress" in updated and ctx.options.tenancy_egress not in EGRESS_CHOICES:
+            raise exceptions.OptionsError(
+                f"tenancy_egress must be one of {', '.join(EGRESS_CHOICES)}, not {ctx.options.tenancy_egress!r}"
+            )
+        if "tenancy_registry" not in updated:
+            return
+        path = ctx.options.tenancy_registry
+        if not path:
+            self.tenants.clear()
+            return
+        try:
+            self.tenants.load(Path(path))
+        except registry.RegistryError as exc:
+            if not (self.script and not self._running):
+                raise exceptions.OptionsError(f"tenancy_registry: {exc}") from None
+            log.error(f"tenancy: tenancy_registry: {exc}")  # at startup: mitmproxy exits on an error line
+            self.tenants.clear()
+        eager = getattr(ctx.options, "connection_strategy", "lazy") == "eager"
+        if eager and any(t.host for t in self.tenants.registry or []):
+            log.warning("tenancy: forward tenants need --set connection_strategy=lazy "
+                        "(their hostnames exist only inside the proxy)")
+
+    def running(self) -> None:
+        self._running = True
+
+    def http_connect(self, flow: http.HTTPFlow) -> None:
+        """Block a CONNECT to a host no tenant owns before anything is dialled (when egress is `block`)."""
+        if self.tenants.registry is None or ctx.options.tenancy_egress != "block":
+            return
+        self.tenants.refresh()
+        if flows.tenant_for(self.tenants.registry, host=flow.request.pretty_host) is None:
+            block(flow)
+
+    def request(self, flow: http.HTTPFlow) -> None:
+        if self.tenants.registry is None or flow.response or flow.error:
+            return
+        self.tenants.refresh()
+        route = flows.route_of(flow)
+        tenant, service = flows.endpoint_for(self.tenants.registry, listen_port=route.listen_port, host=route.host)
+        if tenant is None and route.topology == "reverse" and route.listen_port not in self._foreign_ports:
+            self._foreign_ports.add(route.listen_port)
+            log.warning(f"tenancy: listener port {route.listen_port} belongs to no tenant of {self.tenants.path}: "
+                        "its flows are recorded, not inspected (add `route: {listen: PORT}` to a tenant to audit them)")
+        if route.topology == "forward":
+            if tenant is None and ctx.options.tenancy_egress == "block":
+                block(flow)
+            elif tenant is not None and (upstream := tenant.upstream_of(service)):
+                route_to(flow.request, upstream)
+        flow.request.headers[FLOW_HEADER] = flow.id  # a stub request without it bypassed the proxy
+
+
+def block(flow: http.HTTPFlow) -> None:
+    """Answer 403 without dialling anything. The flow is attributed here (egress, no tenant): the inspection
+    never sees this request in its `request` hook, only the finished flow."""
+    host = flow.request.pretty_host
+    flow.metadata["tenancy"] = {"tenant": None, "route": f"host:{host}", "kind": "egress"}
+    flow.response = http.Response.make(
+        403, f"tenancy-audit: egress to {host} blocked\n", {"content-type": "text/plain"}
+    )
+
+
+def route_to(request: http.Request, upstream: str) -> None:
+    """Send a forward-mode request to its tenant's provider, keeping the Host it was addressed to."""
+    url = urllib.parse.urlsplit(upstream)
+    host_header = request.host_header or request.host
+    request.scheme = url.scheme or "http"
+    request.host = url.hostname or "127.0.0.1"
+    request.port = url.port or (443 if request.scheme == "https" else 80)
+    request.host_header = host_header
