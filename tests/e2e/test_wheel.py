@@ -98,12 +98,22 @@ def test_the_installed_tool_names_itself_and_its_hermes(installed):
     assert lines[0] == f"tenancy-audit {harness.__version__}"
     # no checkout: the pinned Hermes a run would install into the cache under HOME
     assert f"{installed.home}/.cache/tenancy-audit/hermes/{PIN}-" in lines[2]
-    where = subprocess.run([str(installed.venv / "bin" / "python"), "-c", "import harness.core.places as p; "
-                            "print(p.__file__); print(p.CHECKOUT)"], capture_output=True, text=True,
-                           cwd=installed.cwd, env={"HOME": str(installed.home)}, timeout=TIMEOUT)
+    python = str(installed.venv / "bin" / "python")
+    where = subprocess.run([python, "-c", "import harness.core.places as p; print(p.__file__); print(p.CHECKOUT)"],
+                           capture_output=True, text=True, cwd=installed.cwd, env={"HOME": str(installed.home)},
+                           timeout=TIMEOUT)
     assert where.returncode == 0, where.stderr
     module, checkout = where.stdout.splitlines()
     assert Path(module).is_relative_to(installed.venv) and checkout == "None"
+    # the addon script for `mitmdump -s` (there is no addons/tenancy.py), as mitmproxy's script loader loads it
+    script = subprocess.run([python, "-m", "harness.capture.script"], capture_output=True, text=True,
+                            cwd=installed.cwd, env={"HOME": str(installed.home)}, timeout=TIMEOUT).stdout.strip()
+    assert Path(script).is_relative_to(installed.venv)
+    loaded = subprocess.run([python, "-c", "import sys; from mitmproxy.addons.script import load_script; "
+                             "print([type(a).__name__ for a in load_script(sys.argv[1]).addons])", script],
+                            capture_output=True, text=True, cwd=installed.cwd, env={"HOME": str(installed.home)},
+                            timeout=TIMEOUT)
+    assert loaded.stdout.strip() == "['Tenancy']", loaded.stderr
 
 
 def test_the_installed_tool_audits_and_reconciles(installed, hermes_python, tmp_path):
