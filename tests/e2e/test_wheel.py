@@ -98,22 +98,19 @@ def test_the_installed_tool_names_itself_and_its_hermes(installed):
     assert lines[0] == f"tenancy-audit {harness.__version__}"
     # no checkout: the pinned Hermes a run would install into the cache under HOME
     assert f"{installed.home}/.cache/tenancy-audit/hermes/{PIN}-" in lines[2]
-    python = str(installed.venv / "bin" / "python")
-    where = subprocess.run([python, "-c", "import harness.core.places as p; print(p.__file__); print(p.CHECKOUT)"],
-                           capture_output=True, text=True, cwd=installed.cwd, env={"HOME": str(installed.home)},
-                           timeout=TIMEOUT)
-    assert where.returncode == 0, where.stderr
-    module, checkout = where.stdout.splitlines()
-    assert Path(module).is_relative_to(installed.venv) and checkout == "None"
     # the addon script for `mitmdump -s` (there is no addons/tenancy.py), as mitmproxy's script loader loads it
+    python = str(installed.venv / "bin" / "python")
     script = subprocess.run([python, "-m", "harness.capture.script"], capture_output=True, text=True,
                             cwd=installed.cwd, env={"HOME": str(installed.home)}, timeout=TIMEOUT).stdout.strip()
-    assert Path(script).is_relative_to(installed.venv)
-    loaded = subprocess.run([python, "-c", "import sys; from mitmproxy.addons.script import load_script; "
-                             "print([type(a).__name__ for a in load_script(sys.argv[1]).addons])", script],
+    loaded = subprocess.run([python, "-c", "import sys, harness.core.places as p; from mitmproxy.addons.script import "
+                             "load_script; print([type(a).__name__ for a in load_script(sys.argv[1]).addons], "
+                             "p.CHECKOUT, p.__file__)", script],
                             capture_output=True, text=True, cwd=installed.cwd, env={"HOME": str(installed.home)},
                             timeout=TIMEOUT)
-    assert loaded.stdout.strip() == "['Tenancy']", loaded.stderr
+    assert loaded.returncode == 0, loaded.stderr
+    addons, checkout, module = loaded.stdout.split()
+    assert (addons, checkout) == ("['Tenancy']", "None"), loaded.stderr
+    assert Path(script).is_relative_to(installed.venv) and Path(module).is_relative_to(installed.venv)
 
 
 def test_the_installed_tool_audits_and_reconciles(installed, hermes_python, tmp_path):
@@ -124,7 +121,8 @@ def test_the_installed_tool_audits_and_reconciles(installed, hermes_python, tmp_
                          "--hermes-python", str(hermes_python))
     assert done.returncode == 1, done.stdout + done.stderr
     (evidence,) = (installed.data / "evidence").iterdir()
-    assert stat.S_IMODE((installed.data / "certs" / "mitmproxy-ca.pem").stat().st_mode) == 0o600
+    certs = installed.data / "certs"
+    assert [stat.S_IMODE(p.stat().st_mode) for p in (certs, certs / "mitmproxy-ca.pem")] == [0o700, 0o600]
     assert {name: sorted(os.listdir(REPO / name)) if (REPO / name).is_dir() else None
             for name in ("certs", "evidence")} == before
     # the recorded evidence re-verified: the same verdict, and every SARIF rule's help is its docs/findings.md text
