@@ -66,12 +66,13 @@ from typing import Any
 
 import children
 import mitmproxy.version
+from ab import REPO
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 from hooks import FILLER, make_registry, request_body
 from mitmproxy import certs
 
-from harness.capture.proxy import REPO, free_port, mitmdump_binary
+from harness.capture.proxy import free_port, mitmdump_binary
 from harness.core.procs import ProcessSet
 from harness.core.registry import Registry
 

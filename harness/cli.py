@@ -114,7 +114,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--plant", action="append", default=[], choices=sorted(plants.PLANTS),
                      help="deliberately break isolation (negative control); repeatable")
     run.add_argument("--baseline", type=Path, help="known findings that do not fail the run")
-    run.add_argument("--out", type=Path, help="evidence folder (default evidence/<timestamp>)")
+    run.add_argument("--out", type=Path, help="evidence folder (default evidence/<timestamp> of the "
+                     "checkout; installed: $XDG_DATA_HOME/tenancy-audit/evidence/<timestamp>)")
     run.add_argument("--force", action="store_true", help="replace an existing evidence folder")
     run.add_argument("--hermes-python", type=Path, help="python of the Hermes install to audit")
     run.add_argument("--turns", type=int, default=1, help="turns per tenant")

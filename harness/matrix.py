@@ -22,7 +22,8 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from harness.capture.proxy import ProxyError
-from harness.core.files import REPO, write_private
+from harness.core.files import write_private
+from harness.core.places import evidence_root
 from harness.core.procs import ProcessSet
 from harness.core.registry import RegistryError, load
 from harness.detect.engine.matcher import matcher_for
@@ -265,7 +266,7 @@ def repeat(opts: RunOptions, runs: int) -> tuple[dict[str, Any], list[AuditResul
     if runs < 1:
         raise UsageError("--runs must be at least 1")
     check_options(opts)
-    root = prepare_dir(opts.out or REPO / "evidence" / datetime.now(UTC).strftime("%Y%m%dT%H%M%S-runs"), opts.force)
+    root = prepare_dir(opts.out or evidence_root() / datetime.now(UTC).strftime("%Y%m%dT%H%M%S-runs"), opts.force)
     results = []
     for i in range(1, runs + 1):
         result = run_audit(replace(opts, out=root / f"run-{i}", force=True))

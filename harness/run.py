@@ -30,8 +30,9 @@ from harness.capture.proxy import FORWARD_DOMAIN, Proxy, bind_listener, free_por
 from harness.capture.services.base import MODES, Service, stop_all
 from harness.capture.services.provider import StubProvider
 from harness.capture.versions import FileVersions, keep_only
-from harness.core.files import REPO, seal, write_private
+from harness.core.files import seal, write_private
 from harness.core.findings import Finding, Verdict
+from harness.core.places import evidence_root
 from harness.core.procs import ProcessSet, reap_stale
 from harness.core.protocol import OUT_OF_SCOPE, TOOL_GROUPS
 from harness.core.registry import PROVIDER, Registry, load, mint
@@ -42,6 +43,7 @@ from harness.drive import battery, features, plants, services
 from harness.drive.backends import BackendError
 from harness.drive.context import Context, ScenarioOptions
 from harness.drive.hermes import Hermes, HermesError, Sandbox, require_python, write_home
+from harness.drive.install import default_python
 from harness.drive.phases import ALL_PHASES
 from harness.drive.scenarios import SCENARIOS
 from harness.drive.services import SERVICE_RECORDS, SERVICES
@@ -105,24 +107,25 @@ def tenant_names(n: int) -> list[str]:
     return ["default", *rest[: n - 1]]
 
 
-def hermes_python(opt: Path | None) -> Path:
-    """--hermes-python, else $TENANCY_HERMES_PYTHON, else the bootstrap's venv; absolute, links kept (a
-    venv's python is a symlink, and resolving it would leave the venv)."""
+def hermes_python(opt: Path | None, say: Callable[[str], None] | None = None) -> Path:
+    """--hermes-python, else $TENANCY_HERMES_PYTHON, else the default (`install.default_python`: installed first
+    when `say` is given); absolute, links kept (a venv's python is a symlink, and resolving it would leave the
+    venv)."""
     if opt is not None:
         return Path(os.path.abspath(opt))
     if env := os.environ.get("TENANCY_HERMES_PYTHON"):
         return Path(os.path.abspath(env))
-    return REPO / ".hermes-venv" / "bin" / "python"
+    return default_python(say)
 
 
 def prepare_out(out: Path | None, force: bool) -> Path:
     """The evidence folder: new, or empty, or (with --force) emptied; mode 0700."""
     if out is None:
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        out = REPO / "evidence" / stamp
+        out = evidence_root() / stamp
         n = 1
         while out.exists():
-            out = REPO / "evidence" / f"{stamp}-{n}"
+            out = evidence_root() / f"{stamp}-{n}"
             n += 1
     out = out.resolve()
     created = not out.exists()
@@ -226,7 +229,7 @@ def run_audit(opts: RunOptions) -> AuditResult:
     check_options(opts)
     base = baselines.load(opts.baseline) if opts.baseline else None
     policy = policies.load(opts.policy)  # a bad policy is one line, exit 2, before anything is written
-    python = hermes_python(opts.hermes_python)
+    python = hermes_python(opts.hermes_python, lambda line: progress(opts.quiet, line))
     require_python(python)
     out = prepare_out(opts.out, opts.force)
     if base is not None and base.warning:

@@ -52,14 +52,16 @@ def addon():
     return Tenancy()
 
 
-def test_the_script_users_pass_to_mitmdump_is_the_addon_class():
-    """`mitmdump -s addons/tenancy.py` loads the file by path, outside the package: it must expose exactly
-    one `Tenancy` addon, the class the harness and these tests use."""
-    spec = importlib.util.spec_from_file_location("tenancy_script", ROOT / "addons" / "tenancy.py")
+@pytest.mark.parametrize("script", ["addons/tenancy.py", "harness/capture/script.py"])
+def test_the_script_users_pass_to_mitmdump_is_the_addon_class(script):
+    """`mitmdump -s addons/tenancy.py` (a checkout) or `-s "$(python -m harness.capture.script)"` (an install)
+    loads the file by path, outside the package: it must expose exactly one `Tenancy` addon, the class the
+    harness and these tests use, as a script."""
+    spec = importlib.util.spec_from_file_location("tenancy_script", ROOT / script)
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert [type(a) for a in module.addons] == [Tenancy]
+    assert [type(a) for a in module.addons] == [Tenancy] and module.addons[0].script
 
 
 @pytest.fixture

@@ -6,7 +6,8 @@ The harness binds the listeners and starts `harness.capture.mitmdump_main` on th
 Reverse topology: one `reverse:<stub>@127.0.0.1:<port>` listener per tenant and service (the listener names
 the tenant and the service). Forward topology: one regular listener; children reach
 `https://<tenant>.llm.test` (a service: `https://<service>.<tenant>.llm.test`) through `HTTPS_PROXY`, TLS is
-terminated with the CA in `certs/`, and the addon routes each host to its stub.
+terminated with the CA in `certs/` (installed: in the user's data folder, see `core.places`), and the addon
+routes each host to its stub.
 """
 
 from __future__ import annotations
@@ -21,11 +22,12 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.core.files import REPO, write_private
+from harness.core.files import write_private
+from harness.core.places import SOURCE, certs_dir
 from harness.core.procs import ProcessSet, kill_group
 from harness.core.registry import PROVIDER, Registry
 
-CERTS = REPO / "certs"
+CERTS = certs_dir()
 FORWARD_DOMAIN = "llm.test"
 
 
@@ -60,7 +62,8 @@ def port_of(sock: socket.socket) -> int:
 def mitmdump_binary() -> Path:
     path = Path(sys.executable).parent / "mitmdump"
     if not path.exists():
-        raise ProxyError(f"mitmdump not found next to {sys.executable}; run ./tenancy once to bootstrap")
+        raise ProxyError(f"mitmdump not found next to {sys.executable}: mitmproxy is not installed there (in a "
+                         "checkout, run ./tenancy once to bootstrap)")
     return path
 
 
@@ -74,8 +77,8 @@ def ensure_ca(confdir: Path = CERTS) -> None:
 
 
 def protect_certs(confdir: Path = CERTS) -> None:
-    """Every file mitmproxy keeps in its confdir (the CA key among them) is 0600."""
-    confdir.mkdir(exist_ok=True)
+    """Every file mitmproxy keeps in its confdir (the CA key among them) is 0600; a new confdir is 0700."""
+    confdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     for path in confdir.iterdir():
         if path.is_file() and path.name != "README.md":
             path.chmod(0o600)
@@ -161,7 +164,7 @@ class Proxy:
         socks, self.listeners = self.listeners or self._bind_all(), []
         read_end, write_end = os.pipe()
         env = {k: v for k, v in os.environ.items() if not k.lower().endswith("_proxy")}
-        env["PYTHONPATH"] = str(REPO)
+        env["PYTHONPATH"] = str(SOURCE)  # this very harness (a checkout, a worktree, an install)
         env["TENANCY_LISTEN_FDS"] = ",".join(f"{port_of(s)}={s.fileno()}" for s in socks)
         env["TENANCY_READY_FD"] = str(write_end)
         try:

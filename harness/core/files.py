@@ -1,13 +1,10 @@
-"""Files of the project: where the checkout is, and evidence written privately (files 0600, folders 0700)."""
+"""Evidence written privately: files 0600, folders 0700."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
-
-#: The checkout this package runs from: its default evidence folder, the Hermes venv, `certs/`, `addons/`.
-REPO = Path(__file__).resolve().parents[2]
 
 
 def write_private(path: Path, data: bytes) -> None:

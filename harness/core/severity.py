@@ -8,10 +8,13 @@ but not secret value such as a path, model or title (`medium`), or only the proo
 from __future__ import annotations
 
 import os
+from importlib import resources
+from pathlib import Path
 
-from harness.core.files import REPO
 from harness.core.findings import Finding
 
+#: docs/findings.md, shipped as package data (in the checkout `harness/core/findings.md` is a link to it).
+FINDINGS_DOC = resources.files("harness.core") / "findings.md"
 SEVERITIES = ("critical", "high", "medium", "low")
 #: GitHub code scanning's `security-severity` (CVSS-like: >= 9 critical, >= 7 high, >= 4 medium, else low).
 SECURITY_SEVERITY = {"critical": "9.5", "high": "8.0", "medium": "5.5", "low": "3.0"}
@@ -73,6 +76,7 @@ def rank(sev: str) -> int:
 
 def docs_url(kind: str | None = None) -> str:
     """Where docs/findings.md explains `kind`: under `$TENANCY_DOCS_URL` when set (for example the file on your
-    forge, so SARIF links work in code scanning), else the file in this checkout."""
-    base = os.environ.get("TENANCY_DOCS_URL") or (REPO / "docs" / "findings.md").as_uri()
+    forge, so SARIF links work in code scanning), else the file: docs/findings.md in a checkout, the package's
+    copy when installed (a file on disk either way)."""
+    base = os.environ.get("TENANCY_DOCS_URL") or Path(str(FINDINGS_DOC)).resolve().as_uri()
     return f"{base}#{kind}" if kind else base  # docs/findings.md has one `## KIND` heading per kind

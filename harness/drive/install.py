@@ -1,4 +1,5 @@
-"""Hermes releases installed on demand into cached venvs, one per version, reused across runs.
+"""Hermes releases installed on demand into cached venvs, one per version, reused across runs; `PIN`, the release
+audited by default.
 
 The cache is `$XDG_CACHE_HOME/tenancy-audit/hermes/<version>-<extras>/` (`~/.cache` without XDG_CACHE_HOME).
 A release is installed with the extras the audit's services need (`EXTRAS`: Hermes' own pins for them, from
@@ -18,9 +19,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from harness.core.places import CHECKOUT, cache_dir
 from harness.core.procs import ProcessSet
 from harness.drive.hermes import HermesError
 
+#: The hermes-agent release audited by default (./tenancy bootstraps it into the checkout's `.hermes-venv/`; an
+#: installed tenancy-audit into the cache).
+PIN = "0.19.0"
 #: Seconds pip may take for one release (its dependencies included).
 INSTALL_TIMEOUT = 1200.0
 #: A hidden temporary folder older than this is the leftover of a killed install.
@@ -44,12 +49,19 @@ class InstallError(HermesError):
 
 
 def cache_root() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "tenancy-audit" / "hermes"
+    return cache_dir() / "hermes"
 
 
 def cached_python(version: str, root: Path | None = None) -> Path:
     return (root or cache_root()) / f"{version}-{'-'.join(EXTRAS)}" / "bin" / "python"
+
+
+def default_python(say: Callable[[str], None] | None = None) -> Path:
+    """The Hermes audited without --hermes-python or $TENANCY_HERMES_PYTHON: in a checkout its `.hermes-venv/`,
+    else `PIN` in the cache, installed first when `say` is given (a run; `--version` only names it)."""
+    if CHECKOUT is not None:
+        return CHECKOUT / ".hermes-venv" / "bin" / "python"
+    return install(PIN, say) if say else cached_python(PIN)
 
 
 def _last_error(text: str) -> str:

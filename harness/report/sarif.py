@@ -17,9 +17,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from harness.core.files import REPO
 from harness.core.findings import FINGERPRINT_VERSION, INCONCLUSIVE_KINDS, Finding
-from harness.core.severity import POSSIBLE, SECURITY_SEVERITY, docs_url, precision, rank, severity
+from harness.core.severity import FINDINGS_DOC, POSSIBLE, SECURITY_SEVERITY, docs_url, precision, rank, severity
 from harness.detect.incidents import spread_counts
 from harness.report.result import AuditResult, IncidentRow
 
@@ -54,11 +53,8 @@ _LABEL = re.compile(r"^(?P<path>[^@:#]+)")
 
 @functools.cache
 def remediation() -> dict[str, str]:
-    """Kind -> its section of docs/findings.md (Markdown); empty when the docs are not next to the code."""
-    try:
-        text = (REPO / "docs" / "findings.md").read_text(encoding="utf-8")
-    except OSError:
-        return {}
+    """Kind -> its section of docs/findings.md (Markdown)."""
+    text = FINDINGS_DOC.read_text(encoding="utf-8")
     sections = {}
     for block in text.split("\n## ")[1:]:
         title, _, body = block.partition("\n")
