@@ -61,7 +61,7 @@ def test_the_script_users_pass_to_mitmdump_is_the_addon_class(script):
     assert spec and spec.loader
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    assert [type(a) for a in module.addons] == [Tenancy] and module.addons[0].script
+    assert [type(a) for a in module.addons] == [Tenancy] and module.addons[0].routing.script
 
 
 @pytest.fixture
