@@ -41,6 +41,7 @@ from harness.drive import plants, scenarios
 from harness.drive.hermes import HermesError
 from harness.drive.phases import ALL_PHASES
 from harness.drive.services import SERVICES
+from harness.judge import BASELINE_COPY, evaluate, read_record
 from harness.matrix import MatrixOptions, merge_dirs, parse_releases, parse_scenarios, parse_shard, repeat, run_matrix
 from harness.report import baseline, export
 from harness.report import policy as policies
@@ -49,16 +50,7 @@ from harness.report.matrix import NA, MatrixError, cell_text, wilson
 from harness.report.policy import PolicyError
 from harness.report.result import AuditResult, groups
 from harness.report.writer import write_reports
-from harness.run import (
-    BASELINE_COPY,
-    Interrupted,
-    RunOptions,
-    UsageError,
-    evaluate,
-    hermes_python,
-    read_record,
-    run_audit,
-)
+from harness.run import Interrupted, RunOptions, UsageError, hermes_python, run_audit
 
 ERRORS = (RegistryError, EvidenceError, HermesError, UsageError, BaselineError, MatrixError, ServiceError,
           PolicyError)
