@@ -1,6 +1,8 @@
-"""One audit, start to finish: mint, stubs, proxy, homes, scenario, stop, reconcile, report.
+"""One audit, start to finish: options, evidence folder, session (mint, stubs, proxy), homes, scenario, stop,
+reconcile, report.
 
-The reader can follow an audit top to bottom in `run_audit`; scenario drivers live in
+The reader can follow an audit top to bottom in `run_audit`; its resources are set up and torn down by
+`harness.session.AuditSession`, its verdict comes from `harness.judge.evaluate`, scenario drivers live in
 `harness.drive.scenarios`, invariants in `harness.detect.reconcile`, output in `harness.report.result`.
 """
 
@@ -182,9 +184,8 @@ def check_options(opts: RunOptions) -> None:
         raise UsageError("--tenants must be at least 2")
 
 
-
 @dataclass
-class Audit:
+class RunState:
     """What one audit has done so far: its scenario context, Hermes' version, the plants and why it may not be
     conclusive (what an interrupted one still reports)."""
 
@@ -208,7 +209,7 @@ def run_audit(opts: RunOptions) -> AuditResult:
     policy = policies.load(opts.policy)  # a bad policy is one line, exit 2, before anything is written
     python = hermes_python(opts.hermes_python)
     require_python(python)
-    audit = Audit(opts, prepare_out(opts.out, opts.force))
+    audit = RunState(opts, prepare_out(opts.out, opts.force))
     out = audit.out
     if base is not None and base.warning:
         audit.say(f"warning: {base.warning}")
@@ -235,7 +236,7 @@ def run_audit(opts: RunOptions) -> AuditResult:
         return result
 
 
-def _report_interrupted(audit: Audit, exc: Interrupted) -> None:
+def _report_interrupted(audit: RunState, exc: Interrupted) -> None:
     """findings.json and the reports of a run stopped by a signal: inconclusive, nothing reconciled."""
     if not audit.out.is_dir():
         return
@@ -246,12 +247,12 @@ def _report_interrupted(audit: Audit, exc: Interrupted) -> None:
     with contextlib.suppress(Exception):
         (audit.out / PHASE_FILE).unlink(missing_ok=True)
         if audit.ctx is not None:  # what `reconcile` of the folder needs later (it stays inconclusive: the reason)
-            _record(Audit(audit.opts, audit.out, ctx=audit.ctx, reasons=[reason]))
+            _record(RunState(audit.opts, audit.out, ctx=audit.ctx, reasons=[reason]))
         write_reports(audit.out, result)
         seal(audit.out)
 
 
-def _record(audit: Audit) -> dict[str, Any]:
+def _record(audit: RunState) -> dict[str, Any]:
     """Write the run's record (`timeline.json`, see docs/contracts.md) and return it."""
     ctx, out = audit.ctx, audit.out
     assert ctx is not None, "the scenario has not started"
@@ -273,7 +274,7 @@ def _record(audit: Audit) -> dict[str, Any]:
     return record
 
 
-def _drive(audit: Audit, session: AuditSession, hermes: Hermes) -> None:
+def _drive(audit: RunState, session: AuditSession, hermes: Hermes) -> None:
     """Check Hermes, write the homes, plant, and drive the scenario while mitmdump comes up; `audit` gets the
     scenario context, Hermes' version, the plants and why the run may not be conclusive."""
     opts, proxy, registry = audit.opts, session.proxy, session.require_registry()

@@ -15,7 +15,7 @@ from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import tflow
 
 import harness
-from harness import cli, judge
+from harness import arguments, cli, judge
 from harness import run as run_module
 from harness.core.findings import Finding, Verdict
 from harness.core.registry import Registry, mint
@@ -356,7 +356,7 @@ def test_a_v2_baseline_hides_a_new_tool_with_a_warning_and_upgrades_exactly(tmp_
 
 
 def test_phases_all_is_every_phase_cron_included():
-    assert cli._phases("all") == list(ALL_PHASES) and "cron" in cli._phases("all")
-    assert cli._phases(None) == [] and cli._phases("turns,cron") == ["turns", "cron"]
-    assert cli._phases("all,cron") == ["all", "cron"]  # `all` only alone; otherwise the run rejects the name
+    assert arguments.phases("all") == list(ALL_PHASES) and "cron" in arguments.phases("all")
+    assert arguments.phases(None) == [] and arguments.phases("turns,cron") == ["turns", "cron"]
+    assert arguments.phases("all,cron") == ["all", "cron"]  # `all` only alone; otherwise the run rejects the name
     assert "cron" not in DEFAULT_PHASES
