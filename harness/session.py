@@ -76,6 +76,7 @@ class AuditSession:
         self.stack = contextlib.ExitStack()
         self.registry: Registry | None = None
         self.listeners: list[socket.socket] = []
+        self._routes: dict[tuple[str, str], dict[str, Any]] = {}
         self._stub_socks: dict[str, socket.socket] = {}
         self.stubs: dict[str, StubProvider] = {}
         self.service_stubs: dict[tuple[str, str], Service] = {}
