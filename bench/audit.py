@@ -6,12 +6,12 @@ For each tenant count, every round runs both, in an order alternating by round, 
 every tenant's one-shot turn answered with the environment probe only (no tool battery, no service besides
 the provider; the battery's extra turns and stubs would have no counterpart in the bare run):
 
-- `audit`: `harness.run.run_audit` (scenario oneshot, reverse topology, `tools=[]`, `services=[]`): mint,
-  stubs, mitmdump with the
-  addon started on listeners bound up front, and while it comes up: Hermes check, homes, the tenants'
-  one-shot turns (concurrently); then proxy stop, reconcile (flows, homes, logs), reports;
-- `bare`: mint, stubs, homes pointing straight at the stubs, and the same `Hermes.oneshot` turns, run
-  concurrently the same way; no proxy, no reconcile, no reports.
+- `audit`: `harness.run.run_audit` (scenario oneshot, reverse topology, `tools=[]`, `services=[]`): its
+  `AuditSession` mints, starts the stubs and mitmdump with the addon on listeners bound up front, and while it
+  comes up: Hermes check, homes, the tenants' one-shot turns (concurrently); then proxy stop, reconcile (flows,
+  homes, logs), reports;
+- `bare`: the same `AuditSession` without mitmdump (mint, stubs), homes pointing straight at the stubs, and
+  the same `Hermes.oneshot` turns, run concurrently the same way; no proxy, no reconcile, no reports.
 
 Prints the wall time ratio audit/bare per round (median) and where the audit's time goes: each step of
 `run_audit` is timed by wrapping the function it calls (nothing in the harness is changed). Steps named
@@ -43,17 +43,15 @@ from typing import Any
 import ab
 import children
 
-from harness import run
+from harness import judge, run
+from harness import session as sessions
 from harness.capture import proxy
-from harness.capture.proxy import free_port
-from harness.capture.services.base import stop_all
-from harness.capture.services.provider import StubProvider
 from harness.core.procs import ProcessSet
 from harness.core.protocol import PROMPT
-from harness.core.registry import mint
 from harness.detect import reconcile, scan
 from harness.drive import scenarios
-from harness.drive.hermes import Hermes, Sandbox, write_home
+from harness.drive.hermes import Hermes, write_home
+from harness.session import AuditSession
 
 STEPS: dict[str, float] = defaultdict(float)
 
@@ -67,12 +65,12 @@ def timed_steps() -> Iterator[None]:
         (proxy.Proxy, "wait_ready", "beside: mitmdump coming up"),
         (proxy.Proxy, "stop", "mitmdump stop"),
         (run, "write_homes", "write homes"),
-        (run, "reconcile", "reconcile"),
+        (judge, "reconcile", "reconcile"),
         (scan, "scan_tree", "reconcile: scan_tree"),
         (reconcile, "read_flows", "reconcile: read flows"),
         (run, "write_reports", "reports"),
         (run, "seal", "seal"),
-        (run, "reap_stale", "reap stale"),
+        (sessions, "reap_stale", "reap stale"),
     ]
     saved = []
     for owner, name, label in patches:
@@ -122,19 +120,16 @@ def check_verdict(status: str, tenants: int, out: Path) -> None:
 def bare(tenants: int, root: Path, procs: ProcessSet) -> float:
     """The same Hermes one-shot turns, straight at the stubs (Hermes in `procs`, closed at the end)."""
     t = time.perf_counter()
-    sandbox = Sandbox(root / "bare" / "sandbox")
     names = run.tenant_names(tenants)
-    registry = mint(names, sandbox.root / "work", {n: {"listen": free_port()} for n in names})
-    stubs = {n: StubProvider(registry[n]).start() for n in names}
-    try:
+    with AuditSession(root / "bare", names, procs=procs) as session:  # no proxy: the stubs only
+        registry = session.mint()
+        stubs = session.start_stubs()
         for tenant in registry:
-            write_home(tenant, sandbox.home_of(tenant.name), f"{stubs[tenant.name].url}/v1",
-                       launch=tenant.name == sandbox.launch)
-        hermes = Hermes(run.hermes_python(None), sandbox, procs, root / "bare" / "logs")
+            write_home(tenant, session.sandbox.home_of(tenant.name), f"{stubs[tenant.name].url}/v1",
+                       launch=tenant.name == session.sandbox.launch)
+        hermes = Hermes(run.hermes_python(None), session.sandbox, procs, root / "bare" / "logs")
         with ThreadPoolExecutor(max_workers=tenants) as pool:
             results = list(pool.map(lambda n: hermes.oneshot(n, PROMPT), names))
-    finally:
-        stop_all(stubs.values())
         procs.close()
     seconds = time.perf_counter() - t
     failed = [r for r in results if not r.ok]

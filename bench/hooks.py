@@ -42,10 +42,10 @@ FILLER = "the agent called tool terminal with arguments and returned output whil
 def make_registry(root: Path, n: int = 8, upstream: str = "http://127.0.0.1:9") -> Registry:
     """`n` tenants x 12 canaries, reverse routes on ports 18001.. (nothing listens: the hooks only)."""
     names = [f"t{i}" for i in range(n)]
-    reg = mint(names, root / "work", {name: {"listen": 18001 + i} for i, name in enumerate(names)})
+    reg = mint(names, root / "work", {name: {"listen": 18001 + i} for i, name in enumerate(names)},
+               upstreams=dict.fromkeys(names, upstream))
     for t in reg:
         tag = t.key.rsplit("-", 1)[1]
-        t.upstream = upstream
         for kind in EXTRA_KINDS:
             t.canaries[kind] = f"{kind.replace('_', '-')}-{t.name}-{tag}"
     reg.validate()

@@ -3,7 +3,7 @@
     .venv/bin/python bench/incidents.py EVIDENCE [--quick] [--rounds N]
 
 After one untimed warm-up (the matcher is built once per registry and cached), each round judges the folder
-twice, in alternating order: A is `run.evaluate` (what `tenancy-audit reconcile` does before it writes the
+twice, in alternating order: A is `judge.evaluate` (what `tenancy-audit reconcile` does before it writes the
 reports), B the same and then its incidents (`detect.incidents.build` and the F-number links: what every
 report reads). Inside B the incident building is also timed on its own, which is the figure to watch: its
 median share of A's median must stay under 5 %. The median of each round's B / A is printed too; on a shared
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness.run import evaluate, read_record
+from harness.judge import evaluate, read_record
 
 
 def _reconcile(out: Path, record: dict) -> float:

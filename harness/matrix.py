@@ -9,11 +9,12 @@ cells with the reason. Every run keeps its evidence folder under `DIR/<release>/
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import re
 import sys
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -37,7 +38,7 @@ from harness.report import matrix
 from harness.report.matrix import NA, Cell, MatrixError, Plan, class_of, incident_of
 from harness.report.matrix_pages import render_html, render_markdown
 from harness.report.result import AuditResult
-from harness.run import RunOptions, UsageError, check_options, make_out_dir, run_audit
+from harness.run import RunOptions, UsageError, check_options, default_tenants, make_out_dir, run_audit
 
 FILES = ("matrix.json", "matrix.md", "matrix.html")
 _SHARD = re.compile(r"(\d+)/(\d+)")
@@ -189,19 +190,34 @@ def prepare_release(version: str, given: Path | None, say: Callable[[str], None]
     return Release(version, python, offered)
 
 
-def _run_cell(opts: MatrixOptions, rel: Release, scenario: str, run: int) -> Cell:
+def run_audits(opts: RunOptions, runs: Iterable[int], *, failed: tuple[type[Exception], ...] = ()
+               ) -> Iterator[tuple[int, AuditResult | Exception]]:
+    """The audit `opts` once per run number `i`, into `opts.out / f"run-{i}"` (replaced if there): `run --runs`,
+    `baseline` and every cell of the matrix. Each result comes as soon as its run ends; an exception of `failed`
+    ends that run only, and comes instead of its result."""
+    assert opts.out is not None, "the runs need a folder"
+    for i in runs:
+        try:
+            yield i, run_audit(replace(opts, out=opts.out / f"run-{i}", force=True))
+        except failed as exc:
+            yield i, exc
+
+
+def _cells(opts: MatrixOptions, rel: Release, scenario: str, runs: list[int]) -> Iterator[Cell]:
+    """The cells of one release and scenario (n/a, with the reason, if the release cannot drive it)."""
     lack = features.missing(rel.offered, scenario) if rel.offered else None
     if rel.python is None or lack:
         reason = rel.reason or f"hermes-agent {rel.version} cannot drive {lack}"
-        return Cell(rel.version, scenario, run, NA, reason)
-    run_opts = RunOptions(scenario=scenario, tenants=2 if scenario == "oneshot" else 3, hermes_python=rel.python,
-                          out=opts.out / rel.version / scenario / f"run-{run}", force=True, quiet=True,
-                          timeout=opts.timeout, tools=opts.tools, phases=list(opts.phases), services=opts.services)
-    try:
-        result = run_audit(run_opts)
-    except (HermesError, ProxyError, EvidenceError) as exc:
-        return Cell(rel.version, scenario, run, NA, f"the run failed: {exc}")
-    return cell_of(result, rel.version, scenario, run, opts.out)
+        yield from (Cell(rel.version, scenario, run, NA, reason) for run in runs)
+        return
+    run_opts = RunOptions(scenario=scenario, tenants=default_tenants(scenario), hermes_python=rel.python,
+                          out=opts.out / rel.version / scenario, quiet=True, timeout=opts.timeout, tools=opts.tools,
+                          phases=list(opts.phases), services=opts.services)
+    for run, got in run_audits(run_opts, runs, failed=(HermesError, ProxyError, EvidenceError)):
+        if isinstance(got, Exception):
+            yield Cell(rel.version, scenario, run, NA, f"the run failed: {got}")
+        else:
+            yield cell_of(got, rel.version, scenario, run, opts.out)
 
 
 def check_matrix_options(opts: MatrixOptions) -> None:
@@ -209,8 +225,8 @@ def check_matrix_options(opts: MatrixOptions) -> None:
     if opts.runs < 1:
         raise UsageError("--runs must be at least 1")
     for scenario in opts.scenarios:
-        check_options(RunOptions(scenario=scenario, tenants=3, tools=opts.tools, phases=list(opts.phases),
-                                 services=opts.services))
+        check_options(RunOptions(scenario=scenario, tenants=default_tenants(scenario), tools=opts.tools,
+                                 phases=list(opts.phases), services=opts.services))
 
 
 def run_matrix(opts: MatrixOptions) -> dict[str, Any]:
@@ -234,13 +250,13 @@ def run_matrix(opts: MatrixOptions) -> dict[str, Any]:
     shard = f"{opts.shard[0]}/{opts.shard[1]}" if opts.shard else None
     cells: list[Cell] = []
     doc = matrix.document(plan, cells, shard)
-    for version, scenario, run in keys:  # the matrix is rewritten after every cell: an interrupted one is kept
-        cell = _run_cell(opts, releases[version], scenario, run)
-        cells.append(cell)
-        detail = f": {cell.reason}" if cell.status == NA else f", {len(cell.classes)} class(es)"
-        say(f"{version} {scenario} run {run}/{opts.runs}: {cell.status}{detail}")
-        doc = matrix.document(plan, cells, shard)
-        write_matrix(opts.out, doc)
+    for (version, scenario), group in itertools.groupby(keys, key=lambda k: k[:2]):
+        for cell in _cells(opts, releases[version], scenario, [run for _, _, run in group]):
+            cells.append(cell)  # the matrix is rewritten after every cell: an interrupted one is kept
+            detail = f": {cell.reason}" if cell.status == NA else f", {len(cell.classes)} class(es)"
+            say(f"{version} {scenario} run {cell.run}/{opts.runs}: {cell.status}{detail}")
+            doc = matrix.document(plan, cells, shard)
+            write_matrix(opts.out, doc)
     return doc
 
 
@@ -268,8 +284,8 @@ def repeat(opts: RunOptions, runs: int) -> tuple[dict[str, Any], list[AuditResul
     check_options(opts)
     root = prepare_dir(opts.out or evidence_root() / datetime.now(UTC).strftime("%Y%m%dT%H%M%S-runs"), opts.force)
     results = []
-    for i in range(1, runs + 1):
-        result = run_audit(replace(opts, out=root / f"run-{i}", force=True))
+    for i, result in run_audits(replace(opts, out=root), range(1, runs + 1)):
+        assert isinstance(result, AuditResult)
         results.append(result)
         progress(opts.quiet, f"run {i}/{runs}: {result.verdict.status}")
     release = results[0].versions.get("hermes-agent", "?")

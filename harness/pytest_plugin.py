@@ -5,9 +5,11 @@ Fixtures:
   bootstrap's `.hermes-venv`); a missing install FAILS the test, it is never skipped.
 - `tenancy_audit`: run a whole audit (`tenancy_audit(scenario="oneshot", plants=[...])`) into a tmp
   evidence folder and get an `Audit` back (exit code, findings.json, folder).
+- `tenancy_session`: the test's `harness.session.AuditSession` (listeners, registry, stubs, mitmdump), the
+  same set-up as `run`'s; whatever it started is stopped after the test.
 - `tenancy_registry`: a fresh two-tenant registry (`tenancy_registry(n)` for more), saved to tmp, each
-  tenant's home in the test's sandbox; its ports are bound at once (`tenancy_listeners`) and handed to
-  mitmdump by `tenancy_proxy`, so none can be taken in between.
+  tenant's home in the test's sandbox; its ports are bound at once by the session and handed to mitmdump by
+  `tenancy_proxy`, so none can be taken in between.
 - `tenancy_proxy`: stubs plus a running mitmdump with the addon in front of them (`TenancyProxy`: registry,
   ports, flows path, `base_url(tenant)`, `check(turns)`); torn down after the test. Tenants: 2, or
   `@pytest.mark.tenancy(tenants=N)`.
@@ -20,8 +22,6 @@ objects these give (`Audit`, `TenancyProxy`, `Registry`/`Tenant`, `Reconciliatio
 
 from __future__ import annotations
 
-import json
-import socket
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,16 +29,17 @@ from typing import Any
 
 import pytest
 
-from harness.capture.proxy import Proxy, bind_listener, port_of
+from harness.capture.proxy import Proxy
 from harness.capture.services.provider import StubProvider
 from harness.core.findings import Finding
 from harness.core.procs import ProcessSet
-from harness.core.registry import Registry, mint
+from harness.core.registry import Registry
 from harness.detect.reconcile import LogSource, Reconciliation, reconcile
 from harness.drive.hermes import Hermes, Sandbox, TurnResult, write_home
 from harness.report.result import groups
-from harness.run import RunOptions, run_audit, tenant_names
+from harness.run import RunOptions, run_audit
 from harness.run import hermes_python as resolve_hermes_python
+from harness.session import STUB_LOG, AuditSession, tenant_names
 
 
 @dataclass
@@ -66,11 +67,28 @@ class Audit:
 class TenancyProxy:
     """Stubs and mitmdump with the tenancy addon, for one test; `check()` stops it and reconciles."""
 
-    registry: Registry
-    registry_path: Path
-    out: Path
-    stubs: dict[str, StubProvider]
-    proxy: Proxy
+    session: AuditSession
+
+    @property
+    def registry(self) -> Registry:
+        return self.session.require_registry()
+
+    @property
+    def registry_path(self) -> Path:
+        return self.session.registry_path
+
+    @property
+    def out(self) -> Path:
+        return self.session.out
+
+    @property
+    def stubs(self) -> dict[str, StubProvider]:
+        return self.session.stubs
+
+    @property
+    def proxy(self) -> Proxy:
+        assert self.session.proxy is not None, "mitmdump was not started"
+        return self.session.proxy
 
     @property
     def ports(self) -> dict[str, int]:
@@ -88,16 +106,13 @@ class TenancyProxy:
         change), then reconcile flows, stubs, homes and the turns' logs; each completed turn must have
         produced an env snapshot, a failed turn is a reason."""
         turns = list(turns)
-        self.proxy.stop()
-        teardown = self.proxy.procs.quiesce()
-        stub_log = self.out / "stubs.jsonl"
-        stub_log.write_text("".join(json.dumps({"tenant": n, **r.to_dict()}) + "\n"
-                                    for n, s in self.stubs.items() for r in s.snapshot()))
+        teardown = self.session.finish()
         want: dict[str, int] = {}
         for t in turns:
             want[t.tenant] = want.get(t.tenant, 0) + t.ok
         rec = reconcile(self.registry, self.flows_path, homes={t.name: Path(t.home) for t in self.registry if t.home},
-                        logs=[LogSource(t.log, t.tenant) for t in turns if t.log is not None], stub_log=stub_log,
+                        logs=[LogSource(t.log, t.tenant) for t in turns if t.log is not None],
+                        stub_log=self.out / STUB_LOG,
                         expect_snapshots=want)
         rec.reasons += [f"{t.driver} turn of {t.tenant} failed: {t.detail}" for t in turns if not t.ok]
         rec.reasons += teardown
@@ -166,32 +181,6 @@ def tenancy_sandbox(tmp_path: Path) -> Sandbox:
 
 
 @pytest.fixture
-def tenancy_listeners() -> Iterator[dict[int, socket.socket]]:
-    """Listening sockets of the registries' ports (port -> socket), held until `tenancy_proxy` hands them to
-    mitmdump, so no port can be taken between minting a registry and serving it; closed after the test."""
-    held: dict[int, socket.socket] = {}
-    yield held
-    for sock in held.values():
-        sock.close()
-
-
-@pytest.fixture
-def tenancy_registry(tmp_path: Path, tenancy_sandbox: Sandbox,
-                     tenancy_listeners: dict[int, socket.socket]) -> Callable[..., Registry]:
-    def make(n: int = 2) -> Registry:
-        names = tenant_names(n)
-        socks = {name: bind_listener() for name in names}
-        tenancy_listeners.update({port_of(sock): sock for sock in socks.values()})
-        registry = mint(names, tenancy_sandbox.root / "work", {n: {"listen": port_of(s)} for n, s in socks.items()})
-        for t in registry:
-            t.home = str(tenancy_sandbox.home_of(t.name))
-        registry.save(tmp_path / "registry.yaml")
-        return registry
-
-    return make
-
-
-@pytest.fixture
 def tenancy_procs() -> Iterator[ProcessSet]:
     """Every child a test starts; all of them are killed (and proven gone) after the test."""
     procs = ProcessSet()
@@ -201,27 +190,30 @@ def tenancy_procs() -> Iterator[ProcessSet]:
 
 
 @pytest.fixture
-def tenancy_proxy(request: pytest.FixtureRequest, tmp_path: Path, tenancy_registry: Callable[..., Registry],
-                  tenancy_listeners: dict[int, socket.socket], tenancy_procs: ProcessSet) -> Iterator[TenancyProxy]:
+def tenancy_session(tmp_path: Path, tenancy_sandbox: Sandbox, tenancy_procs: ProcessSet) -> Iterator[AuditSession]:
+    """The test's `AuditSession` (listeners, registry, stubs, mitmdump), as `run` sets an audit up; everything
+    it started is stopped after the test."""
+    with AuditSession(tmp_path / "evidence", sandbox=tenancy_sandbox, registry_path=tmp_path / "registry.yaml",
+                      procs=tenancy_procs) as session:
+        yield session
+
+
+@pytest.fixture
+def tenancy_registry(tenancy_session: AuditSession) -> Callable[..., Registry]:
+    def make(n: int = 2) -> Registry:
+        return tenancy_session.mint(tenant_names(n))
+
+    return make
+
+
+@pytest.fixture
+def tenancy_proxy(request: pytest.FixtureRequest, tenancy_session: AuditSession,
+                  tenancy_registry: Callable[..., Registry]) -> TenancyProxy:
     marker = request.node.get_closest_marker("tenancy")
-    registry = tenancy_registry(marker.kwargs.get("tenants", 2) if marker else 2)
-    out = tmp_path / "evidence"
-    out.mkdir(exist_ok=True)
-    stubs = {t.name: StubProvider(t).start() for t in registry}
-    try:
-        for t in registry:
-            t.upstream = stubs[t.name].url
-        registry_path = tmp_path / "registry.yaml"
-        registry.save(registry_path)
-        listeners = [tenancy_listeners.pop(t.listen) for t in registry if t.listen is not None]
-        proxy = Proxy(registry, registry_path, out, tenancy_procs, listeners=listeners).start()
-        try:
-            yield TenancyProxy(registry, registry_path, out, stubs, proxy)
-        finally:
-            proxy.stop()
-    finally:
-        for stub in stubs.values():
-            stub.stop()
+    tenancy_registry(marker.kwargs.get("tenants", 2) if marker else 2)
+    tenancy_session.start_stubs()
+    tenancy_session.start_proxy()
+    return TenancyProxy(tenancy_session)
 
 
 @pytest.fixture

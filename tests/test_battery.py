@@ -23,7 +23,7 @@ from harness.detect.engine.matcher import Matcher
 from harness.detect.flows import Route, inspect_request
 from harness.detect.tools import Coverage, message_spans, tool_for_file
 from harness.drive import plants
-from harness.run import check_plants
+from harness.judge import check_plants
 
 TOOLS = [
     {"type": "function", "function": {"name": "terminal", "parameters": {

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness import cli
+from harness import arguments
 from harness.matrix import check_matrix_options
 from harness.run import UsageError, check_options
 
@@ -74,11 +74,11 @@ def parse(argv: list[str]) -> object:
         args = ["run", *args[1:]]
     if "--help" in args:
         return None
-    parsed = cli._parser().parse_args(args)
+    parsed = arguments.parser().parse_args(args)
     if parsed.command == "run":
-        check_options(cli.run_options(parsed))
+        check_options(arguments.run_options(parsed))
     elif parsed.command == "matrix":
-        check_matrix_options(cli.matrix_options(parsed))
+        check_matrix_options(arguments.matrix_options(parsed))
     return parsed
 
 

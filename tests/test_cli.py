@@ -15,13 +15,14 @@ from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import tflow
 
 import harness
-from harness import cli
+from harness import arguments, cli, judge
 from harness import run as run_module
 from harness.core.findings import Finding, Verdict
 from harness.core.registry import Registry, mint
 from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
+from harness.judge import RECORD
 from harness.report import baseline
-from harness.run import RECORD, UsageError
+from harness.run import UsageError
 
 CLI = [sys.executable, "-m", "harness.cli"]
 ROOT = Path(__file__).resolve().parent.parent
@@ -300,8 +301,8 @@ def test_two_tools_that_leak_the_same_data_in_the_same_phase_are_two_incidents(t
 
 
 def test_reconcile_of_a_folder_gives_the_same_incidents_every_time(two_tools):
-    record = run_module.read_record(two_tools)
-    first, again = (run_module.evaluate(two_tools, record, None).to_dict() for _ in range(2))
+    record = judge.read_record(two_tools)
+    first, again = (judge.evaluate(two_tools, record, None).to_dict() for _ in range(2))
     assert first["incidents"] == again["incidents"] and first["findings"] == again["findings"]
     assert len(first["incidents"]) == 2
 
@@ -355,7 +356,7 @@ def test_a_v2_baseline_hides_a_new_tool_with_a_warning_and_upgrades_exactly(tmp_
 
 
 def test_phases_all_is_every_phase_cron_included():
-    assert cli._phases("all") == list(ALL_PHASES) and "cron" in cli._phases("all")
-    assert cli._phases(None) == [] and cli._phases("turns,cron") == ["turns", "cron"]
-    assert cli._phases("all,cron") == ["all", "cron"]  # `all` only alone; otherwise the run rejects the name
+    assert arguments.phases("all") == list(ALL_PHASES) and "cron" in arguments.phases("all")
+    assert arguments.phases(None) == [] and arguments.phases("turns,cron") == ["turns", "cron"]
+    assert arguments.phases("all,cron") == ["all", "cron"]  # `all` only alone; otherwise the run rejects the name
     assert "cron" not in DEFAULT_PHASES

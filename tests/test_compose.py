@@ -387,14 +387,14 @@ def test_base64_in_a_query_string(m: Matcher, registry: Registry) -> None:
 
 
 def test_the_time_budget_is_an_option() -> None:
-    from harness import cli
+    from harness import arguments
 
     parser = argparse.ArgumentParser()
-    cli._limit_options(parser)
-    assert cli._limits(parser.parse_args([])).seconds == Limits().seconds
-    assert cli._limits(parser.parse_args(["--max-seconds", "2.5"])).seconds == 2.5
-    with pytest.raises(cli.UsageError):
-        cli._limits(parser.parse_args(["--max-seconds", "-1"]))
+    arguments.limit_options(parser)
+    assert arguments.limits(parser.parse_args([])).seconds == Limits().seconds
+    assert arguments.limits(parser.parse_args(["--max-seconds", "2.5"])).seconds == 2.5
+    with pytest.raises(arguments.UsageError):
+        arguments.limits(parser.parse_args(["--max-seconds", "-1"]))
 
 
 def test_the_fast_path_for_database_values_finds_what_the_full_path_does(

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -410,16 +411,22 @@ def new_tag() -> str:
     return TAG_MARKER + secrets.token_hex(TAG_BYTES)
 
 
-def mint(names: list[str], workroot: Path, routes: dict[str, dict[str, Any]]) -> Registry:
-    """Mint tenants with fresh random canaries of every kind; `workroot` holds their terminal cwds."""
+def mint(names: list[str], workroot: Path, routes: dict[str, dict[str, Any]], *,
+         upstreams: Mapping[str, str] | None = None, homes: Mapping[str, Path] | None = None) -> Registry:
+    """Mint tenants with fresh random canaries of every kind; `workroot` holds their terminal cwds. `upstreams`
+    and `homes` (by tenant) are each tenant's provider upstream and Hermes home; a home is a canary too (a path
+    of it elsewhere is a finding)."""
     tenants = {}
     for name in names:
         tag = new_tag()
+        home = str(homes[name]) if homes else None
         tenants[name] = Tenant(
             name=name,
             key=f"sk-tenancy-{name}-{tag}",
             model=f"model-{name}-{tag}",
             route=dict(routes[name]),
+            upstream=upstreams[name] if upstreams else "",
+            home=home,
             canaries={
                 "api_server_key": f"apisrv-{name}-{tag}",
                 "env_marker": f"envmark-{name}-{tag}",
@@ -428,6 +435,7 @@ def mint(names: list[str], workroot: Path, routes: dict[str, dict[str, Any]]) ->
                 "workdir": str(Path(workroot) / f"work-{name}-{tag}"),
                 "cron_prompt": f"cron-canary-{name}-{tag}",
                 "shell_state": f"shellstate-{name}-{tag}",
+                **({"home": home} if home else {}),
             },
         )
     return Registry(tenants)

@@ -14,6 +14,7 @@ app) keeps the same fields and methods: `start()`, `url`, `snapshot()`, `stop()`
 from __future__ import annotations
 
 import json
+import socket
 import sys
 import threading
 import time
@@ -176,9 +177,13 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, stub: HttpStub) -> None:
+    def __init__(self, stub: HttpStub, sock: socket.socket | None = None) -> None:
         self.stub = stub
-        super().__init__(("127.0.0.1", 0), JsonHandler)
+        super().__init__(("127.0.0.1", 0), JsonHandler, bind_and_activate=sock is None)
+        if sock is not None:  # bound and listening already (its port was named before the stub started)
+            self.socket.close()
+            self.socket = sock
+            self.server_address = sock.getsockname()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hung up (a killed proxy or Hermes) is expected; anything else is printed."""
@@ -205,9 +210,10 @@ class HttpStub(Recorder):
         handler.send_json(401, {"error": {"message": "invalid api key", "type": "invalid_request_error"}})
         return True
 
-    def start(self) -> Self:
+    def start(self, sock: socket.socket | None = None) -> Self:
+        """Serve on `sock` (a listening socket bound beforehand), else on a port the kernel picks now."""
         try:
-            self._server = _Server(self)
+            self._server = _Server(self, sock)
         except OSError as exc:
             raise ServiceError(f"the {self.service} stub of tenant {self.tenant.name!r} cannot listen on 127.0.0.1: "
                                f"{exc.strerror or exc}") from None

@@ -15,6 +15,7 @@ Recording and the credential check (observe or strict) are `base.Recorder`'s.
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 import uuid
@@ -116,10 +117,10 @@ class StubProvider(HttpStub):
     hang_seconds: float = 300.0
     release: threading.Event = field(default_factory=threading.Event)
 
-    def start(self) -> Self:
+    def start(self, sock: socket.socket | None = None) -> Self:
         if self.fault not in FAULTS:
             raise ValueError(f"unknown stub fault {self.fault!r}")
-        return super().start()
+        return super().start(sock)
 
     def script(self, plan: Plan | None) -> None:
         """Answer the next main turns with `plan` (None: the env probe only)."""

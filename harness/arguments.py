@@ -1,0 +1,209 @@
+"""The command line's arguments: the parser of `tenancy-audit` and the options each command's arguments make
+(`RunOptions`, `MatrixOptions`, `Limits`). Malformed values are a `UsageError` (one line, exit 2)."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from harness import usecases
+from harness.capture.services.base import MODES
+from harness.capture.services.provider import FAULTS
+from harness.core.protocol import TOOL_GROUPS
+from harness.detect.engine import stream
+from harness.drive import plants, scenarios
+from harness.drive.phases import ALL_PHASES
+from harness.drive.services import SERVICES
+from harness.judge import BASELINE_COPY
+from harness.matrix import MatrixOptions, parse_releases, parse_scenarios, parse_shard
+from harness.run import RunOptions, UsageError, default_tenants
+
+FAIL_ON = ("leak", "inconclusive", "never")
+DESCRIPTION = ("`tenancy-audit`: run, reconcile, scan, selftest, baseline, matrix, merge, export, cleanup. Exit 0 "
+               "clean, 1 leak,\n2 error, 3 inconclusive.")
+
+
+class _Version(argparse.Action):
+    """`--version`: this tool, mitmproxy, and the Hermes a `run` would audit ($TENANCY_HERMES_PYTHON or the pin)."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, help="print the versions of tenancy-audit, mitmproxy and "
+                         "the Hermes a run would audit, then exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(usecases.version_text())
+        parser.exit()
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tenancy-audit", description=DESCRIPTION)
+    p.add_argument("--version", action=_Version)
+    sub = p.add_subparsers(dest="command", required=True)
+    fail_on = argparse.ArgumentParser(add_help=False)
+    fail_on.add_argument("--fail-on", choices=FAIL_ON, default="inconclusive",
+                         help="what fails the command: a leak only (inconclusive exits 0), a leak or an inconclusive "
+                              "run (the default: exit 1 or 3), or never (exit 0; errors still exit 2)")
+
+    run = sub.add_parser("run", parents=[fail_on], help="drive Hermes through the proxy and write an evidence folder")
+    run.add_argument("--scenario", default="oneshot", choices=sorted(scenarios.SCENARIOS))
+    run.add_argument("--tenants", type=int, default=None, help="number of tenants (default 2; 3 for backends)")
+    run.add_argument("--topology", default="reverse", choices=["reverse", "forward"])
+    run.add_argument("--plant", action="append", default=[], choices=sorted(plants.PLANTS),
+                     help="deliberately break isolation (negative control); repeatable")
+    run.add_argument("--baseline", type=Path, help="known findings that do not fail the run")
+    run.add_argument("--out", type=Path, help="evidence folder (default evidence/<timestamp> of the "
+                     "checkout; installed: $XDG_DATA_HOME/tenancy-audit/evidence/<timestamp>)")
+    run.add_argument("--force", action="store_true", help="replace an existing evidence folder")
+    run.add_argument("--hermes-python", type=Path, help="python of the Hermes install to audit")
+    run.add_argument("--turns", type=int, default=1, help="turns per tenant")
+    run.add_argument("--runs", type=int, default=1, help="run the audit N times (evidence in OUT/run-<i>) and report "
+                     "per finding class how often it was seen (seen k/N; OUT/matrix.json, .md, .html)")
+    run.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
+    run.add_argument("--phases", help="comma-separated multi-profile phases (default: all but cron; 'cron' waits "
+                     "for the tickers; 'all': every phase, cron included)")
+    run.add_argument("--cron-wait", type=float, default=75.0, help="seconds after the backend starts within which "
+                     "every cron job must fire (its ticker ticks at start and every 60 s)")
+    run.add_argument("--tools", help="tool battery groups, comma-separated (default: all of "
+                     f"{','.join(TOOL_GROUPS)}); 'none' keeps only the env probe")
+    run.add_argument("--services", help="services besides each tenant's provider, comma-separated (default: all "
+                     f"of {','.join(SERVICES)}); 'none' stubs the providers only")
+    run.add_argument("--policy", default="hermes", help="the isolation policy: hermes (default: what Hermes shares "
+                     "between profiles by design is allowed), strict (nothing shared) or a policy file "
+                     "(docs/contracts.md)")
+    run.add_argument("--stubs", default="observe", choices=MODES,
+                     help="observe (default): a stub answers a foreign key too, so later leaks show; "
+                     "strict: it answers 401")
+    run.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    run.add_argument("--redact", action="store_true",
+                     help="also write redacted/ (flows, ledger, reports, registry) with every secret as <tenant:kind>")
+    run.add_argument("--stub-fault", default="", choices=sorted(FAULTS), help=argparse.SUPPRESS)  # fault tests
+    run.add_argument("--json", action="store_true", help="print findings.json to stdout")
+
+    rec = sub.add_parser("reconcile", parents=[fail_on],
+                         help="re-verify saved evidence: an evidence folder, or a registry + flow file (+ logs)")
+    rec.add_argument("evidence", type=Path, nargs="?",
+                     help="an evidence folder of `run`: reproduces its verdict, findings and fingerprints")
+    rec.add_argument("--baseline", type=Path,
+                     help=f"known findings that do not fail (default for a folder: its {BASELINE_COPY}, if any)")
+    rec.add_argument("--registry", type=Path, help="the registry (default: registry.yaml of the folder)")
+    rec.add_argument("--flows", type=Path, help="the flow file (default: flows.mitm of the folder)")
+    rec.add_argument("--scenario", help="without a folder: the scenario the flows belong to (for fingerprints)")
+    rec.add_argument("--phase", help="without a folder: the phase the flows belong to (for fingerprints)")
+    rec.add_argument("--logs", type=Path, nargs="*", default=[], help="logs/RPC streams (scanned for secrets)")
+    rec.add_argument("--stubs", type=Path, help="stubs.jsonl: prove every upstream request passed the proxy")
+    rec.add_argument("--no-homes", action="store_true", help="do not scan the tenant homes named in the registry")
+    rec.add_argument("--policy", help="the isolation policy: hermes, strict or a policy file (default with a "
+                     "folder: the one the run used)")
+    rec.add_argument("--out", type=Path, help="write findings.json/report.md/junit.xml here")
+    rec.add_argument("--json", action="store_true")
+    limit_options(rec)
+
+    sc = sub.add_parser("scan", help="scan files/trees for canaries of the registry")
+    sc.add_argument("--registry", type=Path, required=True)
+    sc.add_argument("--owner", help="the tenant the paths belong to (default: secrets of every tenant)")
+    sc.add_argument("--json", type=Path, dest="json_out", help="write the findings JSON here")
+    limit_options(sc)
+    sc.add_argument("paths", type=Path, nargs="+")
+
+    st = sub.add_parser("selftest", help="plant every kind of leak in real Hermes and prove each is caught")
+    st.add_argument("--hermes-python", type=Path)
+    st.add_argument("--out", type=Path)
+
+    bl = sub.add_parser("baseline", help="run a scenario N times and write its findings as a baseline (or --upgrade "
+                                         "an older baseline)")
+    bl.add_argument("--scenario", default="oneshot", choices=sorted(scenarios.SCENARIOS))
+    bl.add_argument("--runs", type=int, default=3, help="runs; findings missing from some run are intermittent "
+                    "(each entry keeps its rate: seen, runs)")
+    bl.add_argument("--phases", help="comma-separated multi-profile phases (as for run)")
+    bl.add_argument("--hermes-python", type=Path)
+    bl.add_argument("--evidence", type=Path, help="keep the runs' evidence folders here")
+    bl.add_argument("--out", type=Path, help="the baseline file to write (default with --upgrade: in place)")
+    bl.add_argument("--upgrade", type=Path, metavar="FILE",
+                    help="convert a version-2 (exact) or version-1 (inexact) baseline to version 3 instead of running")
+
+    mx = sub.add_parser("matrix", parents=[fail_on], help="run the audit against several Hermes releases and "
+                        "tabulate each finding class per release")
+    mx.add_argument("--hermes", required=True, metavar="VERSIONS",
+                    help="releases, comma-separated (e.g. 0.16.0,0.19.0), each installed into a cached venv; "
+                    "VERSION=PYTHON uses an existing install instead")
+    mx.add_argument("--scenario", default="oneshot",
+                    help="a scenario, a comma-separated list, or all (default oneshot)")
+    mx.add_argument("--runs", type=int, default=1, help="runs per release and scenario (default 1)")
+    mx.add_argument("--tools", help="tool battery groups, as for run ('none': the env probe only)")
+    mx.add_argument("--phases", help="multi-profile phases, as for run (all: every phase, cron included)")
+    mx.add_argument("--services", help="services besides the providers, as for run ('none': the providers only)")
+    mx.add_argument("--shard", help="I/N: run only this share of the release x scenario x run cells")
+    mx.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
+    mx.add_argument("--out", type=Path, required=True, help="matrix folder: matrix.json/.md/.html, evidence per run")
+    mx.add_argument("--force", action="store_true", help="run into a folder that already holds a matrix")
+    mx.add_argument("--quiet", action="store_true", help="no progress on stderr")
+
+    mg = sub.add_parser("merge", parents=[fail_on], help="combine the matrix.json of every shard into one matrix")
+    mg.add_argument("shards", type=Path, nargs="+", help="shard folders (or their matrix.json)")
+    mg.add_argument("--out", type=Path, required=True, help="where matrix.json/.md/.html are written")
+
+    ex = sub.add_parser("export", help="redacted copies of saved flows: HAR 1.2 and/or a .mitm flow file")
+    ex.add_argument("source", type=Path, help="an evidence folder (registry.yaml + flows.mitm) or a flow file")
+    ex.add_argument("--registry", type=Path, help="the registry (default: registry.yaml in the evidence folder)")
+    ex.add_argument("--har", type=Path, help="write a HAR 1.2 file here")
+    ex.add_argument("--flows", type=Path, help="write a redacted flow file here (mitmweb -r, reconcile)")
+
+    sub.add_parser("cleanup", help="reap processes a killed run left behind")
+    return p
+
+
+def phases(text: str | None) -> list[str]:
+    """`--phases a,b` as a list; `all` is every phase, cron included; none given: the default."""
+    names = [p for p in (text or "").split(",") if p]
+    return list(ALL_PHASES) if names == ["all"] else names
+
+
+def limit_options(p: argparse.ArgumentParser) -> None:
+    d = stream.DEFAULT_LIMITS
+    p.add_argument("--max-stream-bytes", type=int, default=d.stream_bytes, metavar="N",
+                   help=f"decoded bytes read from one compressed stream (default {d.stream_bytes}); a stream "
+                   "with more is listed as not inspected and the verdict is at best inconclusive")
+    p.add_argument("--max-file-bytes", type=int, default=d.total_bytes, metavar="N",
+                   help=f"decoded bytes read from all the compressed streams of one file (default {d.total_bytes})")
+    p.add_argument("--max-depth", type=int, default=d.depth, metavar="N",
+                   help=f"layers inside layers that are decoded (default {d.depth})")
+    p.add_argument("--max-seconds", type=float, default=d.seconds, metavar="S",
+                   help=f"seconds spent decoding the layers of one file (default {d.seconds:g}); the layers left "
+                   "are listed as not inspected")
+
+
+def limits(a: argparse.Namespace) -> stream.Limits:
+    if min(a.max_stream_bytes, a.max_file_bytes) < 1 or a.max_depth < 0 or a.max_seconds < 0:
+        raise UsageError("--max-stream-bytes and --max-file-bytes must be positive, --max-depth and --max-seconds "
+                         "not negative")
+    return stream.Limits(stream_bytes=a.max_stream_bytes, total_bytes=a.max_file_bytes, depth=a.max_depth,
+                         seconds=a.max_seconds)
+
+
+def parse_tools(value: str | None) -> list[str] | None:
+    """`--tools` (and `--services`): None (every one), `none` ([]) or a comma-separated list."""
+    if value is None:
+        return None
+    return [] if value.strip() == "none" else [g for g in value.split(",") if g]
+
+
+def run_options(a: argparse.Namespace) -> RunOptions:
+    """`run`'s options from its arguments (`run_audit` checks them: `check_options`)."""
+    if a.runs < 1:
+        raise UsageError("--runs must be at least 1")
+    return RunOptions(scenario=a.scenario, tenants=a.tenants or default_tenants(a.scenario),
+                      topology=a.topology, plants=a.plant, baseline=a.baseline, out=a.out,
+                      hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout,
+                      phases=phases(a.phases), cron_wait=a.cron_wait,
+                      redact=a.redact, stub_fault=a.stub_fault, tools=parse_tools(a.tools), stubs=a.stubs,
+                      services=parse_tools(a.services), policy=a.policy)
+
+
+def matrix_options(a: argparse.Namespace) -> MatrixOptions:
+    """`matrix`'s options from its arguments (UsageError for a malformed release, scenario or shard)."""
+    return MatrixOptions(releases=parse_releases(a.hermes), scenarios=parse_scenarios(a.scenario), runs=a.runs,
+                         out=a.out, tools=parse_tools(a.tools), phases=phases(a.phases),
+                         services=parse_tools(a.services),
+                         shard=parse_shard(a.shard) if a.shard else None,
+                         timeout=a.timeout, force=a.force, quiet=a.quiet)

@@ -1,0 +1,80 @@
+"""What the command line prints: a result, findings, a release matrix and a baseline's entries, line by line
+(findings.json, report.md and matrix.md have every class and occurrence)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from harness.core.findings import Finding
+from harness.core.severity import docs_url
+from harness.detect.engine.stream import NotInspected
+from harness.report.matrix import NA, cell_text, wilson
+from harness.report.result import AuditResult, groups
+
+
+def finding_lines(findings: list[Finding]) -> list[str]:
+    """One line per finding class (fingerprint), the most severe first; findings.json has every occurrence."""
+    return [g.line() for g in groups(findings)]
+
+
+def not_inspected_lines(entries: list[NotInspected]) -> list[str]:
+    return [f"not inspected: {n.summary()}" + (" [read in part]" if n.partial else "") for n in entries]
+
+
+def result_lines(result: AuditResult) -> list[str]:
+    """One line per new incident, then what the baseline knows, why the run is not conclusive, and the verdict."""
+    v = result.verdict
+    new = [row for row in result.incidents if row.new]
+    lines = [row.line() for row in new]
+    if v.findings:
+        lines.append(f"{len(v.findings)} new finding(s) in {len(groups(v.findings))} class(es) under {len(new)} "
+                     "incident(s): every class and occurrence is in report.md and findings.json")
+    if v.known:
+        lines.append(f"known: {len(v.known)} finding(s) in {len(groups(v.known))} class(es), "
+                     f"{len(result.incidents) - len(new)} incident(s) wholly listed in the baseline (reported, not "
+                     "failing)")
+    lines += [f"inconclusive: {reason}" for reason in v.reasons]
+    lines += [f"not inspected: {n['path']}: {n['reason']} ({n['bytes_read']} bytes read)"
+              + (" [read in part]" if n["partial"] else "") for n in result.not_inspected]
+    lines += [f"warning: {warning}" for warning in result.warnings]
+    control = "; negative control (planted: " + ", ".join(result.plants) + ")" if result.plants else ""
+    lines.append(f"verdict: {v.status} ({len(new)} new incident(s); {len(v.findings)} new in "
+                 f"{len(groups(v.findings))} class(es), {len(v.known)} known, {result.inspected.get('flows', 0)} "
+                 f"flows{control})")
+    if result.out is not None:
+        lines.append(f"evidence: {result.out}")
+    if v.findings or v.known:
+        lines.append(f"what each finding means and how to fix it: {docs_url()}")
+    return lines
+
+
+def matrix_lines(doc: dict[str, Any]) -> list[str]:
+    """One line per incident (`seen k/N ...` per release; an n/a's reason, and every finding class, are in
+    matrix.md), then the verdict."""
+    releases = doc["plan"]["releases"]
+
+    def text(cell: dict[str, Any]) -> str:
+        return NA if cell["state"] == NA else cell_text(cell)
+
+    lines = []
+    for row in doc["incidents"]:
+        where = f"{row['scenario']}/{row['phase']}" if row["scenario"] else "-"
+        cells = "; ".join(f"{r}: {text(row['cells'][r])}" if len(releases) > 1 else text(row["cells"][r])
+                          for r in releases)
+        lines.append(f"{row['severity']:<8} {','.join(row['documented']) or 'new':<7} {row['audit']} {row['entry']}: "
+                     f"{row['kinds'][0]} {row['victim'] or '-'} -> {row['seen_in'] or '-'} at {where}: {cells} "
+                     f"[{row['id']}]")
+    lines.append(f"verdict: {doc['status']} ({len(doc['incidents'])} incident(s), {len(doc['rows'])} class(es) over "
+                 f"{len(doc['cells'])} run(s); every class is in matrix.md)")
+    return lines
+
+
+def baseline_lines(entries: list[dict[str, Any]]) -> list[str]:
+    """One line per baseline entry: how often it was seen, the class, its fingerprint."""
+    lines = []
+    for e in entries:
+        k, n = e["seen"], e["runs"]
+        rate = cell_text({"state": "seen", "seen": k, "runs": n, "interval": list(wilson(k, n)) if n > 1 else None})
+        lines.append(f"{rate}: {e['kind']}: {e['victim'] or '-'} -> {e['seen_in'] or '-'} {e['canary'] or '-'} "
+                     f"({e['channel']}) {e['scenario']}/{e['phase']} [{e['fingerprint']}]")
+    return lines

@@ -1,0 +1,255 @@
+"""What each command of `tenancy-audit` does besides `run` and `matrix`, without parsing or printing: reconcile
+saved evidence, scan files, the self-test, baselines, export, the versions. `harness.cli` parses the arguments,
+calls one of these (or `run.run_audit`, `matrix.repeat`, `matrix.run_matrix`) and prints what it returns."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mitmproxy.version
+
+import harness
+from harness.core.files import write_private
+from harness.core.findings import EXIT_INCONCLUSIVE, EXIT_LEAK, INCONCLUSIVE_KINDS, Verdict
+from harness.core.registry import load
+from harness.detect import scan
+from harness.detect.engine.matcher import matcher_for
+from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
+from harness.detect.reconcile import LogSource, read_flows, reconcile
+from harness.drive import plants
+from harness.judge import BASELINE_COPY, evaluate, read_record, result_of, versions
+from harness.matrix import run_audits
+from harness.report import baseline, export
+from harness.report import policy as policies
+from harness.report.result import AuditResult
+from harness.report.writer import write_reports
+from harness.run import RunOptions, UsageError, default_tenants, hermes_python, run_audit
+
+
+def hermes_version(python: Path) -> str:
+    """The hermes-agent version installed for `python`, or why there is none."""
+    if not python.exists():
+        return f"not installed ({python} does not exist)"
+    code = "from importlib.metadata import version; print(version('hermes-agent'))"
+    try:
+        done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({python}: {exc})"
+    if done.returncode != 0:
+        return f"not installed for {python}"
+    return done.stdout.strip()
+
+
+def version_text() -> str:
+    """This tool's, mitmproxy's and the version of the Hermes a `run` would audit."""
+    python = hermes_python(None)
+    return (f"tenancy-audit {harness.__version__}\nmitmproxy {mitmproxy.version.VERSION}\n"
+            f"hermes-agent {hermes_version(python)} ({python})")
+
+
+@dataclass
+class ReconcileOptions:
+    """`reconcile`: an evidence folder, or a registry and a flow file (with logs, stubs, homes)."""
+
+    evidence: Path | None = None
+    baseline: Path | None = None
+    registry: Path | None = None
+    flows: Path | None = None
+    scenario: str | None = None
+    phase: str | None = None
+    logs: list[Path] = field(default_factory=list)
+    stubs: Path | None = None
+    no_homes: bool = False
+    policy: str | None = None
+    out: Path | None = None
+    limits: Limits = DEFAULT_LIMITS
+
+
+def reconcile_saved(opts: ReconcileOptions, say: Callable[[str], None]) -> AuditResult:
+    """The verdict of saved evidence, written as reports to `opts.out` if given."""
+    started = time.monotonic()
+    if opts.evidence is not None:
+        result = _reconcile_folder(opts, opts.evidence, started, say)
+    elif opts.registry is None or opts.flows is None:
+        raise UsageError("reconcile: pass an evidence folder, or --registry and --flows")
+    else:
+        result = _reconcile_files(opts, opts.registry, opts.flows, started)
+    if opts.out:
+        _prepare_reconcile_out(opts.out, opts.evidence)
+        result.out = opts.out
+        write_reports(opts.out, result)
+        step_summary(opts.out)
+    return result
+
+
+def _prepare_reconcile_out(out: Path, evidence: Path | None) -> None:
+    if evidence is not None and out.resolve() == evidence.resolve():
+        raise UsageError(f"reconcile: --out {out} is the evidence folder itself; pass another folder")
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"reconcile: --out {out} exists and is not a directory")
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise UsageError(f"reconcile: cannot create --out {out}: {exc.strerror or exc}") from None
+
+
+def _reconcile_folder(opts: ReconcileOptions, out: Path, started: float, say: Callable[[str], None]) -> AuditResult:
+    """The whole evidence folder, as `run` judged it: the same verdict, findings and fingerprints."""
+    if not out.is_dir():
+        raise UsageError(f"reconcile: {out} is not a directory (pass an evidence folder, or --registry and --flows)")
+    if opts.registry is not None and opts.registry.resolve() != (out / "registry.yaml").resolve():
+        raise UsageError("reconcile: with an evidence folder, the registry is its registry.yaml")
+    if opts.scenario or opts.phase:
+        raise UsageError("reconcile: an evidence folder names its own scenario and phases (timeline.json)")
+    if opts.logs or opts.stubs or opts.no_homes:
+        raise UsageError("reconcile: an evidence folder is judged whole (its logs/, stubs.jsonl and homes); "
+                         "--logs, --stubs and --no-homes are for loose files")
+    record = read_record(out)
+    path = opts.baseline or (out / BASELINE_COPY if (out / BASELINE_COPY).exists() else None)
+    base = baseline.load(path) if path else None
+    if path is not None and opts.baseline is None:
+        say(f"tenancy-audit: judged against the run's baseline {path} (pass --baseline to use another)")
+    policy = policies.load(opts.policy) if opts.policy else None  # None: the run's own (`policy.yaml` of the folder)
+    return evaluate(out, record, base, seconds=time.monotonic() - started, flows=opts.flows, limits=opts.limits,
+                    policy=policy)
+
+
+def _reconcile_files(opts: ReconcileOptions, registry_path: Path, flows: Path, started: float) -> AuditResult:
+    """A registry and a flow file (plus logs, stubs, homes): findings labelled with --scenario/--phase."""
+    registry = load(registry_path)
+    homes = {} if opts.no_homes else {t.name: Path(t.home) for t in registry if t.home}
+    rec = reconcile(registry, flows, homes=homes, logs=[LogSource(p, None) for p in opts.logs], stub_log=opts.stubs,
+                    limits=opts.limits)
+    return result_of(rec, registry.names(), opts.scenario or "reconcile",
+                     [f.labelled(opts.scenario, opts.phase) for f in rec.findings], reasons=rec.reasons,
+                     base=baseline.load(opts.baseline) if opts.baseline else None, versions=versions(),
+                     seconds=time.monotonic() - started)
+
+
+def step_summary(out: Path | None) -> None:
+    """On GitHub Actions, append report.md to the job's summary page."""
+    summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not summary or out is None or not (out / "report.md").exists():
+        return
+    text = (out / "report.md").read_text(encoding="utf-8")
+    limit = 900_000  # GitHub takes at most 1 MiB per step
+    if len(text) > limit:
+        text = text[:limit] + f"\n\n(cut at {limit} characters: see report.md in the evidence)\n"
+    with open(summary, "a", encoding="utf-8") as fh:
+        fh.write(text + "\n")
+
+
+def scan_paths(registry_path: Path, paths: list[Path], owner: str | None, limits: Limits,
+               json_out: Path | None) -> scan.TreeScan:
+    """The canaries of the registry in files and trees (`json_out`: also written there as JSON)."""
+    registry = load(registry_path)
+    if owner is not None and owner not in registry.tenants:
+        raise UsageError(f"--owner {owner!r} is not a tenant of {registry_path}")
+    for p in paths:
+        if not p.exists():
+            raise UsageError(f"{p} does not exist")
+    result = scan.scan_paths(paths, registry, owner, limits=limits)
+    if json_out:
+        verdict = scan_verdict(result)
+        write_private(json_out, json.dumps({
+            "verdict": verdict.status, "reasons": verdict.reasons,
+            "not_inspected": [n.to_dict() for n in result.not_inspected],
+            "findings": [f.to_dict() for f in result.findings]}, indent=2).encode())
+    return result
+
+
+def scan_verdict(result: scan.TreeScan) -> Verdict:
+    reasons = [f"unreadable: {p}" for p in result.unreadable]
+    reasons += [r for r in result.reasons() if ": unreadable" not in r]
+    return Verdict(result.findings, reasons=reasons)
+
+
+@dataclass
+class PlantOutcome:
+    """One plant of the self-test: whether it was caught as it must be."""
+
+    name: str
+    ok: bool
+    code: int
+    expected: frozenset[str]
+    kinds: set[str]
+
+
+def selftest(python: Path | None, out: Path | None) -> Iterator[PlantOutcome]:
+    """Every plant in its own audit of real Hermes, each as soon as it is judged."""
+    for name, (_, expected) in plants.PLANTS.items():
+        scenario = plants.SCENARIO.get(name, "oneshot")
+        result = run_audit(RunOptions(plants=[name], out=(out / name) if out else None, hermes_python=python,
+                                      quiet=True, topology=plants.TOPOLOGY.get(name, "reverse"), scenario=scenario,
+                                      tenants=2, phases=["turns"] if scenario != "oneshot" else [],
+                                      tools=plants.battery_for(name), services=plants.services_for(name)))
+        code = result.verdict.exit_code
+        kinds = {f.kind for f in result.verdict.findings}
+        missed = [r for r in result.verdict.reasons if r.startswith(f"plant {name} ")]
+        # a plant that only defeats the proof (a bypass) must end inconclusive; every other one in a leak
+        want = EXIT_INCONCLUSIVE if expected <= INCONCLUSIVE_KINDS else EXIT_LEAK
+        yield PlantOutcome(name, code == want and expected <= kinds and not missed, code, expected, kinds)
+
+
+def make_baseline(scenario: str, runs: int, phases: list[str], python: Path | None, evidence: Path | None,
+                  out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Run `scenario` `runs` times and write its findings to `out` as a baseline; returns its entries."""
+    try:  # before minutes of runs: the baseline can be written there
+        with tempfile.TemporaryFile(dir=out.parent):
+            pass
+    except OSError as exc:
+        raise UsageError(f"baseline: cannot write --out {out} ({exc.strerror or exc})") from None
+    found, version = [], "?"
+    with tempfile.TemporaryDirectory(prefix="tenancy-baseline-") as tmp:
+        opts = RunOptions(scenario=scenario, tenants=default_tenants(scenario), hermes_python=python,
+                          out=evidence or Path(tmp), quiet=True, phases=phases)
+        for i, result in run_audits(opts, range(1, runs + 1)):
+            assert isinstance(result, AuditResult)
+            version = result.versions.get("hermes-agent", "?")
+            found.append(result.verdict.findings)
+            say(f"run {i}/{runs}: {result.verdict.status} (exit {result.verdict.exit_code}), "
+                f"{len(found[-1])} findings")
+    return baseline.write(out, found, note=f"hermes-agent {version}, scenario {scenario}, {runs} runs")
+
+
+def export_flows(source: Path, registry_path: Path | None, har: Path | None, flows_out: Path | None,
+                 say: Callable[[str], None], show: Callable[[str], None]) -> None:
+    """Redacted copies of saved flows: HAR 1.2 and/or a .mitm flow file (`show`: each file written)."""
+    if not (har or flows_out):
+        raise UsageError("export: pass --har FILE and/or --flows FILE")
+    flows_path = source / "flows.mitm" if source.is_dir() else source
+    registry_path = registry_path or (source / "registry.yaml" if source.is_dir() else None)
+    if registry_path is None:
+        raise UsageError("export: a flow file needs --registry")
+    if not flows_path.is_file():
+        raise UsageError(f"export: {flows_path} does not exist")
+    matcher = matcher_for(load(registry_path))
+    flows, truncated = read_flows(flows_path)
+    if truncated:
+        say(f"tenancy-audit: {truncated}")
+    if har:
+        show(f"wrote {har}: {export.write_har(har, flows, matcher)} entries")
+    if flows_out:
+        show(f"wrote {flows_out}: {export.write_flows(flows_out, flows, matcher)} flows")
+
+
+def upgrade_baseline(path: Path, dest: Path, say: Callable[[str], None]) -> str:
+    """Convert an older baseline to the current version (`say`: what the conversion could not keep)."""
+    old = baseline.load(path).version
+    done = baseline.upgrade(path, dest)
+    regenerate = "regenerate the baseline (tenancy-audit baseline --scenario S --runs N --out FILE) for an exact one"
+    if old == 1:
+        say(f"tenancy-audit: an entry upgraded from version 1 keeps only its example's direction; {regenerate}")
+    if done.untooled:
+        say(f"tenancy-audit: {done.untooled} entries name no tool or service (written before baselines kept them) "
+            f"and are taken to have none, so a class that had one is new now; {regenerate}")
+    return (f"wrote {dest}: {done.written} entries (version {baseline.VERSION}, from version {old})"
+            + (f", {done.dropped} dropped (no direction named, or malformed)" if done.dropped else ""))
