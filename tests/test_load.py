@@ -17,14 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from harness.capture.proxy import Proxy, free_port
-from harness.capture.services.provider import StubProvider
-from harness.core.procs import ProcessSet
-from harness.core.registry import Registry, mint
+from harness.core.registry import Registry
 from harness.detect.decode import MAX_BODY
 from harness.detect.flows import route_of
 from harness.detect.reconcile import read_flows
-from harness.run import tenant_names
+from harness.session import AuditSession, tenant_names
 
 TENANTS, CONCURRENT = 8, 20
 NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
@@ -56,21 +53,15 @@ def send_raw(port: int, key: str, body: bytes, headers: dict[str, str]) -> int:
 
 @pytest.fixture
 def proxy_of_8(tmp_path: Path):
-    names = tenant_names(TENANTS)
-    reg = mint(names, tmp_path / "work", {n: {"listen": free_port()} for n in names})
-    stubs = {t.name: StubProvider(t, chunk_delay=0.005).start() for t in reg}
-    for t in reg:
-        t.upstream = stubs[t.name].url
-    reg.save(tmp_path / "registry.yaml")
-    procs = ProcessSet()
-    proxy = Proxy(reg, tmp_path / "registry.yaml", tmp_path, procs).start()
-    try:
-        yield reg, stubs, proxy
-    finally:
-        proxy.stop()
-        for s in stubs.values():
-            s.stop()
-        assert procs.close() == []
+    """8 tenants behind one mitmdump, set up as an audit is (every port bound before the registry names it),
+    their stubs streaming slowly enough for the turns to overlap."""
+    with AuditSession(tmp_path, tenant_names(TENANTS)) as session:
+        session.mint()
+        stubs = session.start_stubs()
+        for stub in stubs.values():
+            stub.chunk_delay = 0.005
+        yield session.registry, stubs, session.start_proxy()
+    assert session.survivors == 0
 
 
 def test_a_turn_sent_the_moment_start_returns_is_recorded(proxy_of_8):
