@@ -95,10 +95,20 @@ def module(layered: str, flat: str) -> ModuleType:
     return importlib.import_module(f"harness.{layered if (package / layered.split('.')[0]).is_dir() else flat}")
 
 
-def streaming() -> ModuleType:
-    """The module holding `scan_file`: `detect.engine.stream`, or the scanner's module in a tree before the split."""
+def engine(name: str, before: str) -> ModuleType:
+    """The scanning engine's module `name` (`harness.detect.engine.<name>`), or where a tree from before the
+    engine package kept it: `before` (`layered`/`flat` as `module` takes them, e.g. "detect.matcher,matcher")."""
     try:
-        return importlib.import_module("harness.detect.engine.stream")
+        return importlib.import_module(f"harness.detect.engine.{name}")
+    except ModuleNotFoundError:
+        return module(*before.split(","))
+
+
+def streaming() -> ModuleType:
+    """The module holding `scan_file`: `detect.engine.stream`, `detect.stream`, or the scanner's module in a
+    tree before the split."""
+    try:
+        return engine("stream", "detect.stream,detect.stream")
     except ModuleNotFoundError:
         return module("detect.scan", "scan")
 
@@ -106,7 +116,7 @@ def streaming() -> ModuleType:
 def scan_load(corpus: str, registry: str) -> dict[str, Any]:
     """Load the registry and the corpus's bytes; build both matchers and warm scan_tree's matcher cache."""
     reg = module("core.registry", "registry").load(registry)
-    matcher = module("detect.engine.matcher", "matcher").Matcher
+    matcher = engine("matcher", "detect.matcher,matcher").Matcher
     files = sorted(p for p in Path(corpus).rglob("*") if p.is_file())
     STATE.update(registry=reg, corpus=corpus, blobs=[p.read_bytes() for p in files],
                  matchers={True: matcher.for_registry(reg), False: matcher.for_registry(reg, prefilter=False)})
@@ -115,7 +125,7 @@ def scan_load(corpus: str, registry: str) -> dict[str, Any]:
 
 
 def scan_build() -> dict[str, Any]:
-    matcher = module("detect.engine.matcher", "matcher").Matcher
+    matcher = engine("matcher", "detect.matcher,matcher").Matcher
     t = time.perf_counter()
     matcher.for_registry(STATE["registry"])
     return {"seconds": time.perf_counter() - t}
@@ -144,7 +154,7 @@ def scan_fresh(target: str, registry: str) -> dict[str, Any]:
     peak RSS in MiB (the interpreter, the matcher's automata and whatever the scan held)."""
     reg = module("core.registry", "registry").load(registry)
     scan = module("detect.scan", "scan")
-    matcher = module("detect.engine.matcher", "matcher").Matcher.for_registry(reg)
+    matcher = engine("matcher", "detect.matcher,matcher").Matcher.for_registry(reg)
     t = time.perf_counter()
     if Path(target).is_dir():
         found = len(scan.scan_tree(target, reg, None, matcher=matcher).findings)

@@ -19,10 +19,11 @@ Prints the wall time ratio audit/bare per round (median) and where the audit's t
 are parts of the reconcile.
 
 `--ref REF` (a regression check) runs instead this tree's audit against REF's, side by side: REF in a temp
-`git worktree`, one worker per tree (bench/ab.py), each round one audit in each, right after each other in an
-order flipped every round, with the same Hermes, after one untimed audit in each (its first mitmdump creates
-the tree's CA); prints the audit's wall time in both and new/old (the median of the rounds, and the lowest and
-highest). Every child is stopped on SIGTERM/SIGINT (bench/children.py).
+`git worktree`, one worker per tree (bench/ab.py) and a second worker of this tree (the A/A control), each
+round one audit in each, right after each other in an order rotated every round, with the same Hermes,
+after one untimed audit in each (its first mitmdump creates the tree's CA); prints the audit's wall time in
+each, new/old and the control new/new2 (the median of the rounds, and the lowest and highest). Every child
+is stopped on SIGTERM/SIGINT (bench/children.py).
 """
 
 from __future__ import annotations
@@ -149,35 +150,43 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def compare(a: argparse.Namespace, procs: ProcessSet) -> int:
-    """This tree's audit against `a.ref`'s, side by side: a worker per tree, each round one audit in each."""
-    rounds = a.rounds or (2 if a.quick else 3)
+    """This tree's audit against `a.ref`'s, side by side, with an A/A control: a worker per tree and a second
+    worker of this tree; each round one audit in each, in an order rotated every round. new/new is what the
+    method reads when nothing differs: a new/old inside its spread is no change."""
+    rounds = a.rounds or (3 if a.quick else 5)
     counts = [2] if a.quick else [int(x) for x in a.tenants.split(",")]
     hermes = str(run.hermes_python(None))
-    print(f"{'tenants':>7} {'round':>5} {'new s':>7} {'old s':>7} {'new/old':>8}   (old = {a.ref})")
+    print(f"{'tenants':>7} {'round':>5} {'new s':>7} {'new2 s':>7} {'old s':>7} {'new/old':>8} {'new/new2':>9}"
+          f"   (old = {a.ref})")
     summary = []
     with ab.ref_tree(a.ref) as tree:
-        sides = (ab.Worker(procs, ab.REPO, "new"), ab.Worker(procs, tree, a.ref))
+        sides = (ab.Worker(procs, ab.REPO, "new"), ab.Worker(procs, ab.REPO, "new2"), ab.Worker(procs, tree, a.ref))
         with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:  # untimed (see above)
             for i, side in enumerate(sides):
                 side.call("audit", tenants=2, out=str(Path(tmp) / f"warm-{i}"), hermes=hermes)
         for n in counts:
-            got: tuple[list[float], list[float]] = ([], [])
+            got: tuple[list[float], ...] = ([], [], [])
             for r in range(rounds):
                 with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:
-                    for i in (0, 1) if r % 2 == 0 else (1, 0):
+                    for i in (r % 3, (r + 1) % 3, (r + 2) % 3):
                         out = Path(tmp) / f"audit-{i}"
                         reply = sides[i].call("audit", tenants=n, out=str(out), hermes=hermes)
                         check_verdict(reply["status"], n, out)
                         got[i].append(reply["seconds"])
-                print(f"{n:7d} {r:5d} {got[0][-1]:7.2f} {got[1][-1]:7.2f} {got[0][-1] / got[1][-1]:7.2f}x", flush=True)
-            ratios = [x / y for x, y in zip(*got, strict=True)]
-            summary.append(f"  {n} tenants: new/old {statistics.median(ratios):.2f}x [{min(ratios):.2f}, "
-                           f"{max(ratios):.2f}] (new {statistics.median(got[0]):.2f} s, old "
-                           f"{statistics.median(got[1]):.2f} s)")
+                new, new2, old = (g[-1] for g in got)
+                print(f"{n:7d} {r:5d} {new:7.2f} {new2:7.2f} {old:7.2f} {new / old:7.2f}x {new / new2:8.2f}x",
+                      flush=True)
+            summary.append(f"  {n} tenants: new/old {_spread(got[0], got[2])}, A/A new/new2 {_spread(got[0], got[1])} "
+                           f"(new {statistics.median(got[0]):.2f} s, old {statistics.median(got[2]):.2f} s)")
         procs.close()
-    print(f"median of per-round ratios ({rounds} rounds):")
+    print(f"median of per-round ratios [lowest, highest] ({rounds} rounds):")
     print("\n".join(summary))
     return 0
+
+
+def _spread(xs: list[float], ys: list[float]) -> str:
+    ratios = [x / y for x, y in zip(xs, ys, strict=True)]
+    return f"{statistics.median(ratios):.2f}x [{min(ratios):.2f}, {max(ratios):.2f}]"
 
 
 def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
