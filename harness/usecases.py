@@ -37,7 +37,7 @@ from harness.run import RunOptions, UsageError, default_tenants, hermes_python, 
 def hermes_version(python: Path) -> str:
     """The hermes-agent version installed for `python`, or why there is none."""
     if not python.exists():
-        return f"not installed ({python} does not exist)"
+        return "not installed (no such file)"
     code = "from importlib.metadata import version; print(version('hermes-agent'))"
     try:
         done = subprocess.run([str(python), "-c", code], capture_output=True, text=True, timeout=60)
