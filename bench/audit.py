@@ -13,7 +13,8 @@ the provider; the battery's extra turns and stubs would have no counterpart in t
 - `bare`: the same `AuditSession` without mitmdump (mint, stubs), homes pointing straight at the stubs, and
   the same `Hermes.oneshot` turns, run concurrently the same way; no proxy, no reconcile, no reports.
 
-Prints the wall time ratio audit/bare per round (median) and where the audit's time goes: each step of
+After one untimed audit and bare run (the first of each is cold: the CA, the page cache), prints the wall
+time ratio audit/bare per round (median) and where the audit's time goes: each step of
 `run_audit` is timed by wrapping the function it calls (nothing in the harness is changed). Steps named
 `beside:` overlap others (mitmdump comes up while Hermes is checked and the turns start); `reconcile:` ones
 are parts of the reconcile.
@@ -142,7 +143,7 @@ def bare(tenants: int, root: Path, procs: ProcessSet) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2 tenants only, 2 rounds")
-    ap.add_argument("--rounds", type=int, help="rounds per tenant count (default 3; --quick 2)")
+    ap.add_argument("--rounds", type=int, help="rounds per tenant count (default 4; --ref: 5, --quick 3)")
     ap.add_argument("--tenants", default="2,4,8", help="tenant counts (default 2,4,8)")
     ap.add_argument("--ref", help="instead: this tree's audit against that git ref's, side by side")
     a = ap.parse_args(argv)
@@ -190,8 +191,11 @@ def _spread(xs: list[float], ys: list[float]) -> str:
 
 
 def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
-    rounds = a.rounds or (2 if a.quick else 3)
+    rounds = a.rounds or 4
     counts = [2] if a.quick else [int(x) for x in a.tenants.split(",")]
+    with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:  # untimed: the first of each is cold
+        audit(counts[0], Path(tmp) / "warm")
+        bare(counts[0], Path(tmp) / "warm-bare", procs)
     print(f"{'tenants':>7} {'round':>5} {'audit s':>8} {'bare s':>7} {'audit/bare':>10}")
     summary = []
     for n in counts:
