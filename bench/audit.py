@@ -105,7 +105,7 @@ def audit(tenants: int, root: Path) -> float:
     try:
         verdict = run.run_audit(run.RunOptions(tenants=tenants, out=root / "audit", quiet=True, tools=[],
                                                services=[])).verdict
-    except run.Interrupted as exc:  # run_audit's own handlers took the signal and stopped its children
+    except sessions.Interrupted as exc:  # run_audit's own handlers took the signal and stopped its children
         raise children.Interrupted(signal.Signals[str(exc)]) from None
     seconds = time.perf_counter() - t
     check_verdict(verdict.status, tenants, root / "audit")
@@ -122,7 +122,7 @@ def check_verdict(status: str, tenants: int, out: Path) -> None:
 def bare(tenants: int, root: Path, procs: ProcessSet) -> float:
     """The same Hermes one-shot turns, straight at the stubs (Hermes in `procs`, closed at the end)."""
     t = time.perf_counter()
-    names = run.tenant_names(tenants)
+    names = sessions.tenant_names(tenants)
     with AuditSession(root / "bare", names, procs=procs) as session:  # no proxy: the stubs only
         registry = session.mint()
         stubs = session.start_stubs()

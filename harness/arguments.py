@@ -20,8 +20,8 @@ from harness.matrix import MatrixOptions, parse_releases, parse_scenarios, parse
 from harness.run import RunOptions, UsageError, default_tenants
 
 FAIL_ON = ("leak", "inconclusive", "never")
-DESCRIPTION = ("`tenancy-audit`: run, reconcile, scan, selftest, baseline, matrix, merge, export, cleanup. Exit 0 "
-               "clean, 1 leak,\n2 error, 3 inconclusive.")
+DESCRIPTION = ("`tenancy-audit`: run, reconcile, scan, selftest, baseline, matrix, merge, export, cleanup.\n"
+               "Exit 0 clean, 1 leak, 2 error, 3 inconclusive.")
 
 
 class _Version(argparse.Action):

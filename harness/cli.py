@@ -1,5 +1,4 @@
-"""`tenancy-audit`: run, reconcile, scan, selftest, baseline, matrix, merge, export, cleanup. Exit 0 clean, 1 leak,
-2 error, 3 inconclusive.
+"""The entry point of `tenancy-audit` (its commands and exit codes: `arguments.DESCRIPTION`).
 
 Each command parses its arguments, calls one use case (`run.run_audit`, `matrix`, `usecases`) and prints what it
 returns; `main` maps the errors to exit codes."""
@@ -28,7 +27,8 @@ from harness.report import console
 from harness.report.baseline import BaselineError
 from harness.report.matrix import MatrixError
 from harness.report.policy import PolicyError
-from harness.run import Interrupted, UsageError, run_audit
+from harness.run import UsageError, run_audit
+from harness.session import Interrupted
 
 ERRORS = (RegistryError, EvidenceError, HermesError, UsageError, BaselineError, MatrixError, ServiceError,
           PolicyError)

@@ -1,8 +1,9 @@
 """pytest plugin (entry point `pytest11: tenancy`): write your own tenancy scenarios as tests.
 
 Fixtures:
-- `hermes_python`: the Hermes install under test (`--hermes-python`, `$TENANCY_HERMES_PYTHON`, or the
-  bootstrap's `.hermes-venv`); a missing install FAILS the test, it is never skipped.
+- `hermes_python`: the Hermes install under test (`--hermes-python`, `$TENANCY_HERMES_PYTHON`, else the
+  checkout's `.hermes-venv` or, installed, the pinned release in the cache); a missing install FAILS the test,
+  it is never skipped.
 - `tenancy_audit`: run a whole audit (`tenancy_audit(scenario="oneshot", plants=[...])`) into a tmp
   evidence folder and get an `Audit` back (exit code, findings.json, folder).
 - `tenancy_session`: the test's `harness.session.AuditSession` (listeners, registry, stubs, mitmdump), the
@@ -155,7 +156,8 @@ def hermes_python(request: pytest.FixtureRequest) -> Path:
     opt = request.config.getoption("--hermes-python")
     path = resolve_hermes_python(Path(opt) if opt else None)
     if not path.exists():
-        pytest.fail(f"Hermes is not installed at {path}: run ./tenancy test (it bootstraps) or pass --hermes-python",
+        pytest.fail(f"Hermes is not installed at {path}: pass --hermes-python (or set TENANCY_HERMES_PYTHON; "
+                    "in a checkout, ./tenancy test installs it)",
                     pytrace=False)
     return path
 

@@ -200,6 +200,7 @@ class RunState:
     version: str | None = None
     planted: dict[str, frozenset[str]] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
+    done: bool = False  # the evidence is complete (sealed): an interrupt while tearing down leaves it so
 
     def say(self, msg: str) -> None:
         progress(self.opts.quiet, msg)
@@ -217,7 +218,7 @@ def run_audit(opts: RunOptions) -> AuditResult:
     out = audit.out
     if base is not None and base.warning:
         audit.say(f"warning: {base.warning}")
-    with AuditSession(out, tenant_names(opts.tenants), topology=opts.topology, services=opts.service_names(),
+    with AuditSession(out, tenant_names(opts.tenants), topology=opts.topology, service_names=opts.service_names(),
                       stub_mode=opts.stubs, stub_fault=opts.stub_fault, scenario=opts.scenario, signals=True,
                       reap=True, on_interrupt=lambda exc: _report_interrupted(audit, exc), say=audit.say) as session:
         session.open(wait=False)
@@ -237,12 +238,14 @@ def run_audit(opts: RunOptions) -> AuditResult:
         if opts.redact:
             write_redacted(out, session.require_registry())
         seal(out)
+        audit.done = True
         return result
 
 
 def _report_interrupted(audit: RunState, exc: Interrupted) -> None:
-    """findings.json and the reports of a run stopped by a signal: inconclusive, nothing reconciled."""
-    if not audit.out.is_dir():
+    """findings.json and the reports of a run stopped by a signal: inconclusive, nothing reconciled. A run
+    stopped while tearing down after its evidence was complete keeps that evidence (still exit 3)."""
+    if audit.done or not audit.out.is_dir():
         return
     reason = f"interrupted ({exc}): the run was stopped before it finished; nothing was reconciled"
     result = result_of(None, tenant_names(audit.opts.tenants), audit.opts.scenario, [], reasons=[reason],

@@ -56,7 +56,7 @@ class AuditSession:
     """
 
     def __init__(self, out: Path, names: Sequence[str] = (), *, sandbox: Sandbox | None = None,
-                 registry_path: Path | None = None, topology: str = "reverse", services: Sequence[str] = (),
+                 registry_path: Path | None = None, topology: str = "reverse", service_names: Sequence[str] = (),
                  stub_mode: str = "observe", stub_fault: str = "", procs: ProcessSet | None = None,
                  signals: bool = False, reap: bool = False, scenario: str | None = None,
                  on_interrupt: Callable[[Interrupted], None] | None = None,
@@ -66,7 +66,7 @@ class AuditSession:
         self.sandbox = sandbox or Sandbox(out / "sandbox")
         self.registry_path = registry_path or out / "registry.yaml"
         self.topology = topology
-        self.services = list(services)
+        self.service_names = list(service_names)
         self.stub_mode, self.stub_fault = stub_mode, stub_fault
         self.scenario = scenario
         self.phase_file = out / PHASE_FILE if scenario else None
@@ -132,16 +132,16 @@ class AuditSession:
         registry; the listeners bound before stay held until the session ends)."""
         if names is not None:
             self.names = list(names)
-        proxied = [s for s in self.services if SERVICES[s].proxied]
+        proxied = [s for s in self.service_names if SERVICES[s].proxied]
         ends = [(n, s) for n in self.names for s in (PROVIDER, *proxied)] if self.topology == "reverse" else [("", "")]
         listeners = {end: self._bind() for end in ends}
-        self.listeners += listeners.values()
+        self.listeners = list(listeners.values())  # those of an earlier mint stay closed by the stack
         self._routes = {end: {"listen": port_of(sock)} for end, sock in listeners.items()}
         self._stub_socks = {n: self._bind() for n in self.names}
         registry = mint(self.names, self.sandbox.root / "work", {n: self.route(n, PROVIDER) for n in self.names},
                         upstreams={n: f"http://127.0.0.1:{port_of(s)}" for n, s in self._stub_socks.items()},
                         homes={n: self.sandbox.home_of(n) for n in self.names})
-        services.mint(registry, self.services)
+        services.mint(registry, self.service_names)
         registry.save(self.registry_path)
         self.registry = registry
         return registry
@@ -165,7 +165,7 @@ class AuditSession:
         self.stack.callback(lambda: stop_all([*self.stubs.values(), *self.service_stubs.values()]))
         for t in registry:
             self.stubs[t.name] = StubProvider(t, self.stub_mode, fault=self.stub_fault).start(self._stub_socks[t.name])
-            for name in self.services:
+            for name in self.service_names:
                 stub = self.service_stubs[(t.name, name)] = SERVICES[name].make(t, self.stub_mode).start()
                 services.attach(registry, name, t.name, self.route(t.name, name) if SERVICES[name].proxied else None,
                                 stub.url)

@@ -64,6 +64,21 @@ def test_the_script_users_pass_to_mitmdump_is_the_addon_class(script):
     assert [type(a) for a in module.addons] == [Tenancy] and module.addons[0].routing.script
 
 
+def test_every_hook_of_the_routing_part_runs_in_the_addon():
+    """`Tenancy` calls its routing part by hand (mitmproxy would run sub-addons after it): a hook `Routing`
+    defines must be one `Tenancy` defines too, or mitmproxy never calls it."""
+    import mitmproxy.addonmanager  # the modules that register mitmproxy's hooks
+    import mitmproxy.proxy.layers.http
+    import mitmproxy.proxy.server_hooks  # noqa: F401
+    from mitmproxy import hooks
+
+    from harness.capture.routing import Routing
+
+    routed = {name for name in vars(Routing) if name in hooks.all_hooks}
+    assert {"load", "configure", "request", "http_connect"} <= routed
+    assert sorted(name for name in routed if name not in vars(Tenancy)) == []
+
+
 @pytest.fixture
 def tctx(addon, regfile: Path, tmp_path: Path):
     with taddons.context(addon) as ctx:

@@ -353,12 +353,10 @@ def _pretty_host(host_header: str | None, host: str) -> str:
     return url.parse_authority(host_header, check=False)[0] if host_header else host
 
 
-def inspect_flow_request(
-    registry: Registry, matcher: Matcher, flow: http.HTTPFlow, route: Route | None = None
-) -> RequestReport:
-    """Inspect a flow's request; `route` is `route_of(flow)` when the caller has it already."""
+def inspect_flow_request(registry: Registry, matcher: Matcher, flow: http.HTTPFlow) -> RequestReport:
+    """Inspect a flow's request."""
     req = flow.request
-    return inspect_request(registry, matcher, flow_id=flow.id, route=route or route_of(flow), method=req.method,
+    return inspect_request(registry, matcher, flow_id=flow.id, route=route_of(flow), method=req.method,
                            path=req.path, headers=list(req.headers.items(multi=True)), body=req.raw_content)
 
 

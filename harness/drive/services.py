@@ -31,7 +31,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import harness
 from harness.capture.services.base import Service
 from harness.capture.services.mcp_http import PATH as MCP_PATH
 from harness.capture.services.mcp_http import McpHttpStub
@@ -41,6 +40,7 @@ from harness.capture.services.mcp_tools import SERVER_NAME as HTTP_SERVER
 from harness.capture.services.mem0 import Mem0Stub
 from harness.capture.services.provider import StubProvider
 from harness.capture.services.tavily import TavilyStub
+from harness.core.places import SOURCE
 from harness.core.registry import Registry, Tenant, new_tag
 from harness.core.registry import Service as RegistryService
 
@@ -104,7 +104,7 @@ def _mcp_stdio(t: Tenant, where: Where) -> Setup:
     args = ["-m", "harness.capture.services.mcp_stdio", "--registry", str(where.registry), "--tenant", t.name,
             "--log", str(where.record)]
     # Hermes gives the server a filtered env: PYTHONPATH names this very harness (a checkout, a worktree, a wheel)
-    env = {STDIO_TOKEN_ENV: "${" + STDIO_TOKEN_ENV + "}", "PYTHONPATH": str(Path(harness.__file__).parent.parent)}
+    env = {STDIO_TOKEN_ENV: "${" + STDIO_TOKEN_ENV + "}", "PYTHONPATH": str(SOURCE)}
     return Setup(config={"mcp_servers": {STDIO_SERVER: {
         "command": sys.executable, "args": args, "env": env,
         "timeout": 30, "connect_timeout": 30, "supports_parallel_tool_calls": True,

@@ -1,5 +1,5 @@
 """The compression decoders: gzip, zlib and raw deflate (zlib), xz and lzma, bz2, zstd and brotli, each a
-generator over input steps (`progress.steps`) yielding pieces of at most `PIECE` bytes. The stdlib does the
+generator over input steps (`progress.in_steps`) yielding pieces of at most `PIECE` bytes. The stdlib does the
 decoding; zstd is `backports.zstd` (the stdlib's `compression.zstd` from Python 3.14) and brotli the
 `brotli` package, both already mitmproxy dependencies.
 """

@@ -11,7 +11,7 @@
   escaped binary data (`\\u001f\\u008b`) or escaped line breaks (`\\r\\n`);
 - HTTP chunked transfer-encoding after a `Transfer-Encoding: chunked` header.
 
-A start found here is only a candidate: `harness.detect.engine.stream` decodes it with `harness.detect.engine.codecs`,
+A start found here is only a candidate: `harness.detect.engine.walk` decodes it with `harness.detect.engine.codecs`,
 and a candidate that decodes to nothing costs nothing more. Each start says what shows it (`Start.sign`):
 a magic number or a header (`MAGIC`), a run of an encoding's characters (`RUN`), or nothing but its place at
 the start of a stream (`BARE`).
