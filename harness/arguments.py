@@ -10,12 +10,12 @@ from typing import Any
 from harness import usecases
 from harness.capture.services.base import MODES
 from harness.capture.services.provider import FAULTS
+from harness.core.files import BASELINE_COPY
 from harness.core.protocol import TOOL_GROUPS
 from harness.detect.engine import stream
 from harness.drive import plants, scenarios
 from harness.drive.phases import ALL_PHASES
 from harness.drive.services import SERVICES
-from harness.judge import BASELINE_COPY
 from harness.matrix import MatrixOptions, parse_releases, parse_scenarios, parse_shard
 from harness.run import RunOptions, UsageError, default_tenants
 

@@ -15,6 +15,7 @@ from typing import Any
 import mitmproxy.version
 
 import harness
+from harness.core.files import POLICY_COPY, RECORD, STUB_LOG
 from harness.core.findings import Finding, Verdict
 from harness.core.protocol import OUT_OF_SCOPE
 from harness.core.registry import load
@@ -26,14 +27,6 @@ from harness.report import baseline as baselines
 from harness.report import policy as policies
 from harness.report.policy import Policy
 from harness.report.result import AuditResult
-from harness.session import STUB_LOG
-
-#: The run's record in the evidence folder: phases, turns, what drivers saw live (what `evaluate` reads).
-RECORD = "timeline.json"
-#: A copy of the baseline the run was judged against (`reconcile EVIDENCE` uses it by default).
-BASELINE_COPY = "baseline.json"
-#: The isolation policy the run was judged by (`reconcile EVIDENCE` uses it by default).
-POLICY_COPY = "policy.yaml"
 
 
 def versions(hermes: str | None = None) -> dict[str, str]:

@@ -32,6 +32,7 @@ import pytest
 
 from harness.capture.proxy import Proxy
 from harness.capture.services.provider import StubProvider
+from harness.core.files import STUB_LOG
 from harness.core.findings import Finding
 from harness.core.procs import ProcessSet
 from harness.core.registry import Registry
@@ -40,7 +41,7 @@ from harness.drive.hermes import Hermes, Sandbox, TurnResult, write_home
 from harness.report.result import groups
 from harness.run import RunOptions, run_audit
 from harness.run import hermes_python as resolve_hermes_python
-from harness.session import STUB_LOG, AuditSession, tenant_names
+from harness.session import AuditSession, tenant_names
 
 
 @dataclass

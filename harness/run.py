@@ -27,7 +27,7 @@ import yaml
 from harness.capture.proxy import free_port
 from harness.capture.services.base import MODES
 from harness.capture.versions import FileVersions, keep_only
-from harness.core.files import seal, write_private
+from harness.core.files import BASELINE_COPY, PHASE_FILE, POLICY_COPY, RECORD, seal, write_private
 from harness.core.places import evidence_root
 from harness.core.protocol import TOOL_GROUPS
 from harness.detect.versions import version_of
@@ -39,13 +39,13 @@ from harness.drive.install import default_python
 from harness.drive.phases import ALL_PHASES
 from harness.drive.scenarios import SCENARIOS
 from harness.drive.services import SERVICE_RECORDS, SERVICES
-from harness.judge import BASELINE_COPY, POLICY_COPY, RECORD, evaluate, result_of, versions
+from harness.judge import evaluate, result_of, versions
 from harness.report import baseline as baselines
 from harness.report import policy as policies
 from harness.report.redact import write_redacted
 from harness.report.result import AuditResult, summary_table
 from harness.report.writer import write_reports
-from harness.session import PHASE_FILE, AuditSession, Interrupted, tenant_names
+from harness.session import AuditSession, Interrupted, tenant_names
 
 
 class UsageError(ValueError):

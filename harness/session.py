@@ -22,17 +22,12 @@ from typing import Any, Self
 from harness.capture.proxy import FORWARD_DOMAIN, Proxy, bind_listener, port_of
 from harness.capture.services.base import Service, stop_all
 from harness.capture.services.provider import StubProvider
-from harness.core.files import write_private
+from harness.core.files import PHASE_FILE, STUB_LOG, write_private
 from harness.core.procs import ProcessSet, reap_stale
 from harness.core.registry import PROVIDER, Registry, mint
 from harness.drive import services
 from harness.drive.hermes import Sandbox
 from harness.drive.services import SERVICE_RECORDS, SERVICES
-
-#: Where the harness names the current scenario/phase for the addon while the run goes on.
-PHASE_FILE = "phase.json"
-#: Every request every stub saw (what `reconcile` checks against the flows: nothing bypassed the proxy).
-STUB_LOG = "stubs.jsonl"
 
 
 class Interrupted(BaseException):

@@ -17,7 +17,7 @@ from typing import Any
 import mitmproxy.version
 
 import harness
-from harness.core.files import write_private
+from harness.core.files import BASELINE_COPY, write_private
 from harness.core.findings import EXIT_INCONCLUSIVE, EXIT_LEAK, INCONCLUSIVE_KINDS, Verdict
 from harness.core.registry import load
 from harness.detect import scan
@@ -25,7 +25,7 @@ from harness.detect.engine.matcher import matcher_for
 from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
 from harness.detect.reconcile import LogSource, read_flows, reconcile
 from harness.drive import plants
-from harness.judge import BASELINE_COPY, evaluate, read_record, result_of, versions
+from harness.judge import evaluate, read_record, result_of, versions
 from harness.matrix import run_audits
 from harness.report import baseline, export
 from harness.report import policy as policies

@@ -17,10 +17,10 @@ from mitmproxy.test import tflow
 import harness
 from harness import arguments, cli, judge
 from harness import run as run_module
+from harness.core.files import RECORD
 from harness.core.findings import Finding, Verdict
 from harness.core.registry import Registry, mint
 from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
-from harness.judge import RECORD
 from harness.report import baseline
 from harness.run import UsageError
 

@@ -1,10 +1,22 @@
-"""Evidence written privately: files 0600, folders 0700."""
+"""Evidence written privately (files 0600, folders 0700), and the names of the evidence folder's files that more
+than one module writes or reads."""
 
 from __future__ import annotations
 
 import os
 import tempfile
 from pathlib import Path
+
+#: The run's record: phases, turns, what drivers saw live (what `judge.evaluate` reads).
+RECORD = "timeline.json"
+#: A copy of the baseline the run was judged against (`reconcile EVIDENCE` uses it by default).
+BASELINE_COPY = "baseline.json"
+#: The isolation policy the run was judged by (`reconcile EVIDENCE` uses it by default).
+POLICY_COPY = "policy.yaml"
+#: Where the harness names the current scenario/phase for the addon while the run goes on.
+PHASE_FILE = "phase.json"
+#: Every request every stub saw (what `reconcile` checks against the flows: nothing bypassed the proxy).
+STUB_LOG = "stubs.jsonl"
 
 
 def write_private(path: Path, data: bytes) -> None:
