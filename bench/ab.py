@@ -95,20 +95,20 @@ def module(layered: str, flat: str) -> ModuleType:
     return importlib.import_module(f"harness.{layered if (package / layered.split('.')[0]).is_dir() else flat}")
 
 
-def engine(name: str, before: str) -> ModuleType:
+def engine(name: str, layered: str, flat: str) -> ModuleType:
     """The scanning engine's module `name` (`harness.detect.engine.<name>`), or where a tree from before the
-    engine package kept it: `before` (`layered`/`flat` as `module` takes them, e.g. "detect.matcher,matcher")."""
+    engine package kept it (`layered`, `flat`: as `module` takes them)."""
     try:
         return importlib.import_module(f"harness.detect.engine.{name}")
     except ModuleNotFoundError:
-        return module(*before.split(","))
+        return module(layered, flat)
 
 
 def streaming() -> ModuleType:
     """The module holding `scan_file`: `detect.engine.stream`, `detect.stream`, or the scanner's module in a
     tree before the split."""
     try:
-        return engine("stream", "detect.stream,detect.stream")
+        return engine("stream", "detect.stream", "detect.stream")
     except ModuleNotFoundError:
         return module("detect.scan", "scan")
 
@@ -116,7 +116,7 @@ def streaming() -> ModuleType:
 def scan_load(corpus: str, registry: str) -> dict[str, Any]:
     """Load the registry and the corpus's bytes; build both matchers and warm scan_tree's matcher cache."""
     reg = module("core.registry", "registry").load(registry)
-    matcher = engine("matcher", "detect.matcher,matcher").Matcher
+    matcher = engine("matcher", "detect.matcher", "matcher").Matcher
     files = sorted(p for p in Path(corpus).rglob("*") if p.is_file())
     STATE.update(registry=reg, corpus=corpus, blobs=[p.read_bytes() for p in files],
                  matchers={True: matcher.for_registry(reg), False: matcher.for_registry(reg, prefilter=False)})
@@ -125,7 +125,7 @@ def scan_load(corpus: str, registry: str) -> dict[str, Any]:
 
 
 def scan_build() -> dict[str, Any]:
-    matcher = engine("matcher", "detect.matcher,matcher").Matcher
+    matcher = engine("matcher", "detect.matcher", "matcher").Matcher
     t = time.perf_counter()
     matcher.for_registry(STATE["registry"])
     return {"seconds": time.perf_counter() - t}
@@ -154,7 +154,7 @@ def scan_fresh(target: str, registry: str) -> dict[str, Any]:
     peak RSS in MiB (the interpreter, the matcher's automata and whatever the scan held)."""
     reg = module("core.registry", "registry").load(registry)
     scan = module("detect.scan", "scan")
-    matcher = engine("matcher", "detect.matcher,matcher").Matcher.for_registry(reg)
+    matcher = engine("matcher", "detect.matcher", "matcher").Matcher.for_registry(reg)
     t = time.perf_counter()
     if Path(target).is_dir():
         found = len(scan.scan_tree(target, reg, None, matcher=matcher).findings)
