@@ -110,17 +110,20 @@ def parser() -> argparse.ArgumentParser:
     st.add_argument("--hermes-python", type=Path)
     st.add_argument("--out", type=Path)
 
-    bl = sub.add_parser("baseline", help="run a scenario N times and write its findings as a baseline (or --upgrade "
-                                         "an older baseline)")
+    bl = sub.add_parser("baseline", help="run a scenario N times (or judge saved runs, --from) and write its "
+                                         "incidents as a baseline (or --upgrade an older baseline)")
     bl.add_argument("--scenario", default="oneshot", choices=sorted(scenarios.SCENARIOS))
-    bl.add_argument("--runs", type=int, default=3, help="runs; findings missing from some run are intermittent "
-                    "(each entry keeps its rate: seen, runs)")
+    bl.add_argument("--runs", type=int, default=3, help="runs; incidents missing from some run are intermittent "
+                    "(each incident, hop and spread class keeps its rate: seen of runs)")
+    bl.add_argument("--from", dest="sources", type=Path, nargs="+", metavar="EVIDENCE",
+                    help="evidence folders of earlier runs of one scenario (several machines, say) instead of running")
     bl.add_argument("--phases", help="comma-separated multi-profile phases (as for run)")
     bl.add_argument("--hermes-python", type=Path)
     bl.add_argument("--evidence", type=Path, help="keep the runs' evidence folders here")
     bl.add_argument("--out", type=Path, help="the baseline file to write (default with --upgrade: in place)")
     bl.add_argument("--upgrade", type=Path, metavar="FILE",
-                    help="convert a version-2 (exact) or version-1 (inexact) baseline to version 3 instead of running")
+                    help="convert a version-2 (exact) or version-1 (inexact) class baseline to version 3 instead of "
+                    "running")
 
     mx = sub.add_parser("matrix", parents=[fail_on], help="run the audit against several Hermes releases and "
                         "tabulate each finding class per release")

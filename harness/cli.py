@@ -114,9 +114,12 @@ def cmd_baseline(a: argparse.Namespace) -> int:
         return 0
     if a.out is None:
         raise UsageError("baseline: pass --out FILE (or --upgrade FILE)")
-    entries = usecases.make_baseline(a.scenario, a.runs, arguments.phases(a.phases), a.hermes_python, a.evidence,
-                                     a.out, _say)
-    _show([*console.baseline_lines(entries), f"wrote {a.out}: {len(entries)} entries"])
+    if a.sources:
+        incidents = usecases.baseline_from(a.sources, a.out, _say)
+    else:
+        incidents = usecases.make_baseline(a.scenario, a.runs, arguments.phases(a.phases), a.hermes_python,
+                                           a.evidence, a.out, _say)
+    _show([*console.baseline_lines(incidents), f"wrote {a.out}: {len(incidents)} incident(s)"])
     return 0
 
 

@@ -27,7 +27,7 @@ from harness.detect.reconcile import LogSource, read_flows, reconcile
 from harness.drive import plants
 from harness.judge import evaluate, read_record, result_of, versions
 from harness.matrix import run_audits
-from harness.report import baseline, export
+from harness.report import baseline, baseline_classes, export
 from harness.report import policy as policies
 from harness.report.result import AuditResult
 from harness.report.writer import write_reports
@@ -199,14 +199,18 @@ def selftest(python: Path | None, out: Path | None) -> Iterator[PlantOutcome]:
         yield PlantOutcome(name, code == want and expected <= kinds and not missed, code, expected, kinds)
 
 
-def make_baseline(scenario: str, runs: int, phases: list[str], python: Path | None, evidence: Path | None,
-                  out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
-    """Run `scenario` `runs` times and write its findings to `out` as a baseline; returns its entries."""
+def _writable(out: Path) -> None:
     try:  # before minutes of runs: the baseline can be written there
         with tempfile.TemporaryFile(dir=out.parent):
             pass
     except OSError as exc:
         raise UsageError(f"baseline: cannot write --out {out} ({exc.strerror or exc})") from None
+
+
+def make_baseline(scenario: str, runs: int, phases: list[str], python: Path | None, evidence: Path | None,
+                  out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Run `scenario` `runs` times and write its incidents to `out` as a baseline; returns its incidents."""
+    _writable(out)
     found, version = [], "?"
     with tempfile.TemporaryDirectory(prefix="tenancy-baseline-") as tmp:
         opts = RunOptions(scenario=scenario, tenants=default_tenants(scenario), hermes_python=python,
@@ -218,6 +222,24 @@ def make_baseline(scenario: str, runs: int, phases: list[str], python: Path | No
             say(f"run {i}/{runs}: {result.verdict.status} (exit {result.verdict.exit_code}), "
                 f"{len(found[-1])} findings")
     return baseline.write(out, found, note=f"hermes-agent {version}, scenario {scenario}, {runs} runs")
+
+
+def baseline_from(sources: list[Path], out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
+    """Judge saved evidence folders of one scenario (runs on several machines, say) and write their incidents to
+    `out` as a baseline; returns its incidents."""
+    _writable(out)
+    found, scenarios, versions_seen = [], set(), set()
+    for source in sources:
+        result = evaluate(source, read_record(source), None)
+        scenarios.add(result.scenario)
+        versions_seen.add(result.versions.get("hermes-agent", "?"))
+        found.append(result.verdict.findings)
+        say(f"{source}: {result.scenario}, {len(found[-1])} findings")
+    if len(scenarios) > 1 or len(versions_seen) > 1:
+        raise UsageError(f"baseline: --from folders of one scenario and one Hermes (got {sorted(scenarios)}, "
+                         f"hermes-agent {sorted(versions_seen)})")
+    return baseline.write(out, found, note=f"hermes-agent {versions_seen.pop()}, scenario {scenarios.pop()}, "
+                                           f"{len(sources)} runs")
 
 
 def export_flows(source: Path, registry_path: Path | None, har: Path | None, flows_out: Path | None,
@@ -251,5 +273,5 @@ def upgrade_baseline(path: Path, dest: Path, say: Callable[[str], None]) -> str:
     if done.untooled:
         say(f"tenancy-audit: {done.untooled} entries name no tool or service (written before baselines kept them) "
             f"and are taken to have none, so a class that had one is new now; {regenerate}")
-    return (f"wrote {dest}: {done.written} entries (version {baseline.VERSION}, from version {old})"
+    return (f"wrote {dest}: {done.written} entries (version {baseline_classes.VERSION}, from version {old})"
             + (f", {done.dropped} dropped (no direction named, or malformed)" if done.dropped else ""))

@@ -283,13 +283,16 @@ def test_reports_escape_and_carry_each_cell(tmp_path):
 # --- baselines keep the rate --------------------------------------------------------------------------------
 
 
-def test_a_baseline_keeps_each_entrys_rate_and_intermittent_still_means_k_lt_n(tmp_path):
-    entries = write(tmp_path / "b.json", [[LEAK, CWD], [LEAK], [LEAK, CWD]])
-    by_kind = {e["kind"]: e for e in entries}
-    assert (by_kind["request_leak"]["seen"], by_kind["request_leak"]["runs"]) == (3, 3)
-    assert by_kind["request_leak"]["intermittent"] is False
-    assert (by_kind["env_leak"]["seen"], by_kind["env_leak"]["intermittent"]) == (2, True)
-    assert load(tmp_path / "b.json").version == 3
+def test_a_baseline_keeps_each_incidents_rate_and_intermittent_still_means_k_lt_n(tmp_path):
+    incidents = write(tmp_path / "b.json", [[LEAK, CWD], [LEAK], [LEAK, CWD]])
+    by_entry = {i["entry"]: i for i in incidents}
+    search, terminal = by_entry["tool session_search"], by_entry["tool terminal"]
+    assert (search["seen"], search["runs"], search["intermittent"]) == (3, 3, False)
+    assert (terminal["seen"], terminal["intermittent"]) == (2, True)
+    assert [(h["hop"], h["seen"]) for h in search["hops"]] == [("tool session_search | default -> alpha", 3)]
+    assert [(c["kind"], c["role"], c["seen"]) for c in terminal["classes"]] == [("env_leak", "crossing", 2)]
+    assert search["documented"] == ["F8"] and search["phases"] == [["oneshot", "lookups"]]
+    assert load(tmp_path / "b.json").version == 4
 
 
 # --- bad input through the CLI ------------------------------------------------------------------------------

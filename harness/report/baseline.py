@@ -1,175 +1,156 @@
-"""Baselines of known findings (in the style of detect-secrets/gitleaks baselines).
+"""Baselines of known incidents: what a scenario of one Hermes is known to leak, by root cause.
 
-A baseline lists findings by their stable fingerprint (version 3: kind, victim, carrier, canary kind,
-channel, scenario, phase, service, tool; never a random value). Known findings are reported as known and do
-not fail the run; a new one fails it; a baseline entry that no longer occurs is reported as fixed. Entries
-marked `intermittent` (seen in some runs of the same scenario, not all) are never reported as fixed, and an
-entry whose scenario/phase did not run this time is neither required nor fixed.
+A baseline (version 4) lists **incidents** (`detect.incidents`): each by its entry point, with the **hops** it
+crossed by (victim -> recipient; for an entry point that is only a channel, `request` or `rpc`, also the canary
+kind, since nothing else names the root cause there) and the classes its spread reached, each seen k of N runs.
+A finding of a run is **known** when the hop of its incident is in the baseline: a known incident whose spread
+grows (one more copy in a file, one more canary kind, one more phase, a log line from another thread) stays
+known. A new entry point, or a new direction through a known one, is **new** and fails the run. A finding that
+names no recipient (a shortfall, an egress) is matched by its exact class. A baseline incident that did not
+occur at all is **fixed**, unless it was intermittent (seen in fewer than all runs) or none of its phases ran.
+docs/findings.md#baselines has the rule and its limits.
 
-Older baselines are still read, with a warning: an entry of version 2 (no service, no tool) also hides the same
-leak through a new tool or service, one of version 1 (no victim, no carrier) also a new direction. `upgrade`
-converts either.
+Versions 1-3 (classes by fingerprint, `baseline_classes`) are still read, with a warning: there a known root
+cause whose spread grows is reported as new.
 """
 
 from __future__ import annotations
 
 import json
-import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from harness.core.files import write_private
-from harness.core.findings import FINGERPRINT_VERSION, Finding
+from harness.core.findings import CHANNELS, Finding
+from harness.detect.incidents import Incident, build
+from harness.report import baseline_classes
+from harness.report.baseline_classes import BaselineError, Upgrade
+from harness.report.documented import documented
 
-VERSION = FINGERPRINT_VERSION
-READABLE = (1, 2, 3)
-#: What an entry of an older version cannot tell apart, so that it also hides it.
-_BLIND = {1: "victim and carrier, so an entry also hides the same kind of leak in a new direction",
-          2: "the service and tool that carried the data, so an entry also hides the same leak through a new "
-             "tool or service"}
+VERSION = 4
+READABLE = (*baseline_classes.READABLE, VERSION)
+
+__all__ = ["READABLE", "VERSION", "Baseline", "BaselineError", "Upgrade", "hop", "load", "split", "upgrade",
+           "write"]
 
 
-class BaselineError(ValueError):
-    """The baseline file is missing or malformed; one line."""
+def hop(entry: str, f: Finding) -> str:
+    """The hop a finding of an incident through `entry` stands for: `entry | victim -> recipient`, with the canary
+    kind when the entry point is a bare channel; a finding without a recipient is its exact class."""
+    if f.seen_in is None:
+        return f"{entry} | class {f.fingerprint()}"
+    if entry in CHANNELS:
+        return f"{entry} | {f.victim or '-'} -> {f.seen_in} | {f.canary or '-'}"
+    return f"{entry} | {f.victim or '-'} -> {f.seen_in}"
+
+
+def hops_of(incidents: Iterable[Incident]) -> dict[int, str]:
+    """id(finding) -> its hop, for every finding of `incidents`."""
+    return {id(f): hop(i.entry, f) for i in incidents for f in i.findings}
 
 
 @dataclass
 class Baseline:
-    """A loaded baseline: fingerprint -> entry, and the fingerprint version its entries use."""
+    """A loaded version-4 baseline: its incidents by entry point, and every hop they crossed by."""
 
     path: Path
-    version: int
-    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    incidents: dict[str, dict[str, Any]] = field(default_factory=dict)
+    made_with: dict[str, Any] = field(default_factory=dict)
+    version: int = VERSION
 
-    def fingerprint(self, f: Finding) -> str:
-        """`f`'s fingerprint in this baseline's version."""
-        return {1: f.fingerprint_v1, 2: f.fingerprint_v2}.get(self.version, f.fingerprint)()
+    @property
+    def hops(self) -> set[str]:
+        return {h["hop"] for i in self.incidents.values() for h in i["hops"]}
 
     @property
     def warning(self) -> str | None:
-        if self.version == VERSION:
-            return None
-        return (f"baseline {self.path} is version {self.version}: its fingerprints lack {_BLIND[self.version]}; "
-                "regenerate it (tenancy-audit baseline) or convert it (tenancy-audit baseline --upgrade FILE)")
-
-
-def load(path: Path) -> Baseline:
-    try:
-        doc = json.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise BaselineError(f"baseline: {path} does not exist") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise BaselineError(f"baseline: {path} is not a readable JSON baseline ({type(exc).__name__})") from None
-    if not isinstance(doc, dict) or doc.get("version") not in READABLE or not isinstance(doc.get("entries"), list):
-        raise BaselineError(f"baseline: {path} must be {{version: {VERSION}, entries: [...]}} (versions 1 and 2 are "
-                            "read too)")
-    base = Baseline(Path(path), doc["version"])
-    for entry in doc["entries"]:
-        if not isinstance(entry, dict) or not isinstance(entry.get("fingerprint"), str):
-            raise BaselineError(f"baseline: {path} has an entry without a fingerprint")
-        base.entries[entry["fingerprint"]] = entry
-    return base
-
-
-def split(
-    findings: list[Finding], base: Baseline, ran: set[tuple[str, str]] | None = None
-) -> tuple[list[Finding], list[Finding], list[str]]:
-    """(new findings, known findings, fingerprints of baseline entries no longer seen).
-
-    `ran` is the set of (scenario, phase) that ran; entries of other phases are not expected."""
-    new = [f for f in findings if base.fingerprint(f) not in base.entries]
-    old = [f for f in findings if base.fingerprint(f) in base.entries]
-    seen = {base.fingerprint(f) for f in old}
-
-    def expected(entry: dict[str, Any]) -> bool:
-        if entry.get("intermittent"):
-            return False
-        return ran is None or entry.get("phase") is None or (entry.get("scenario"), entry.get("phase")) in ran
-
-    return new, old, sorted(fp for fp, entry in base.entries.items() if fp not in seen and expected(entry))
-
-
-def entry_of(f: Finding) -> dict[str, Any]:
-    return {"fingerprint": f.fingerprint(), "kind": f.kind, "victim": f.victim, "seen_in": f.seen_in,
-            "canary": f.canary, "channel": f.channel, "scenario": f.scenario, "phase": f.phase,
-            "service": f.service, "tool": f.tool, "example": f.summary()[:200]}
-
-
-def _save(path: Path, entries: list[dict[str, Any]], note: str) -> list[dict[str, Any]]:
-    doc = {"version": VERSION, "tool": "tenancy-audit", "note": note,
-           "entries": sorted(entries, key=lambda e: (e["scenario"] or "", e["phase"] or "", e["kind"],
-                                                     e.get("victim") or "", e.get("seen_in") or "",
-                                                     e["canary"] or "", e["channel"]))}
-    write_private(Path(path), (json.dumps(doc, indent=2) + "\n").encode())
-    return doc["entries"]
-
-
-def write(path: Path, runs: list[list[Finding]], note: str = "") -> list[dict[str, Any]]:
-    """Write a baseline that knows every finding of every run, each entry with its rate (`seen` of `runs`);
-    those missing from some run are `intermittent`. Returns the entries as written."""
-    entries: dict[str, dict[str, Any]] = {}
-    counts: dict[str, int] = {}
-    for findings in runs:
-        for fp in {f.fingerprint() for f in findings}:
-            counts[fp] = counts.get(fp, 0) + 1
-        for f in findings:
-            entries.setdefault(f.fingerprint(), entry_of(f))
-    for fp, entry in entries.items():
-        entry.update(intermittent=counts[fp] < len(runs), seen=counts[fp], runs=len(runs))
-    return _save(path, list(entries.values()), note)
-
-
-# The summary line a version-1 entry keeps as its `example`: "KIND: VICTIM's CANARY in SEEN_IN's CHANNEL ...".
-_EXAMPLE = re.compile(r"^(?P<kind>\w+): (?P<victim>[\w.-]+)(?:'s \S+)?(?: in (?P<seen>[\w.-]+)'s | \()")
-
-
-def _class_of(entry: dict[str, Any], version: int) -> Finding | None:
-    """The class an older entry stands for, as a finding: its own victim and carrier from version 2 on, else the
-    direction its example names; None when it names none (or the entry is malformed)."""
-    direction: tuple[str | None, str | None] = (entry.get("victim"), entry.get("seen_in"))
-    if version == 1:
-        m = _EXAMPLE.match(str(entry.get("example", "")))
-        if m is None or m["kind"] != entry.get("kind"):
-            return None
-        direction = (m["victim"] if m["victim"] != "-" else None), m["seen"]
-    try:
-        return Finding(entry["kind"], *direction, entry.get("canary"), entry["channel"], "",
-                       scenario=entry.get("scenario"), phase=entry.get("phase"), tool=entry.get("tool"),
-                       service=entry.get("service"))
-    except (KeyError, ValueError, TypeError):
         return None
 
 
-@dataclass
-class Upgrade:
-    """What `upgrade` wrote: `written` entries; `dropped` ones (a version-1 example naming no direction, a
-    malformed entry); `untooled` version-2 entries that name no tool or service field at all (written before
-    entries kept them), taken to have none: exact only if their class had none."""
+AnyBaseline = Baseline | baseline_classes.Baseline
 
-    written: int
-    dropped: int
-    untooled: int
+
+def load(path: Path) -> AnyBaseline:
+    """A baseline of any readable version; BaselineError (one line) when it is missing or malformed."""
+    doc = baseline_classes.read(path)
+    if doc.get("version") != VERSION:
+        return baseline_classes.parse(path, doc)
+    if not isinstance(doc.get("incidents"), list):
+        raise BaselineError(f"baseline: {path} must be {{version: {VERSION}, incidents: [...]}}")
+    base = Baseline(Path(path), made_with=doc.get("made_with") or {})
+    for inc in doc["incidents"]:
+        if (not isinstance(inc, dict) or not isinstance(inc.get("entry"), str) or not isinstance(inc.get("hops"), list)
+                or not all(isinstance(h, dict) and isinstance(h.get("hop"), str) for h in inc["hops"])):
+            raise BaselineError(f"baseline: {path} has an incident without an entry point and hops")
+        base.incidents[inc["entry"]] = inc
+    return base
+
+
+def split(findings: list[Finding], base: AnyBaseline, ran: set[tuple[str, str]] | None = None
+          ) -> tuple[list[Finding], list[Finding], list[str]]:
+    """(new findings, known findings, baseline incidents no longer seen: their ids). `ran`: the (scenario, phase)
+    pairs that ran; an incident none of whose phases ran is not expected."""
+    if isinstance(base, baseline_classes.Baseline):
+        return baseline_classes.split(findings, base, ran)
+    incidents = build(findings)
+    hop_of, known_hops = hops_of(incidents), base.hops
+    new = [f for f in findings if hop_of[id(f)] not in known_hops]
+    old = [f for f in findings if hop_of[id(f)] in known_hops]
+    seen = {i.entry for i in incidents}
+
+    def expected(inc: dict[str, Any]) -> bool:
+        phases = {tuple(p) for p in inc.get("phases") or []}
+        return not inc.get("intermittent") and (ran is None or not phases or bool(phases & ran))
+
+    return new, old, sorted(inc["id"] for entry, inc in base.incidents.items() if entry not in seen and expected(inc))
+
+
+def _incident_doc(i: Incident) -> dict[str, Any]:
+    return {"id": i.id, "entry": i.entry, "documented": documented(i),
+            "phases": sorted({(f.scenario or "", f.phase or "") for f in i.crossings}),
+            "hops": {}, "classes": {}}
+
+
+def write(path: Path, runs: list[list[Finding]], note: str = "", made_with: dict[str, Any] | None = None
+          ) -> list[dict[str, Any]]:
+    """Write a baseline of the incidents of every run: each incident, hop and spread class with how many of the
+    runs saw it (`seen` of `runs`); an incident missing from some run is `intermittent`. Returns its incidents."""
+    merged: dict[str, dict[str, Any]] = {}
+    for findings in runs:
+        for i in build(findings):
+            doc = merged.setdefault(i.entry, _incident_doc(i))
+            doc["seen"] = doc.get("seen", 0) + 1
+            doc["phases"] = sorted({*map(tuple, doc["phases"]), *_incident_doc(i)["phases"]})
+            doc["documented"] = sorted({*doc["documented"], *documented(i)}, key=lambda n: int(n[1:]))
+            crossing = {id(f) for f in i.crossings}
+            for key, found in (("hops", {hop(i.entry, f): f for f in i.findings}),
+                               ("classes", {f.fingerprint(): f for f in i.findings})):
+                for name, f in found.items():
+                    item = doc[key].setdefault(name, _item(key, name, f, id(f) in crossing))
+                    item["seen"] += 1
+    incidents = []
+    for doc in merged.values():
+        doc.update(runs=len(runs), intermittent=doc["seen"] < len(runs), phases=[list(p) for p in doc["phases"]])
+        doc["hops"] = sorted(doc["hops"].values(), key=lambda h: h["hop"])
+        doc["classes"] = sorted(doc["classes"].values(), key=lambda c: (c["role"], c["example"]))
+        incidents.append(doc)
+    incidents.sort(key=lambda d: d["entry"])
+    out = {"version": VERSION, "tool": "tenancy-audit", "note": note, "runs": len(runs),
+           "made_with": made_with or {}, "incidents": incidents}
+    write_private(Path(path), (json.dumps(out, indent=2) + "\n").encode())
+    return incidents
+
+
+def _item(key: str, name: str, f: Finding, crossing: bool) -> dict[str, Any]:
+    if key == "hops":
+        return {"hop": name, "victim": f.victim, "recipient": f.seen_in, "seen": 0}
+    return {"fingerprint": name, "role": "crossing" if crossing else "spread", "kind": f.kind, "canary": f.canary,
+            "channel": f.channel, "scenario": f.scenario, "phase": f.phase, "seen": 0, "example": f.summary()[:160]}
 
 
 def upgrade(src: Path, dest: Path) -> Upgrade:
-    """Convert a version-1 or version-2 baseline to version 3. From version 2 it is exact: each entry keeps its
-    class and the service and tool it names. From version 1 it is inexact by nature (an entry stood for every
-    direction; only its example's is kept): regenerating is better."""
-    base = load(src)
-    if base.version == VERSION:
-        raise BaselineError(f"baseline: {src} is already version {VERSION}")
-    entries, dropped, untooled = [], 0, 0
-    for entry in base.entries.values():
-        f = _class_of(entry, base.version)
-        if f is None:
-            dropped += 1
-            continue
-        untooled += base.version == 2 and not {"tool", "service"} <= set(entry)
-        kept = {k: entry[k] for k in ("example", "seen", "runs") if k in entry}
-        entries.append({**entry_of(f), **kept, "intermittent": bool(entry.get("intermittent"))})
-    doc = json.loads(Path(src).read_text(encoding="utf-8"))
-    how = "exact" if base.version == 2 and not untooled else "inexact: regenerate for an exact one"
-    note = f"{doc.get('note', '')}; upgraded from version {base.version} ({how})"
-    _save(dest, entries, note.lstrip("; "))
-    return Upgrade(len(entries), dropped, untooled)
+    """Convert a version-1 or version-2 baseline to version 3 (classes); a class baseline cannot become an
+    incident baseline without the runs' evidence: regenerate it (`tenancy-audit baseline --runs N`)."""
+    return baseline_classes.upgrade(src, dest)

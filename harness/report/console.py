@@ -69,12 +69,14 @@ def matrix_lines(doc: dict[str, Any]) -> list[str]:
     return lines
 
 
-def baseline_lines(entries: list[dict[str, Any]]) -> list[str]:
-    """One line per baseline entry: how often it was seen, the class, its fingerprint."""
+def baseline_lines(incidents: list[dict[str, Any]]) -> list[str]:
+    """One line per baseline incident: how often it was seen, its F-numbers, entry point and hops, its id."""
     lines = []
-    for e in entries:
-        k, n = e["seen"], e["runs"]
+    for i in incidents:
+        k, n = i["seen"], i["runs"]
         rate = cell_text({"state": "seen", "seen": k, "runs": n, "interval": list(wilson(k, n)) if n > 1 else None})
-        lines.append(f"{rate}: {e['kind']}: {e['victim'] or '-'} -> {e['seen_in'] or '-'} {e['canary'] or '-'} "
-                     f"({e['channel']}) {e['scenario']}/{e['phase']} [{e['fingerprint']}]")
+        hops = ", ".join(h["hop"].split(" | ", 1)[1] + (f" {h['seen']}/{n}" if h["seen"] < n else "")
+                         for h in i["hops"])
+        lines.append(f"{rate}: {','.join(i['documented']) or 'new'} {i['entry']}: {hops}; {len(i['classes'])} "
+                     f"class(es) [{i['id']}]")
     return lines
