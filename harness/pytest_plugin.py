@@ -16,13 +16,18 @@ Fixtures:
   `@pytest.mark.tenancy(tenants=N)`.
 - `tenant_homes`: every tenant's Hermes home written for `tenancy_proxy` (tenant -> home).
 - `hermes`: a `harness.drive.hermes.Hermes` driver on the test's sandbox (`hermes.oneshot(tenant, prompt)`).
-Helper: `assert_isolated(audit_or_check_or_findings)` raises `IsolationError` (an `AssertionError`) with
-one line per finding class and every inconclusive reason as the message. docs/usage.md documents the
-objects these give (`Audit`, `TenancyProxy`, `Registry`/`Tenant`, `Reconciliation`) with an example.
+Helpers: `assert_isolated(audit_or_check_or_findings)` raises `IsolationError` (an `AssertionError`) with
+one line per finding class and every inconclusive reason as the message; `assert_reproduced(audit)` that
+`tenancy-audit reconcile` of the audit's folder reaches its verdict, incidents and fingerprints again.
+docs/usage.md documents the objects these give (`Audit`, `TenancyProxy`, `Registry`/`Tenant`,
+`Reconciliation`) with an example.
 """
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,6 +68,15 @@ class Audit:
     @property
     def verdict(self) -> str:
         return self.doc["verdict"]
+
+    def reconcile(self) -> tuple[int, dict[str, Any]]:
+        """`tenancy-audit reconcile` of its folder in a new process (with the run's baseline copy): exit code and
+        findings.json document."""
+        done = subprocess.run([sys.executable, "-m", "harness.cli", "reconcile", str(self.out), "--json"],
+                              capture_output=True, text=True, timeout=600)
+        if done.returncode not in (0, 1, 3):
+            raise AssertionError(f"reconcile of {self.out} failed: {done.stderr.strip()}")
+        return done.returncode, json.loads(done.stdout)
 
 
 @dataclass
@@ -142,6 +156,20 @@ def assert_isolated(result: Audit | Reconciliation | Iterable[Finding]) -> None:
         findings, reasons = list(result), []
     if findings or reasons:
         raise IsolationError(findings, reasons)
+
+
+#: What `reconcile` of an evidence folder must give exactly as its run did.
+REPRODUCED = ("verdict", "counts", "counts_by_kind", "reasons", "fixed", "incidents", "findings", "known", "allowed")
+
+
+def assert_reproduced(audit: Audit) -> None:
+    """Raise an AssertionError naming the first part of findings.json (verdict, incidents, findings with their
+    fingerprints, ...) that `reconcile` of the audit's folder does not reach again."""
+    __tracebackhide__ = True
+    code, again = audit.reconcile()
+    differ = [key for key in REPRODUCED if again[key] != audit.doc[key]]
+    if code != audit.code or differ:
+        raise AssertionError(f"reconcile of {audit.out}: exit {code} (run {audit.code}); differs in {differ}")
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

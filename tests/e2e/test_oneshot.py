@@ -27,7 +27,7 @@ from harness.drive.plants import (
     services_for,
 )
 from harness.drive.services import SERVICES
-from harness.pytest_plugin import assert_isolated
+from harness.pytest_plugin import assert_isolated, assert_reproduced
 
 pytestmark = pytest.mark.e2e
 BASELINE = Path(__file__).resolve().parents[2] / "baselines" / "oneshot.json"
@@ -53,6 +53,8 @@ def test_clean_two_tenant_audit(tenancy_audit):
     assert audit.doc["service_coverage"] == {"oneshot": dict.fromkeys(SERVICES, "driven")}
     assert list((audit.out / "services").glob("mcp_stdio-alpha-*.jsonl")), "alpha's stdio MCP server never started"
     assert audit.doc["known"], "Hermes 0.19.0's session_search reads other profiles (F8): the battery must see it"
+    f8 = [i for i in audit.doc["incidents"] if "F8" in i["documented"]]
+    assert [i["entry"] for i in f8] == ["tool session_search"], "F8 is one incident, whatever spread it reaches"
     assert audit.doc["versions"]["hermes-agent"]
     # every tenant's turn produced an env snapshot on its own route, and every turn completed
     assert audit.doc["inspected"]["env"] >= 2
@@ -66,6 +68,7 @@ def test_clean_two_tenant_audit(tenancy_audit):
     secrets = Matcher.for_registry(registry, secrets_only=True)
     for name in ("findings.json", "report.md", "report.html", "junit.xml", "findings.sarif", "ledger.jsonl"):
         assert secrets.find((audit.out / name).read_bytes()) == [], name
+    assert_reproduced(audit)
 
 
 #: Plants that change different settings of the target, so one audit plants them all (each still judged alone:
