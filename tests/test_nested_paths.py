@@ -94,3 +94,38 @@ def test_a_frame_boundary_of_a_wal_inside_the_longer_path_is_left_to_the_cells(t
         copy = tmp_path / f"copy-{shift}-wal"
         copy.write_bytes(wal)
         assert {(h.tenant, h.kind) for h in scan_file(copy, m) if h.tenant != "alpha"} == set(), shift
+
+
+def env_text(path: str) -> bytes:
+    """An env probe's output as a tool result stores it in state.db: JSON text, newlines escaped."""
+    return f'{{"output": "TERM=dumb\\nHERMES_HOME={path}\\nHERMES_REAL_HOME=/x\\n"}}'.encode()
+
+
+@pytest.mark.parametrize("encode", [env_text, probe])
+def test_a_cell_that_ends_inside_the_longer_path_leaves_it_to_the_cells(tmp_path: Path, registry: Registry,
+                                                                        encode) -> None:
+    """A value that overflows keeps its first part in its page and the rest on overflow pages: the 4-byte number
+    of the first overflow page follows where the first part ends, and another cell after it, anywhere in the page
+    when small rows came first (their cells fill the page's end). Cut there, the profile's home shows only its
+    launch home and a piece of `/profiles/alpha`: at every cut, nothing (the cells hold it whole)."""
+    _, alpha = homes(registry)
+    m = matcher_for(registry)
+    for shift in range(0, 1100, 7):
+        small = [b"s" * 40 for _ in range(6)]
+        db = database(tmp_path / f"cell-{shift}.db", [*small, b"x" * shift + encode(alpha) + b"y" * 2000])
+        assert {(h.tenant, h.kind) for h in scan_file(db, m) if h.tenant != "alpha"} == set(), shift
+
+
+def test_the_launch_home_leaving_the_longer_path_is_still_found(registry: Registry) -> None:
+    """Near misses of the cell rule: in a database's raw bytes, the launch home followed by text that leaves
+    `/profiles/alpha` (another folder, another profile, the end of a JSON string) is the launch profile's home;
+    so is the launch home cut by a byte that is not text outside a database."""
+    launch, _ = homes(registry)
+    m = matcher_for(registry)
+    header = b"SQLite format 3\x00" + (1024).to_bytes(2, "big") + b"\x01" * 82
+    for tail in (b"/memories\x00\x00", b"/profiles/beta\x00\x00", b'"}\x00\x00'):
+        data = header + b"z" * 300 + f"HERMES_HOME={launch}".encode() + tail + b"z" * 600
+        assert ("default", "home") in {(h.tenant, h.kind) for h in scan_bytes(data, m, exclude="alpha")}, tail
+    for tail in (b"\x00\x00\x00\x07", b"/profiles/al\x00\x00\x00\x07"):
+        data = f"HERMES_HOME={launch}".encode() + tail + b" rest"
+        assert ("default", "home") in {(h.tenant, h.kind) for h in scan_bytes(data, m, exclude="alpha")}, tail

@@ -155,13 +155,14 @@ class Matcher:
         #: profile's home): a match of it inside a match of the longer one is the longer one's (`_outermost`).
         values = {c.value for c in self.canaries}
         self._nested = any(v.startswith(w + "/") for v in values for w in values if v != w)
-        #: (tenant, kind) of a canary another tenant's extends as a path -> the most characters it adds.
-        self.extended: dict[tuple[str, str], int] = {}
+        #: (tenant, kind) of a canary another tenant's extends as a path -> what each such path adds (bytes).
+        self.extensions: dict[tuple[str, str], list[bytes]] = {}
         for a in self.canaries:
             for b in self.canaries:
                 if b.tenant != a.tenant and b.value.startswith(a.value + "/"):
-                    key = (a.tenant, a.kind)
-                    self.extended[key] = max(self.extended.get(key, 0), len(b.value) - len(a.value))
+                    self.extensions.setdefault((a.tenant, a.kind), []).append(b.value[len(a.value):].encode())
+        #: (tenant, kind) of a canary another tenant's extends as a path -> the most characters it adds.
+        self.extended = {key: max(len(e.decode()) for e in ext) for key, ext in self.extensions.items()}
         # A DFA scans about twice as fast as the default NFA but costs ~16 KB per pattern to build. That
         # size is also why the DFA only makes the full passes: a short buffer or a window touches a few
         # of its states, scattered over megabytes, and in a busy proxy most of them are out of the cache

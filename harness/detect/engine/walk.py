@@ -65,6 +65,7 @@ class LayerWalk:
         self.min_bytes = max(matcher.shortest, 1)  # no layer shorter than a canary holds one
         self.hits: list[ScanHit] = []
         self.skipped: list[tuple[tuple[Layer, ...], str, int]] = []  # (layers, reason, bytes read)
+        self._cut_extensions: set[int] = set()  # ids of hits a longer path's cut start follows (`_cut_extension`)
         # A hit must lie whole in one window with the base64 character on either side of it, and a wrapped
         # block's line (up to `containers.LINE_LOOKBACK` bytes) with the break after it.
         self.overlap = max(matcher.longest + 8, containers.LINE_LOOKBACK + 8)
@@ -83,7 +84,7 @@ class LayerWalk:
             (window,) = chunks
             first = len(self.hits)
             self._window(window, 0, 0, len(window), skip, layers, reopen, top)
-            self._drop_cut_by_pages(window, layers, first)
+            self._drop_cut_paths(window, layers, first)
             if window.startswith(SQLITE_MAGIC):
                 self._sqlite(layers, reopen, sqlite_path)
             return
@@ -103,15 +104,17 @@ class LayerWalk:
                 break
             tail = window[-self.overlap :]
             base += len(window) - len(tail)
-        self._drop_cut_by_pages(header, layers, first)
+        self._drop_cut_paths(header, layers, first)
         if header.startswith(SQLITE_MAGIC):
             self._sqlite(layers, reopen, sqlite_path)
 
-    def _drop_cut_by_pages(self, header: bytes, layers: tuple[Layer, ...], first: int) -> None:
-        """A database's raw bytes (and its WAL's) cut a value at every page boundary; its cells (read whole by
-        `_sqlite`) do not. So a raw hit of a path that another tenant's path extends (the launch profile's home,
-        which holds every other profile's), with a page boundary right after it, cannot tell the two apart: the
-        cells decide (a boundary within 6 bytes per character the longer path adds: its most expanded encoding).
+    def _drop_cut_paths(self, header: bytes, layers: tuple[Layer, ...], first: int) -> None:
+        """A database's raw bytes (and its WAL's) cut a value at every page boundary and where a cell's local
+        part ends (its overflow page's number follows); its cells (read whole by `_sqlite`) do not. So a raw hit
+        of a path that another tenant's path extends (the launch profile's home, which holds every other
+        profile's) cannot tell the two apart when a page boundary follows it (within 6 bytes per character the
+        longer path adds: its most expanded encoding) or a byte that is not text follows it, right after it or
+        after the longer path's first bytes (`_cut_extension`): the cells decide.
         """
         grid = _page_grid(header)
         if grid is None or not self.matcher.extended:
@@ -122,9 +125,11 @@ class LayerWalk:
             reach = self.matcher.extended.get((h.tenant, h.kind))
             if not reach or h.layers != layers:
                 return False
-            return (h.hit.end + 6 * reach - start) // stride >= -(-(h.hit.end - start) // stride)
+            at_page = (h.hit.end + 6 * reach - start) // stride >= -(-(h.hit.end - start) // stride)
+            return at_page or id(h) in self._cut_extensions
 
         self.hits[first:] = [h for h in self.hits[first:] if not cut(h)]
+        self._cut_extensions.clear()
 
     def _window(self, window: bytes, base: int, owned_from: int, limit: int, skip: dict[str, int],
                 layers: tuple[Layer, ...], reopen: Reopen, top: bool) -> None:
@@ -148,6 +153,10 @@ class LayerWalk:
             if owned_from < base + hit.end <= limit:
                 self.hits.append(ScanHit(replace(hit, start=base + hit.start, end=base + hit.end), layers,
                                          Snippet(self.matcher, window, hit)))
+                extensions = self.matcher.extensions.get((hit.tenant, hit.kind))
+                if extensions and _cut_extension(window, hit.end, extensions if hit.encoding == "plain" else None,
+                                                 6 * self.matcher.extended[(hit.tenant, hit.kind)]):
+                    self._cut_extensions.add(id(self.hits[-1]))
 
     def _layer(self, window: bytes, start: Start, layers: tuple[Layer, ...], reopen: Reopen, after: int,
                at: int) -> int | None:
@@ -320,6 +329,26 @@ class LayerWalk:
         shown = {(h.tenant, h.kind, h.layers) for h in self.hits}
         return [h for h in self.hits
                 if not (h.layers and h.layers[-1][0] in TRANSFORMS and (h.tenant, h.kind, h.layers[:-1]) in shown)]
+
+def _cut_extension(data: bytes, end: int, extensions: list[bytes] | None, reach: int) -> bool:
+    """Whether a longer path may start at `end` and be cut where a database cell's first part ends (its overflow
+    page's number follows): plain text (`extensions` given) shows none or some of one of them, then a byte that is
+    not text; another encoding shows such a byte within `reach` bytes."""
+    if extensions is None:
+        return any(_cuts(b) for b in data[end:end + reach])
+    for ext in extensions:
+        n = 0
+        while n < len(ext) and end + n < len(data) and data[end + n] == ext[n]:
+            n += 1
+        if n < len(ext) and end + n < len(data) and _cuts(data[end + n]):
+            return True
+    return False
+
+
+def _cuts(byte: int) -> bool:
+    """A byte no text holds (a control character but tab and line breaks): a record's structure, not its text."""
+    return byte < 0x20 and byte not in b"\t\n\r"
+
 
 def _page_grid(header: bytes) -> tuple[int, int] | None:
     """Where a SQLite database's pages (or its WAL's frames) start: (first, stride); None for other data."""
