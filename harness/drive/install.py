@@ -204,16 +204,16 @@ def make_lock(version: str, python: Path, procs: ProcessSet, timeout: float, roo
     return Lock(version, path, False)
 
 
-def lock_for(version: str, say: Callable[[str], None], *, root: Path | None = None, python: Path | None = None,
+def lock_for(version: str, say: Callable[[str], None], *, root: Path | None = None,
              timeout: float = INSTALL_TIMEOUT) -> Lock:
-    """The release's lock (`find_lock`), made first with the pip of `python` (default: this interpreter's) when
-    there is none, which `say` reports."""
+    """The release's lock (`find_lock`), made first with this interpreter's pip when there is none, which `say`
+    reports (./tenancy's bootstrap)."""
     lock = find_lock(version, root)
     if lock is not None:
         return lock
     procs = ProcessSet()
     try:
-        lock = make_lock(version, python or Path(sys.executable), procs, timeout, root)
+        lock = make_lock(version, Path(sys.executable), procs, timeout, root)
     finally:
         procs.close()
     say(f"no committed lock for {version}: made one at {lock.path}")
