@@ -29,7 +29,9 @@ def test_an_install_uses_the_xdg_folders(monkeypatch: pytest.MonkeyPatch, tmp_pa
     assert places.evidence_root() == tmp_path / "data" / "tenancy-audit" / "evidence"
     # without `say` (--version) the pinned Hermes in the cache is only named, not installed
     python = install.default_python()
-    assert python == tmp_path / "home" / ".cache" / "tenancy-audit" / "hermes" / f"{install.PIN}-mcp-homeassistant" \
+    lock = install.find_lock(install.PIN)
+    assert lock is not None and lock.committed  # keyed by its lock
+    assert python == tmp_path / "home" / ".cache" / "tenancy-audit" / "hermes" / f"{install.PIN}-{lock.key}" \
         / "bin" / "python"
     assert not python.exists()
     monkeypatch.delenv("XDG_DATA_HOME")

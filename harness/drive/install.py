@@ -1,24 +1,38 @@
-"""Hermes releases installed on demand into cached venvs, one per version, reused across runs; `PIN`, the release
+"""Hermes releases installed on demand into cached venvs, each exactly as its lock pins it; `PIN`, the release
 audited by default.
 
-The cache is `$XDG_CACHE_HOME/tenancy-audit/hermes/<version>-<extras>/` (`~/.cache` without XDG_CACHE_HOME).
-A release is installed with the extras the audit's services need (`EXTRAS`: Hermes' own pins for them, from
-its metadata; a release without such an extra installs without it and the service is `n/a` there). It is
-installed with the stdlib `venv` and pip, each in its own process group with a timeout, into a
-hidden temporary folder that is renamed into place only when pip succeeded: a folder named after a version
-is always a complete install. The venv's scripts name the final path in their `#!` line.
+Every release is installed from a lock with hashes (`--require-hashes --no-deps`): the one committed under `locks/`
+(`./tenancy lock VERSION` writes it; the wheel ships them as `harness/drive/locks/`), else one made on its first
+install with pip's resolver (`pip install --dry-run --report`) and kept beside the cached venvs. The lock holds
+Hermes with the extras the audit's services need (`EXTRAS`: Hermes' own pins for them; a release without such an
+extra installs without it and the service is `n/a` there).
+
+The cache is `$XDG_CACHE_HOME/tenancy-audit/hermes/<version>-<lock key>/` (`~/.cache` without XDG_CACHE_HOME), the
+key the first 12 hex digits of the lock's sha256: another lock is another folder. A cached venv is reused only
+when its distributions are the lock's (else it is installed again). An install runs the stdlib `venv` and pip,
+each in its own process group with a timeout, in a hidden temporary folder that is renamed into place only when
+pip succeeded: a folder named after a version and key is always a complete install. The venv's scripts name the
+final path in their `#!` line.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import platform
 import shutil
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
+from harness.core.distributions import DistributionError, differences, installed, lock_digest, lock_versions
+from harness.core.files import write_private
 from harness.core.places import CHECKOUT, cache_dir
 from harness.core.procs import ProcessSet
 from harness.drive.hermes import HermesError
@@ -30,6 +44,8 @@ PIN = "0.19.0"
 INSTALL_TIMEOUT = 1200.0
 #: A hidden temporary folder older than this is the leftover of a killed install.
 STALE_SECONDS = 2 * INSTALL_TIMEOUT
+#: Hex digits of the lock's sha256 in the name of a cached venv.
+KEY_DIGITS = 12
 
 
 #: Hermes' extras the audit needs in the Hermes venv: `mcp` (its MCP client) and `homeassistant` (only aiohttp,
@@ -40,7 +56,7 @@ EXTRAS = ("mcp", "homeassistant")
 
 
 def requirement(version: str) -> str:
-    """What pip installs for a release: `hermes-agent[EXTRAS]==version` (also the bootstrap's, `./tenancy`)."""
+    """What a release's lock resolves: `hermes-agent[EXTRAS]==version` (`./tenancy lock` too)."""
     return f"hermes-agent[{','.join(EXTRAS)}]=={version}"
 
 
@@ -48,12 +64,58 @@ class InstallError(HermesError):
     """pip could not install a release; one line naming the release and pip's reason."""
 
 
+@dataclass(frozen=True)
+class Lock:
+    """A release's lock: committed (shipped with tenancy-audit) or made on its first install (`committed` False)."""
+
+    version: str
+    path: Path
+    committed: bool
+
+    @cached_property
+    def key(self) -> str:
+        """What names its cached venv: the first `KEY_DIGITS` hex digits of the lock's sha256."""
+        try:
+            return lock_digest(self.path)[:KEY_DIGITS]
+        except DistributionError as exc:
+            raise InstallError(str(exc)) from None
+
+
 def cache_root() -> Path:
     return cache_dir() / "hermes"
 
 
+def committed_lock(version: str) -> Path | None:
+    """The lock of a release committed under `locks/` (package data `harness/drive/locks/`), if there is one."""
+    path = Path(str(resources.files("harness.drive") / "locks" / f"hermes-{version}.txt"))
+    return path if path.is_file() else None
+
+
+def made_lock(version: str, root: Path | None = None) -> Path:
+    """Where the lock made on a release's first install is kept: beside the cached venvs."""
+    return (root or cache_root()) / f"hermes-{version}.txt"
+
+
+def find_lock(version: str, root: Path | None = None) -> Lock | None:
+    """The release's lock: the committed one, else the one made on an earlier install; None before that."""
+    committed = committed_lock(version)
+    if committed is not None:
+        return Lock(version, committed, True)
+    made = made_lock(version, root)
+    return Lock(version, made, False) if made.is_file() else None
+
+
+def venv_dir(lock: Lock, root: Path | None = None) -> Path:
+    """The cached venv of a release installed from `lock`: `<version>-<lock key>`."""
+    return (root or cache_root()) / f"{lock.version}-{lock.key}"
+
+
 def cached_python(version: str, root: Path | None = None) -> Path:
-    return (root or cache_root()) / f"{version}-{'-'.join(EXTRAS)}" / "bin" / "python"
+    """The python of the release's cached venv (which may not exist yet); InstallError when it has no lock yet."""
+    lock = find_lock(version, root)
+    if lock is None:
+        raise InstallError(f"hermes-agent {version} has no lock yet: its first install makes one")
+    return venv_dir(lock, root) / "bin" / "python"
 
 
 def default_python(say: Callable[[str], None] | None = None) -> Path:
@@ -62,6 +124,29 @@ def default_python(say: Callable[[str], None] | None = None) -> Path:
     if CHECKOUT is not None:
         return CHECKOUT / ".hermes-venv" / "bin" / "python"
     return install(PIN, say) if say else cached_python(PIN)
+
+
+def drift(python: Path, lock: Lock) -> str | None:
+    """How the venv of `python` differs from `lock` (one line, pip and setuptools left out), None when it holds
+    exactly the lock's distributions."""
+    try:
+        return differences(installed(python), lock_versions(lock.path), f"the hermes-agent {lock.version} venv")
+    except DistributionError as exc:
+        return str(exc)
+
+
+def cached(lock: Lock, say: Callable[[str], None], root: Path | None = None) -> Path | None:
+    """The python of the release's cached venv when it holds exactly the lock's distributions; a cached venv that
+    differs is removed (None, with one line saying how it differed)."""
+    python = venv_dir(lock, root) / "bin" / "python"
+    if not python.parent.parent.is_dir():
+        return None
+    problem = drift(python, lock) if python.exists() else "no bin/python"
+    if problem is None:
+        return python
+    say(f"hermes-agent {lock.version}: {problem}; installing it again")
+    shutil.rmtree(python.parent.parent, ignore_errors=True)
+    return None
 
 
 def _last_error(text: str) -> str:
@@ -87,13 +172,67 @@ def _drop_stale(root: Path, version: str) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def lock_lines(version: str, report: dict[str, Any]) -> str:
+    """A lock made from pip's installation report (`--dry-run --report`): one `name==version --hash` line per
+    distribution pip chose for this interpreter, after a comment naming what was resolved, where and how."""
+    lines = [f"# {requirement(version)}: no committed lock, made by tenancy-audit with pip install --dry-run "
+             f"--report on CPython {platform.python_version()} ({sys.platform}, {platform.machine()})"]
+    for item in sorted(report.get("install", []), key=lambda i: i["metadata"]["name"].lower()):
+        name, ver = item["metadata"]["name"], item["metadata"]["version"]
+        digest = ((item.get("download_info") or {}).get("archive_info") or {}).get("hashes", {}).get("sha256")
+        if not digest:
+            raise InstallError(f"pip gave no sha256 for {name} {ver} of hermes-agent=={version}")
+        lines.append(f"{name}=={ver} --hash=sha256:{digest}")
+    return "\n".join(lines) + "\n"
+
+
+def make_lock(version: str, python: Path, procs: ProcessSet, timeout: float, root: Path | None = None) -> Lock:
+    """Resolve the release with the pip of `python` (nothing is installed) and keep the lock beside the cached
+    venvs. InstallError when pip cannot resolve it; nothing is written then."""
+    with tempfile.TemporaryDirectory(prefix="tenancy-lock-") as tmp:
+        report = Path(tmp) / "report.json"
+        rc, out, err = procs.run([str(python), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
+                                  "--disable-pip-version-check", "--report", str(report), requirement(version)],
+                                 env=_child_env(), cwd=tmp, timeout=timeout)
+        if rc is None:
+            raise InstallError(f"resolving hermes-agent=={version} took longer than {timeout:.0f}s")
+        if rc != 0:
+            raise InstallError(f"pip cannot install hermes-agent=={version}: {_last_error(err or out)}")
+        text = lock_lines(version, json.loads(report.read_text(encoding="utf-8")))
+    path = made_lock(version, root)
+    write_private(path, text.encode())
+    return Lock(version, path, False)
+
+
+def lock_for(version: str, say: Callable[[str], None], *, root: Path | None = None,
+             timeout: float = INSTALL_TIMEOUT) -> Lock:
+    """The release's lock (`find_lock`), made first with this interpreter's pip when there is none, which `say`
+    reports (./tenancy's bootstrap)."""
+    lock = find_lock(version, root)
+    if lock is not None:
+        return lock
+    procs = ProcessSet()
+    try:
+        lock = make_lock(version, Path(sys.executable), procs, timeout, root)
+    finally:
+        procs.close()
+    say(f"no committed lock for {version}: made one at {lock.path}")
+    return lock
+
+
+def _child_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
+
+
 def install(version: str, say: Callable[[str], None], *, root: Path | None = None,
             timeout: float = INSTALL_TIMEOUT) -> Path:
-    """The python of `hermes-agent==version` in the cache, installing it first if needed (one progress line).
-    InstallError when venv or pip fail; nothing is left in the cache then."""
+    """The python of `hermes-agent==version` in the cache, exactly as its lock pins it, installing it first if
+    needed (one progress line; another when the lock had to be made). InstallError when venv or pip fail; nothing
+    is left in the cache then."""
     root = root or cache_root()
-    python = cached_python(version, root)
-    if python.exists():
+    lock = find_lock(version, root)
+    python = cached(lock, say, root) if lock else None
+    if python is not None:
         say(f"hermes-agent {version}: cached at {python.parent.parent}")
         return python
     try:
@@ -104,19 +243,29 @@ def install(version: str, say: Callable[[str], None], *, root: Path | None = Non
         raise InstallError(f"cannot create the Hermes cache {root}: {exc.strerror or exc}") from None
     started = time.monotonic()
     procs = ProcessSet()
+    made: Lock | None = None
+
+    def left() -> float:
+        return max(timeout - (time.monotonic() - started), 1.0)
+
     try:
-        env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH", "PYTHONHOME")}
-        steps = [[sys.executable, "-m", "venv", str(tmp)],
-                 [str(tmp / "bin" / "python"), "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
-                  requirement(version)]]
-        for argv in steps:
-            left = timeout - (time.monotonic() - started)
-            rc, out, err = procs.run(argv, env=env, cwd=tmp, timeout=max(left, 1.0))
-            if rc is None:
-                raise InstallError(f"installing hermes-agent=={version} took longer than {timeout:.0f}s")
-            if rc != 0:
-                raise InstallError(f"pip cannot install hermes-agent=={version}: {_last_error(err or out)}")
-        final = python.parent.parent
+        rc, out, err = procs.run([sys.executable, "-m", "venv", str(tmp)], env=_child_env(), cwd=tmp, timeout=left())
+        if rc is None:
+            raise InstallError(f"creating the venv of hermes-agent=={version} took longer than {timeout:.0f}s")
+        if rc != 0:
+            raise InstallError(f"cannot create a venv for hermes-agent=={version}: {_last_error(err or out)}")
+        if lock is None:
+            lock = made = make_lock(version, tmp / "bin" / "python", procs, left(), root)
+            say(f"no committed lock for {version}: made one at {lock.path}")
+        rc, out, err = procs.run([str(tmp / "bin" / "python"), "-m", "pip", "install", "--quiet",
+                                  "--disable-pip-version-check", "--require-hashes", "--no-deps", "-r", str(lock.path)],
+                                 env=_child_env(), cwd=tmp, timeout=left())
+        if rc is None:
+            raise InstallError(f"installing hermes-agent=={version} took longer than {timeout:.0f}s")
+        if rc != 0:
+            raise InstallError(f"pip cannot install hermes-agent=={version}: {_last_error(err or out)}")
+        final = venv_dir(lock, root)
+        python = final / "bin" / "python"
         _relink_scripts(tmp, final)
         try:
             tmp.rename(final)
@@ -125,6 +274,8 @@ def install(version: str, say: Callable[[str], None], *, root: Path | None = Non
                 raise
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
+        if made is not None:
+            made.path.unlink(missing_ok=True)
         raise
     finally:
         procs.close()

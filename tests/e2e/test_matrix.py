@@ -2,13 +2,16 @@
 interpreter, 0.16.0 from the release cache) run as two shards that share the cache, then merged; and a scenario
 an old release cannot drive, which is an `n/a` cell, not a failure.
 
-The cache persists across test sessions on this machine (under the temp folder, not $HOME): the first session
-installs 0.16.0, later ones reuse it."""
+The cache persists across test sessions on this machine (under the temp folder, not $HOME) in the install module's
+layout: a release's venv is keyed by its lock, and reused only when it holds exactly the lock's distributions. The
+first session (or the first after the lock changed) installs 0.16.0, later ones reuse it; anything else in the
+cache is removed first."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import stat
 import subprocess
 import sys
@@ -19,6 +22,7 @@ import pytest
 
 from harness.core.registry import load
 from harness.detect.engine.matcher import Matcher
+from harness.drive import install
 from harness.matrix import FILES
 from harness.report.matrix import NA
 from harness.run import hermes_python
@@ -29,15 +33,25 @@ OLD = "0.16.0"  # no `hermes -z --usage-file`, no `hermes serve`, no multiplexed
 
 @pytest.fixture(scope="module")
 def cache() -> Path:
-    """The XDG_CACHE_HOME of the release cache, kept between test sessions; private to this user."""
+    """The XDG_CACHE_HOME of the release cache, kept between test sessions; private to this user. Only the keyed
+    venv of the old release's lock is kept (and the hidden folders of a killed install, until they are stale)."""
     path = Path(tempfile.gettempdir()) / f"tenancy-audit-{os.getuid()}" / "test-cache"
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     assert path.stat().st_uid == path.parent.stat().st_uid == os.getuid(), path
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("XDG_CACHE_HOME", str(path))
+        root, keep = install.cache_root(), venv_of(OLD, path)
+    for entry in root.glob("[!.]*"):
+        if entry != keep:
+            shutil.rmtree(entry) if entry.is_dir() and not entry.is_symlink() else entry.unlink()
     return path
 
 
-def installs(cache: Path) -> Path:
-    return cache / "tenancy-audit" / "hermes"
+def venv_of(version: str, cache: Path) -> Path:
+    """The cached venv of a release with a committed lock, as the install module names it under `cache`."""
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("XDG_CACHE_HOME", str(cache))
+        return install.cached_python(version).parent.parent
 
 
 def matrix_cli(cwd: Path, cache: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -50,7 +64,8 @@ def test_two_release_oneshot_matrix_in_two_shards_sharing_the_cache(tmp_path, ca
     pinned = hermes_python(None)
     releases = f"{OLD},0.19.0={pinned}"
     shards = []
-    leftovers = set(installs(cache).glob(".*"))  # of a killed earlier session, until they are stale
+    venv = venv_of(OLD, cache)
+    leftovers = set(venv.parent.glob(".*"))  # of a killed earlier session, until they are stale
     for i in (1, 2):
         out = tmp_path / f"shard-{i}"
         done = matrix_cli(tmp_path, cache, "matrix", "--hermes", releases, "--runs", "2", "--tools", "none",
@@ -62,8 +77,10 @@ def test_two_release_oneshot_matrix_in_two_shards_sharing_the_cache(tmp_path, ca
     first, second = shards[0][1], shards[1][1]
     assert f"hermes-agent {OLD}: installed in" in first or f"hermes-agent {OLD}: cached at" in first, first
     assert f"hermes-agent {OLD}: cached at" in second and "installed in" not in second, second
-    assert (installs(cache) / OLD / "bin" / "python").exists()
-    assert set(installs(cache).glob(".*")) <= leftovers  # no half-written install of these runs
+    assert f"at {venv}" in first and f"cached at {venv}" in second  # keyed by the old release's lock
+    lock = install.find_lock(OLD)
+    assert lock is not None and lock.committed and install.drift(venv / "bin" / "python", lock) is None
+    assert set(venv.parent.glob(".*")) <= leftovers  # no half-written install of these runs
 
     done = matrix_cli(tmp_path, cache, "merge", *(str(out) for out, _ in shards), "--out", str(tmp_path / "merged"))
     doc = json.loads((tmp_path / "merged" / "matrix.json").read_text())

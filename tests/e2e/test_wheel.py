@@ -4,7 +4,8 @@ under it), against the Hermes of the other e2e tests.
 
 Without a download (about 15 s in all): pip builds the wheel with the harness venv's setuptools (the [test]
 extra; `--no-build-isolation --no-index`) from a copy of what the build reads (pyproject.toml, README.md,
-harness/, and docs/findings.md, which harness/core/findings.md links to); the venv is created without pip and
+harness/, docs/findings.md, which harness/core/findings.md links to, and locks/, which harness/drive/locks links
+to); the venv is created without pip and
 the harness venv's pip installs the wheel into it (`--python`, before anything else is in it). The wheel's
 dependencies are not installed again: a `.pth` file names the harness venv's site-packages as a plain path (the
 `.pth` files there, the checkout's editable install among them, are not processed), and mitmdump, which the
@@ -28,12 +29,14 @@ from pathlib import Path
 import pytest
 
 import harness
+from harness.core.distributions import lock_digest
 from harness.drive.install import PIN
 from harness.report.sarif import remediation
 
 pytestmark = pytest.mark.e2e
 REPO = Path(__file__).resolve().parents[2]
 TIMEOUT = 300
+VERSIONS = sorted(p.stem.removeprefix("hermes-") for p in (REPO / "locks").glob("hermes-*.txt"))
 
 
 @dataclass
@@ -63,6 +66,7 @@ def _build(tmp: Path) -> Path:
     (src / "docs").mkdir()
     for name in ("pyproject.toml", "README.md", "docs/findings.md"):
         shutil.copy(REPO / name, src / name)
+    shutil.copytree(REPO / "locks", src / "locks")
     env = {**os.environ, "HOME": str(tmp / "build-home")}
     done = subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
                            "--no-index", "--no-cache-dir", "-w", str(tmp / "dist"), str(src)],
@@ -96,8 +100,9 @@ def test_the_installed_tool_names_itself_and_its_hermes(installed):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert lines[0] == f"tenancy-audit {harness.__version__}"
-    # no checkout: the pinned Hermes a run would install into the cache under HOME
-    assert f"{installed.home}/.cache/tenancy-audit/hermes/{PIN}-" in lines[2]
+    # no checkout: the pinned Hermes a run would install into the cache under HOME, keyed by its lock
+    key = lock_digest(REPO / "locks" / f"hermes-{PIN}.txt")[:12]
+    assert f"{installed.home}/.cache/tenancy-audit/hermes/{PIN}-{key}/" in lines[2]
     # the addon script for `mitmdump -s` (there is no addons/tenancy.py), as mitmproxy's script loader loads it
     python = str(installed.venv / "bin" / "python")
     script = subprocess.run([python, "-m", "harness.capture.script"], capture_output=True, text=True,
@@ -111,6 +116,21 @@ def test_the_installed_tool_names_itself_and_its_hermes(installed):
     addons, checkout, module = loaded.stdout.split()
     assert (addons, checkout) == ("['Tenancy']", "None"), loaded.stderr
     assert Path(script).is_relative_to(installed.venv) and Path(module).is_relative_to(installed.venv)
+
+
+def test_the_installed_tool_ships_every_committed_lock(installed):
+    """What an installed tool installs Hermes from: the wheel's copies of locks/, each found as committed."""
+    done = subprocess.run([str(installed.venv / "bin" / "python"), "-c", "import json, sys; from harness.drive.install "
+                           "import find_lock; print(json.dumps({v: [str(lk.path), lk.committed] for v in sys.argv[1:] "
+                           "if (lk := find_lock(v))}))", *VERSIONS],
+                          capture_output=True, text=True, cwd=installed.cwd, env={"HOME": str(installed.home)},
+                          timeout=TIMEOUT)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert sorted(found) == sorted(VERSIONS)
+    for version, (path, committed) in found.items():
+        assert committed and Path(path).is_relative_to(installed.venv) and not Path(path).is_symlink()
+        assert Path(path).read_bytes() == (REPO / "locks" / f"hermes-{version}.txt").read_bytes()
 
 
 def test_the_installed_tool_audits_and_reconciles(installed, hermes_python, tmp_path):
