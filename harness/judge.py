@@ -15,6 +15,7 @@ from typing import Any
 import mitmproxy.version
 
 import harness
+from harness.core.distributions import differences
 from harness.core.files import POLICY_COPY, RECORD, STUB_LOG
 from harness.core.findings import Finding, Verdict
 from harness.core.protocol import OUT_OF_SCOPE
@@ -29,14 +30,40 @@ from harness.report.policy import Policy
 from harness.report.result import AuditResult
 
 
-def versions(hermes: str | None = None) -> dict[str, str]:
-    """The versions a result names: Hermes' (when known), mitmproxy's and this tool's."""
-    return {**({"hermes-agent": hermes} if hermes else {}), "mitmproxy": mitmproxy.version.VERSION,
+def versions(hermes: str | None = None, venv: dict[str, Any] | None = None) -> dict[str, str]:
+    """The versions a result names: Hermes' (when known) and the lock its venv was installed from (file and
+    sha256, `made` when no lock was committed for it), mitmproxy's and this tool's."""
+    lock = (venv or {}).get("lock")
+    locked = {"hermes-lock": f"{lock['file']} {lock['sha256'][:12]}" + ("" if lock["committed"] else " (made)")
+              } if lock else {}
+    return {**({"hermes-agent": hermes} if hermes else {}), **locked, "mitmproxy": mitmproxy.version.VERSION,
             "tenancy-audit": harness.__version__}
 
 
+def venv_warnings(record: dict[str, Any], base: baselines.AnyBaseline | None) -> list[str]:
+    """One line for each way the audited Hermes venv is not what the lock, or the baseline's runs, had."""
+    venv = record.get("hermes_venv")
+    if not venv:  # a folder from before venvs were recorded
+        return []
+    lock, version = venv.get("lock"), record.get("hermes-agent") or "?"
+    lines = [venv["problem"]] if venv.get("problem") else []
+    if lock is None and not venv.get("problem"):
+        lines.append(f"hermes-agent {version} was audited without a lock: its venv's versions are recorded, not pinned")
+    elif lock is not None:
+        lines += [lock["differs"]] if lock.get("differs") else []
+        lines += [] if lock["committed"] else [f"hermes-agent {version} has no committed lock: one was made on its "
+                                               f"first install ({lock['file']}), so another machine may resolve "
+                                               "other versions"]
+    made_with = getattr(base, "made_with", None) or {}
+    if made_with.get("installed") and venv.get("installed"):
+        differs = differences(venv["installed"], made_with["installed"], "the Hermes venv",
+                              against=("the one that made the baseline", "baseline"))
+        lines += [differs] if differs else []
+    return lines
+
+
 def result_of(rec: Reconciliation | None, tenants: list[str], scenario: str, found: list[Finding], *,
-              reasons: list[str], base: baselines.Baseline | None = None, ran: set[tuple[str, str]] | None = None,
+              reasons: list[str], base: baselines.AnyBaseline | None = None, ran: set[tuple[str, str]] | None = None,
               allowed: list[Finding] | None = None, warnings: list[str] | None = None,
               **fields: Any) -> AuditResult:
     """The result of a reconciliation (None: nothing was reconciled): `found` split by the baseline into new, known
@@ -71,7 +98,7 @@ def read_record(out: Path) -> dict[str, Any]:
     return record
 
 
-def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None, *, seconds: float = 0.0,
+def evaluate(out: Path, record: dict[str, Any], base: baselines.AnyBaseline | None, *, seconds: float = 0.0,
              flows: Path | None = None, limits: Limits | None = None, policy: Policy | None = None) -> AuditResult:
     """The verdict of an evidence folder, from its files only. What the run saw live (driver findings, failed
     turns, teardown reasons, plants) comes from `record`; `policy`: the isolation policy (default: the one the
@@ -108,9 +135,11 @@ def evaluate(out: Path, record: dict[str, Any], base: baselines.Baseline | None,
     return result_of(
         rec, registry.names(), scenario, kept, reasons=reasons, base=base, allowed=allowed,
         ran={(ph.scenario, ph.name) for ph in phases} | {(scenario, "end")},  # files: at the end
-        warnings=[f"service {name} was not audited, {state}"
-                  for name, state in (record.get("services") or {}).items() if state != "on"],
-        versions=versions(record.get("hermes-agent") or "?"), timeline=record.get("turns", []), seconds=seconds,
+        warnings=[*venv_warnings(record, base), *(f"service {name} was not audited, {state}"
+                                                  for name, state in (record.get("services") or {}).items()
+                                                  if state != "on")],
+        versions=versions(record.get("hermes-agent") or "?", record.get("hermes_venv")),
+        timeline=record.get("turns", []), seconds=seconds,
         out=out, plants=sorted(planted), coverage=rec.coverage.table(record.get("tools") or [], kept, OUT_OF_SCOPE,
                                                                      allowed),
         services=service_coverage, policy=policy.to_dict())

@@ -155,7 +155,9 @@ def cell_of(result: AuditResult, release: str, scenario: str, run: int, root: Pa
                 sum(1 for e in result.timeline if e.get("ok")), classes,
                 {s: tools for s, tools in not_offered.items() if tools}, services_na,
                 result.out.relative_to(root).as_posix() if result.out is not None else None,
-                {row.incident.id: incident_of(row) for row in result.incidents})
+                {row.incident.id: incident_of(row) for row in result.incidents},
+                "; ".join([result.versions.get("hermes-lock", "no lock"),
+                           *(w for w in result.warnings if "differs from the lock" in w)]))
 
 
 @dataclass

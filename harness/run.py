@@ -27,6 +27,7 @@ import yaml
 from harness.capture.proxy import free_port
 from harness.capture.services.base import MODES
 from harness.capture.versions import FileVersions, keep_only
+from harness.core.distributions import current
 from harness.core.files import BASELINE_COPY, PHASE_FILE, POLICY_COPY, RECORD, seal, write_private
 from harness.core.places import evidence_root
 from harness.core.protocol import TOOL_GROUPS
@@ -35,7 +36,7 @@ from harness.drive import battery, features, plants, services
 from harness.drive.backends import BackendError
 from harness.drive.context import Context, ScenarioOptions
 from harness.drive.hermes import Hermes, HermesError, require_python, write_home
-from harness.drive.install import default_python
+from harness.drive.install import default_python, venv_record
 from harness.drive.phases import ALL_PHASES
 from harness.drive.scenarios import SCENARIOS
 from harness.drive.services import SERVICE_RECORDS, SERVICES
@@ -198,6 +199,7 @@ class RunState:
     started: float = field(default_factory=time.monotonic)
     ctx: Context | None = None
     version: str | None = None
+    venv: dict[str, Any] = field(default_factory=dict)  # `install.venv_record` of the Hermes audited, at the end
     planted: dict[str, frozenset[str]] = field(default_factory=dict)
     reasons: list[str] = field(default_factory=list)
     done: bool = False  # the evidence is complete (sealed): an interrupt while tearing down leaves it so
@@ -224,6 +226,7 @@ def run_audit(opts: RunOptions) -> AuditResult:
         session.open(wait=False)
         _drive(audit, session, Hermes(python, session.sandbox, session.procs, out / "logs"))
         audit.reasons += session.finish()
+        audit.venv = venv_record(python, audit.version)
         record = _record(audit)
         if opts.baseline is not None:
             write_private(out / BASELINE_COPY, Path(opts.baseline).read_bytes())
@@ -276,6 +279,8 @@ def _record(audit: RunState) -> dict[str, Any]:
         "services_to_drive": ctx.services_to_drive(),
         "launch": ctx.sandbox.launch,
         "file_versions": ctx.versions_kept,
+        "hermes_venv": audit.venv,
+        "harness_venv": current(),
     }
     write_private(out / RECORD, json.dumps(record, indent=2).encode())
     return record

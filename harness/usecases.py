@@ -211,26 +211,36 @@ def make_baseline(scenario: str, runs: int, phases: list[str], python: Path | No
                   out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
     """Run `scenario` `runs` times and write its incidents to `out` as a baseline; returns its incidents."""
     _writable(out)
-    found, version = [], "?"
+    found, version, records = [], "?", []
     with tempfile.TemporaryDirectory(prefix="tenancy-baseline-") as tmp:
         opts = RunOptions(scenario=scenario, tenants=default_tenants(scenario), hermes_python=python,
                           out=evidence or Path(tmp), quiet=True, phases=phases)
         for i, result in run_audits(opts, range(1, runs + 1)):
-            assert isinstance(result, AuditResult)
+            assert isinstance(result, AuditResult) and result.out is not None
             version = result.versions.get("hermes-agent", "?")
             found.append(result.verdict.findings)
+            records.append(read_record(result.out))
             say(f"run {i}/{runs}: {result.verdict.status} (exit {result.verdict.exit_code}), "
                 f"{len(found[-1])} findings")
-    return baseline.write(out, found, note=f"hermes-agent {version}, scenario {scenario}, {runs} runs")
+    return baseline.write(out, found, note=f"hermes-agent {version}, scenario {scenario}, {runs} runs",
+                          made_with=_made_with(records))
+
+
+def _made_with(records: list[dict[str, Any]]) -> dict[str, Any]:
+    """What made a baseline: the Hermes release, its lock and its venv's distributions (the first run's)."""
+    venv = records[0].get("hermes_venv") or {} if records else {}
+    return {"hermes-agent": records[0].get("hermes-agent") if records else None, "lock": venv.get("lock"),
+            "installed": venv.get("installed") or {}}
 
 
 def baseline_from(sources: list[Path], out: Path, say: Callable[[str], None]) -> list[dict[str, Any]]:
     """Judge saved evidence folders of one scenario (runs on several machines, say) and write their incidents to
     `out` as a baseline; returns its incidents."""
     _writable(out)
-    found, scenarios, versions_seen = [], set(), set()
+    found, scenarios, versions_seen, records = [], set(), set(), []
     for source in sources:
-        result = evaluate(source, read_record(source), None)
+        records.append(read_record(source))
+        result = evaluate(source, records[-1], None)
         scenarios.add(result.scenario)
         versions_seen.add(result.versions.get("hermes-agent", "?"))
         found.append(result.verdict.findings)
@@ -239,7 +249,7 @@ def baseline_from(sources: list[Path], out: Path, say: Callable[[str], None]) ->
         raise UsageError(f"baseline: --from folders of one scenario and one Hermes (got {sorted(scenarios)}, "
                          f"hermes-agent {sorted(versions_seen)})")
     return baseline.write(out, found, note=f"hermes-agent {versions_seen.pop()}, scenario {scenarios.pop()}, "
-                                           f"{len(sources)} runs")
+                                           f"{len(sources)} runs", made_with=_made_with(records))
 
 
 def export_flows(source: Path, registry_path: Path | None, har: Path | None, flows_out: Path | None,

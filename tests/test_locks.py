@@ -103,7 +103,7 @@ def test_a_committed_release_is_cached_under_its_lock_key():
     assert lock.path.read_bytes() == (ROOT / "locks" / f"hermes-{install.PIN}.txt").read_bytes()
     assert lock.key == lock_digest(lock.path)[:12]
     assert install.cached_python(install.PIN) == install.cache_root() / f"{install.PIN}-{lock.key}" / "bin" / "python"
-    assert install.requirement(install.PIN) in lock.path.read_text()  # the lock says what it resolved
+    assert ' '.join(install.requirements(install.PIN)) in lock.path.read_text()  # the lock says what it resolved
 
 
 def test_a_cached_venv_is_reused_only_when_it_holds_the_lock(tmp_path):
@@ -142,7 +142,8 @@ def test_a_lock_is_made_from_pips_report_with_a_hash_for_every_distribution():
         {"metadata": {"name": "alpha", "version": "2"}, "download_info": {"archive_info": {"hashes": {"sha256": "a"}}}},
     ]}
     text = install.lock_lines("9.9.9", report)
-    assert text.splitlines()[0].startswith(f"# {install.requirement('9.9.9')}: no committed lock, made by")
+    first = text.splitlines()[0]
+    assert first.startswith(f"# {' '.join(install.requirements('9.9.9'))}: no committed lock, made by")
     assert text.splitlines()[1:] == ["alpha==2 --hash=sha256:a", "Zeta==1 --hash=sha256:b"]
     report["install"].append({"metadata": {"name": "local", "version": "3"}, "download_info": {"dir_info": {}}})
     with pytest.raises(install.InstallError, match=r"pip gave no sha256 for local 3 of hermes-agent==9\.9\.9"):
@@ -157,7 +158,7 @@ def test_every_committed_lock_is_shipped_and_names_its_release():
         version = name.removeprefix("hermes-").removesuffix(".txt")
         lock = install.find_lock(version)
         assert lock is not None and lock.committed, name
-        assert lock.path.read_text().startswith(f"# {install.requirement(version)}\n"), name
+        assert lock.path.read_text().startswith(f"# {' '.join(install.requirements(version))}\n"), name
         assert lock_versions(lock.path)["hermes-agent"] == version
 
 

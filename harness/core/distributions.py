@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 from collections.abc import Mapping
+from importlib import metadata
 from pathlib import Path
 
 from packaging.markers import InvalidMarker
@@ -86,22 +87,28 @@ def installed(python: Path, timeout: float = READ_TIMEOUT) -> dict[str, str]:
         raise DistributionError(f"{python} listed its distributions in a form not understood") from None
 
 
+def current() -> dict[str, str]:
+    """Normalized name -> version of every distribution this interpreter's environment holds (the harness's)."""
+    return {canonicalize_name(d.metadata["Name"]): d.version for d in metadata.distributions()}
+
+
 def differences(found: Mapping[str, str], lock: Mapping[str, str], what: str = "the Hermes venv",
-                ignore: frozenset[str] = TOOLS) -> str | None:
+                ignore: frozenset[str] = TOOLS, against: tuple[str, str] = ("the lock", "lock")) -> str | None:
     """One line naming how the distributions `found` differ from the `lock` (both normalized name -> version),
-    `ignore`d names left out; None when they are equal."""
+    `ignore`d names left out; None when they are equal. `against`: what the lock is, in the line and per item."""
+    whole, short = against
     items = []
     for name in sorted((found.keys() | lock.keys()) - ignore):
         have, want = found.get(name), lock.get(name)
         if have == want:
             continue
         if want is None:
-            items.append(f"{name} {have} (not in the lock)")
+            items.append(f"{name} {have} (not in {whole})")
         elif have is None:
-            items.append(f"{name} missing (lock {want})")
+            items.append(f"{name} missing ({short} {want})")
         else:
-            items.append(f"{name} {have} (lock {want})")
+            items.append(f"{name} {have} ({short} {want})")
     if not items:
         return None
     more = f" (+{len(items) - SHOWN} more)" if len(items) > SHOWN else ""
-    return f"{what} differs from the lock: {', '.join(items[:SHOWN])}{more}"
+    return f"{what} differs from {whole}: {', '.join(items[:SHOWN])}{more}"

@@ -80,6 +80,10 @@ def hermetic_env(home: Path, hermes_python: Path, extra: dict[str, str] | None =
         # Hermes' live-DB guard treats $HOME/.hermes/state.db as production; this HOME is a sandbox.
         HERMES_STATE_DB_GUARD_BYPASS="1",
         HERMES_ACCEPT_HOOKS="1",
+        # Seals the Hermes venv: no feature's package is pip-installed into it at run time (Hermes' lazy installs;
+        # every profile also says `security.allow_lazy_installs: false`, but a process whose config it cannot read
+        # installs anyway), so the venv stays exactly its lock and every run offers the same tools.
+        HERMES_DISABLE_LAZY_INSTALLS="1",
     )
     env.update(extra or {})
     return env
@@ -201,6 +205,11 @@ class Hermes:
         """Hermes' version; proves the install works and the profile root resolves inside the sandbox."""
         require_python(self.python)
         self.sandbox.home.mkdir(parents=True, exist_ok=True)
+        # Hermes' shells are login shells: /etc/profile sets PATH again, then the sandbox HOME's .bash_profile
+        # puts the Hermes venv's bin/ first again, so its tools find the programs pinned in its lock
+        # (`install.PROGRAMS`: ripgrep for search_files) on every machine, and the machine's own never.
+        (self.sandbox.home / ".bash_profile").write_text(
+            f'export PATH="{self.python.parent}:$PATH"\n', encoding="utf-8")
         code = (
             "import json, importlib.metadata as m; from hermes_cli.profiles import _get_profiles_root as r; "
             "print(json.dumps({'version': m.version('hermes-agent'), 'root': str(r())}))"

@@ -53,11 +53,16 @@ KEY_DIGITS = 12
 #: audit forbids that, `security.allow_lazy_installs: false`). The memory provider (mem0 in self-hosted mode)
 #: and the web backend (Tavily) need none.
 EXTRAS = ("mcp", "homeassistant")
+#: Programs Hermes' tools look for on PATH, pinned in every Hermes venv (its bin/ is first on a Hermes child's
+#: PATH), so that the tool surface is the same on every machine: `search_files` runs ripgrep when `rg` is found and
+#: otherwise `grep --exclude-dir='.*'`, which skips every folder below a hidden one (`~/.hermes/...`), so without it
+#: the tool never reaches another profile's files (docs/hermes-findings.md, "What differs between machines").
+PROGRAMS = ("ripgrep==14.1.0",)
 
 
-def requirement(version: str) -> str:
-    """What a release's lock resolves: `hermes-agent[EXTRAS]==version` (`./tenancy lock` too)."""
-    return f"hermes-agent[{','.join(EXTRAS)}]=={version}"
+def requirements(version: str) -> list[str]:
+    """What a release's lock resolves: `hermes-agent[EXTRAS]==version` and `PROGRAMS` (`./tenancy lock` too)."""
+    return [f"hermes-agent[{','.join(EXTRAS)}]=={version}", *PROGRAMS]
 
 
 class InstallError(HermesError):
@@ -135,6 +140,25 @@ def drift(python: Path, lock: Lock) -> str | None:
         return str(exc)
 
 
+def venv_record(python: Path, version: str | None) -> dict[str, Any]:
+    """What an evidence folder records of the Hermes it audited: every distribution its venv holds and the lock of
+    its release (file, sha256, committed or made, and one line saying how the venv differs from it, or None)."""
+    try:
+        found = installed(python)
+    except DistributionError as exc:
+        return {"installed": {}, "lock": None, "problem": str(exc)}
+    lock = find_lock(version) if version else None
+    if lock is None:
+        return {"installed": found, "lock": None}
+    try:
+        differs = differences(found, lock_versions(lock.path), f"the hermes-agent {version} venv")
+        digest = lock_digest(lock.path)
+    except DistributionError as exc:
+        differs, digest = str(exc), ""
+    return {"installed": found, "lock": {"file": lock.path.name, "sha256": digest, "committed": lock.committed,
+                                         "differs": differs}}
+
+
 def cached(lock: Lock, say: Callable[[str], None], root: Path | None = None) -> Path | None:
     """The python of the release's cached venv when it holds exactly the lock's distributions; a cached venv that
     differs is removed (None, with one line saying how it differed)."""
@@ -175,8 +199,8 @@ def _drop_stale(root: Path, version: str) -> None:
 def lock_lines(version: str, report: dict[str, Any]) -> str:
     """A lock made from pip's installation report (`--dry-run --report`): one `name==version --hash` line per
     distribution pip chose for this interpreter, after a comment naming what was resolved, where and how."""
-    lines = [f"# {requirement(version)}: no committed lock, made by tenancy-audit with pip install --dry-run "
-             f"--report on CPython {platform.python_version()} ({sys.platform}, {platform.machine()})"]
+    lines = [f"# {' '.join(requirements(version))}: no committed lock, made by tenancy-audit with pip install "
+             f"--dry-run --report on CPython {platform.python_version()} ({sys.platform}, {platform.machine()})"]
     for item in sorted(report.get("install", []), key=lambda i: i["metadata"]["name"].lower()):
         name, ver = item["metadata"]["name"], item["metadata"]["version"]
         digest = ((item.get("download_info") or {}).get("archive_info") or {}).get("hashes", {}).get("sha256")
@@ -192,7 +216,7 @@ def make_lock(version: str, python: Path, procs: ProcessSet, timeout: float, roo
     with tempfile.TemporaryDirectory(prefix="tenancy-lock-") as tmp:
         report = Path(tmp) / "report.json"
         rc, out, err = procs.run([str(python), "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
-                                  "--disable-pip-version-check", "--report", str(report), requirement(version)],
+                                  "--disable-pip-version-check", "--report", str(report), *requirements(version)],
                                  env=_child_env(), cwd=tmp, timeout=timeout)
         if rc is None:
             raise InstallError(f"resolving hermes-agent=={version} took longer than {timeout:.0f}s")

@@ -79,6 +79,9 @@ class Cell:
     services_na: dict[str, str] = field(default_factory=dict)  # service -> why the release cannot use it
     evidence: str | None = None  # the run's evidence folder, relative to the matrix folder that ran it
     incidents: dict[str, dict[str, Any]] = field(default_factory=dict)  # incident id -> incident_of
+    #: the lock the release's venv was installed from (`hermes-lock` of the run's versions), and how the venv
+    #: differed from it, if it did (the run's evidence folder records every distribution)
+    venv: str = ""
 
     @property
     def key(self) -> tuple[str, str, int]:
