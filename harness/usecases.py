@@ -25,7 +25,7 @@ from harness.detect.engine.matcher import matcher_for
 from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
 from harness.detect.reconcile import LogSource, read_flows, reconcile
 from harness.drive import plants
-from harness.judge import evaluate, read_record, result_of, versions
+from harness.judge import evaluate, read_record, result_of, venv_warnings, versions
 from harness.matrix import run_audits
 from harness.report import baseline, baseline_classes, export
 from harness.report import policy as policies
@@ -223,12 +223,17 @@ def make_baseline(scenario: str, runs: int, phases: list[str], python: Path | No
             say(f"run {i}/{runs}: {result.verdict.status} (exit {result.verdict.exit_code}), "
                 f"{len(found[-1])} findings")
     return baseline.write(out, found, note=f"hermes-agent {version}, scenario {scenario}, {runs} runs",
-                          made_with=_made_with(records))
+                          made_with=_made_with(records, say))
 
 
-def _made_with(records: list[dict[str, Any]]) -> dict[str, Any]:
-    """What made a baseline: the Hermes release, its lock and its venv's distributions (the first run's)."""
+def _made_with(records: list[dict[str, Any]], say: Callable[[str], None]) -> dict[str, Any]:
+    """What made a baseline: the Hermes release, its lock and its venv's distributions (the first run's); `say`
+    each way a run's venv was not its lock or not the first run's."""
+    for line in dict.fromkeys(w for r in records for w in venv_warnings(r, None)):
+        say(f"tenancy-audit: {line}")
     venv = records[0].get("hermes_venv") or {} if records else {}
+    if any((r.get("hermes_venv") or {}).get("installed") != venv.get("installed") for r in records):
+        say("tenancy-audit: the runs audited Hermes venvs with different distributions; the baseline names the first")
     return {"hermes-agent": records[0].get("hermes-agent") if records else None, "lock": venv.get("lock"),
             "installed": venv.get("installed") or {}}
 
@@ -249,7 +254,7 @@ def baseline_from(sources: list[Path], out: Path, say: Callable[[str], None]) ->
         raise UsageError(f"baseline: --from folders of one scenario and one Hermes (got {sorted(scenarios)}, "
                          f"hermes-agent {sorted(versions_seen)})")
     return baseline.write(out, found, note=f"hermes-agent {versions_seen.pop()}, scenario {scenarios.pop()}, "
-                                           f"{len(sources)} runs", made_with=_made_with(records))
+                                           f"{len(sources)} runs", made_with=_made_with(records, say))
 
 
 def export_flows(source: Path, registry_path: Path | None, har: Path | None, flows_out: Path | None,
