@@ -56,7 +56,7 @@ EXTRAS = ("mcp", "homeassistant")
 #: Programs Hermes' tools look for on PATH, pinned in every Hermes venv (its bin/ is first on a Hermes child's
 #: PATH), so that the tool surface is the same on every machine: `search_files` runs ripgrep when `rg` is found and
 #: otherwise `grep --exclude-dir='.*'`, which skips every folder below a hidden one (`~/.hermes/...`), so without it
-#: the tool never reaches another profile's files (docs/hermes-findings.md, "What differs between machines").
+#: the tool never reaches another profile's files (docs/baselines.md, "What differed between machines").
 PROGRAMS = ("ripgrep==14.1.0",)
 
 
