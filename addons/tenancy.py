@@ -3,7 +3,8 @@
     mitmdump -s addons/tenancy.py --set tenancy_registry=registry.yaml --set tenancy_ledger=ledger.jsonl \\
         --mode reverse:http://127.0.0.1:9001@8001 --mode reverse:http://127.0.0.1:9002@8002
 
-`Tenancy` (the routing and the inspection addon as one) lives in `harness.capture.addon`; see docs/addon.md.
+`Tenancy` (its routing and inspection parts composed as one addon) lives in `harness.capture.addon`; see
+docs/addon.md.
 """
 
 import sys

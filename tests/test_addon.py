@@ -79,6 +79,21 @@ def test_every_hook_of_the_routing_part_runs_in_the_addon():
     assert sorted(name for name in routed if name not in vars(Tenancy)) == []
 
 
+def test_every_hook_of_the_inspection_part_runs_in_the_addon():
+    """The same for the inspection part: `Tenancy` composes both parts as siblings, neither inherits the other."""
+    import mitmproxy.addonmanager  # the modules that register mitmproxy's hooks
+    import mitmproxy.proxy.layers.http
+    import mitmproxy.proxy.server_hooks  # noqa: F401
+    from mitmproxy import hooks
+
+    from harness.capture.inspection import Inspection
+
+    inspected = {name for name in vars(Inspection) if name in hooks.all_hooks}
+    assert {"load", "configure", "request", "responseheaders", "http_connect", "done"} <= inspected
+    assert sorted(name for name in inspected if name not in vars(Tenancy)) == []
+    assert Tenancy.__mro__ == (Tenancy, object)
+
+
 @pytest.fixture
 def tctx(addon, regfile: Path, tmp_path: Path):
     with taddons.context(addon) as ctx:
@@ -456,6 +471,73 @@ def test_egress_block_answers_403_without_an_upstream(tctx, addon, tmp_path):
     ok = tflow.tflow(req=http.Request.make("CONNECT", "http://gamma.test:443/"))
     addon.http_connect(ok)
     assert ok.response is None
+
+
+# --- routing decides once, inspection reads it ------------------------------------------------------------
+
+
+def test_routing_resolves_each_flow_once_and_hands_it_on(tctx, addon, reg, tmp_path, monkeypatch):
+    """A flow's route and endpoint are worked out once, by routing, whatever hooks follow (a JSON turn, an SSE
+    stream, a forward request, an error, egress blocked as a request and as a CONNECT)."""
+    from harness.detect import routes
+
+    calls: list[tuple[str, str]] = []
+
+    def counted(name, real):
+        def count(*args):
+            calls.append((name, args[0].id if name == "route_of" else str(args[1])))
+            return real(*args)
+        return count
+
+    for name in ("route_of", "endpoint_of"):
+        counter = counted(name, getattr(routes, name))
+        for module in (routes, flows):
+            monkeypatch.setattr(module, name, counter)
+    json_turn = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key))
+    streamed = reverse_flow("alpha", main_turn(reg, "alpha", stream=True), key=reg["alpha"].key)
+    stream_through(addon, streamed, sse("hello"))
+    forward = run(addon, forward_flow("gamma.test", main_turn(reg, "gamma"), key=reg["gamma"].key))
+    failed = reverse_flow("beta", main_turn(reg, "beta"), key=reg["beta"].key)
+    addon.request(failed)
+    failed.error = tflow.terr("connection refused")
+    addon.error(failed)
+    tctx.configure(addon, tenancy_egress="block")
+    blocked = run(addon, forward_flow("evil.example"))
+    connect = tflow.tflow(req=http.Request.make("CONNECT", "http://evil.example:443/"))
+    connect.request.host, connect.request.port = "evil.example", 443
+    addon.http_connect(connect)
+    every = (json_turn, streamed, forward, failed, blocked, connect)
+    assert [f.id for f in every] == [line["flow"] for line in ledger(tmp_path)]
+    assert [flow_id for name, flow_id in calls if name == "route_of"] == [f.id for f in every]
+    assert [route for name, route in calls if name == "endpoint_of"] == [
+        "listen:18001", "listen:18001", "host:gamma.test", "listen:18002", "host:evil.example", "host:evil.example"]
+    assert all(addon.routing.release(f) is None for f in every)  # nothing kept once a flow is finished
+
+
+def test_inspection_attributes_a_flow_by_the_endpoint_routing_handed_it(tctx, addon, reg):
+    """The inspection does not work out whose a flow is again: it reads the endpoint it is given."""
+    from harness.detect.routes import Route, endpoint_of
+
+    f = reverse_flow("alpha", main_turn(reg, "beta"), key=reg["beta"].key)  # beta's turn on alpha's listener
+    addon.inspection.request(f, endpoint_of(reg, Route("reverse", listen_port=PORTS["beta"])))
+    assert f.metadata["tenancy"]["tenant"] == "beta" and not f.marked
+    respond(f, "{}")
+    addon.response(f)
+    assert f.metadata["tenancy"]["tenant"] == "beta" and kinds(f) == []
+
+
+def test_a_blocked_flow_finished_after_the_registry_changed_is_attributed_by_the_new_one(tctx, addon, reg, regfile):
+    """Routing's decision holds for the registry it was made in: a flow it answered, finished after a reload,
+    is attributed by the registry in force then (as the reconciler of that registry would)."""
+    tctx.configure(addon, tenancy_egress="block")
+    f = forward_flow("evil.example")
+    addon.request(f)
+    assert f.response.status_code == 403
+    reg["delta"].route = {"host": "evil.example"}
+    reg.save(regfile)
+    addon.routing.tenants.refresh()
+    addon.response(f)
+    assert f.metadata["tenancy"]["tenant"] == "delta" and f.metadata["tenancy"]["route"] == "host:evil.example"
 
 
 # --- registry reload -----------------------------------------------------------------------------------

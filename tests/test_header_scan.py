@@ -1,4 +1,4 @@
-"""`_FlowScan.headers` scans a message's header lines in one matcher call; its findings must be exactly those of
+"""`FlowScan.headers` scans a message's header lines in one matcher call; its findings must be exactly those of
 scanning every line alone (the way it was done before), including a canary cut across two lines."""
 
 from __future__ import annotations
@@ -13,12 +13,12 @@ from harness.core.protocol import FLOW_HEADER
 from harness.core.registry import Registry
 from harness.detect.decode import KEY_HEADERS
 from harness.detect.engine.matcher import SEPARATOR, Matcher
-from harness.detect.flows import _FlowScan
+from harness.detect.flowscan import FlowScan
 
 NAMES = ["x-note", "authorization", "api-key", "content-type", "x-trace", FLOW_HEADER, "cookie", "user-agent"]
 
 
-def line_by_line(scan: _FlowScan, headers: list[tuple[str, str]], prefix: str, skip: frozenset) -> None:
+def line_by_line(scan: FlowScan, headers: list[tuple[str, str]], prefix: str, skip: frozenset) -> None:
     """The reference: one matcher call per header line."""
     for name, value in headers:
         if name.lower() == FLOW_HEADER:
@@ -47,7 +47,7 @@ def random_headers(rng: random.Random, reg: Registry) -> list[tuple[str, str]]:
 
 
 def findings(matcher: Matcher, tenant: str | None, scan_it) -> list:
-    scan = _FlowScan(matcher, "f1", tenant, "request", "request_leak")
+    scan = FlowScan(matcher, "f1", tenant, "request", "request_leak")
     scan_it(scan)
     return scan.findings
 

@@ -1,49 +1,91 @@
-"""The tenancy addon: `Routing` and `Inspection` loaded as one, routing first in every hook.
+"""The tenancy addon: its parts `Routing` and `Inspection` loaded as one, routing first in every hook.
 
 `addons/tenancy.py` (the file users pass to `mitmdump -s`) and the harness's mitmdump entry point load this
 one class. The two parts share one `RegistryFile`: routing loads it from `tenancy_registry` and reloads it when
-the file changes; inspection reads it. See docs/addon.md.
+the file changes; inspection reads it. Routing decides each flow's endpoint (tenant and service) once and hands
+it on; inspection runs the detection core's checks on it. See docs/addon.md.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import IO, Any
 
-from mitmproxy import http
+import mitmproxy.types
+from mitmproxy import command, http
 
 from harness.capture.inspection import Inspection
 from harness.capture.routing import Routing
 from harness.capture.watched import RegistryFile
+from harness.core.registry import Registry
 
 
-class Tenancy(Inspection):
-    """The inspection addon with the routing addon in front of it: each hook both have runs routing's first,
-    so a request is routed (or blocked) and stamped with its flow id before it is inspected. `script` is
+class Tenancy:
+    """Routing and inspection side by side: each hook runs routing's part first, so a request is routed (or
+    blocked) and stamped with its flow id before it is inspected, on the endpoint routing decided. `script` is
     True for the instance `addons/tenancy.py` gives `mitmdump -s` (see `Routing`).
 
     The parts are called here rather than listed as sub-addons in `addons`: mitmproxy runs a parent's hooks
-    before its children's, and the addon tests drive the hooks of this one object directly."""
+    before its children's, the endpoint is handed from one part to the other, and the addon tests drive the
+    hooks of this one object directly."""
 
     def __init__(self, *, script: bool = False) -> None:
         tenants = RegistryFile()
-        super().__init__(tenants)
         self.routing = Routing(tenants, script=script)
+        self.inspection = Inspection(tenants)
+
+    @property
+    def registry(self) -> Registry | None:
+        """The registry in force."""
+        return self.routing.tenants.registry
+
+    @property
+    def ledger(self) -> IO[bytes] | None:
+        """The open ledger file, if any (the inspection's)."""
+        return self.inspection.ledger
+
+    @ledger.setter
+    def ledger(self, ledger: IO[bytes] | None) -> None:
+        self.inspection.ledger = ledger
 
     def load(self, loader: Any) -> None:
         self.routing.load(loader)
-        super().load(loader)
+        self.inspection.load(loader)
 
     def configure(self, updated: set[str]) -> None:
         self.routing.configure(updated)
-        super().configure(updated)
+        self.inspection.configure(updated)
 
     def running(self) -> None:
         self.routing.running()
 
+    def done(self) -> None:
+        self.inspection.done()
+
     def http_connect(self, flow: http.HTTPFlow) -> None:
         self.routing.http_connect(flow)
-        super().http_connect(flow)
+        self.inspection.http_connect(flow, self.routing.release(flow))
 
     def request(self, flow: http.HTTPFlow) -> None:
-        self.routing.request(flow)
-        super().request(flow)
+        endpoint = self.routing.request(flow)
+        if endpoint is not None:
+            self.inspection.request(flow, endpoint)
+
+    def responseheaders(self, flow: http.HTTPFlow) -> None:
+        self.inspection.responseheaders(flow)
+
+    def response(self, flow: http.HTTPFlow) -> None:
+        self.inspection.finish(flow, self.routing.release(flow))
+
+    def error(self, flow: http.HTTPFlow) -> None:
+        self.inspection.finish(flow, self.routing.release(flow))
+
+    @command.command("tenancy.findings")
+    def findings_cmd(self) -> Sequence[str]:
+        """The findings of this session so far, one summary line each."""
+        return self.inspection.summaries()
+
+    @command.command("tenancy.report")
+    def report_cmd(self, path: mitmproxy.types.Path) -> None:
+        """Write the findings of this session as JSON (mode 0600)."""
+        self.inspection.write_report(path)

@@ -1,9 +1,10 @@
-"""The inspection addon: attribute, inspect, record and flag every tenant flow of a tenancy audit.
+"""The inspection part of the tenancy addon: inspect, record and flag every tenant flow of a tenancy audit.
 
-Thin glue over `harness.detect.flows` (the detection core the offline reconciler uses too). A flow with a
-finding is marked, commented, logged at WARNING and carries its findings in `flow.metadata["tenancy"]`;
-every flow is one line of the JSONL ledger. It reads the registry `Routing` loads and keeps current, and
-runs after it in every hook (`harness.capture.addon.Tenancy` composes the two). See docs/addon.md.
+Thin glue over `harness.detect.flows` (the detection core the offline reconciler uses too), which runs the
+checks of `harness.detect.checks` in order. A flow with a finding is marked, commented, logged at WARNING and
+carries its findings in `flow.metadata["tenancy"]`; every flow is one line of the JSONL ledger. It reads the
+registry `Routing` loads and keeps current, and runs after it in every hook, on the endpoint routing decided
+for the flow (`harness.capture.addon.Tenancy` composes the two). See docs/addon.md.
 """
 
 from __future__ import annotations
@@ -15,18 +16,17 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
-import mitmproxy.types
 import orjson
-from mitmproxy import command, contentviews, ctx, exceptions, http
+from mitmproxy import contentviews, ctx, exceptions, http
 from mitmproxy.log import ALERT
 
 from harness.capture.contentview import TenancyContentview
 from harness.capture.watched import PhaseFile, RegistryFile
-from harness.core import registry
 from harness.core.files import write_private
 from harness.core.findings import Finding
 from harness.detect import flows
 from harness.detect.engine.matcher import Matcher
+from harness.detect.routes import Endpoint
 
 log = logging.getLogger("tenancy")
 MARK = ":warning:"
@@ -44,8 +44,8 @@ class _StreamTap:
 
 
 class Inspection:
-    """Owns the options `tenancy_ledger` and `tenancy_phase_file`, the "Tenancy" content view and the commands
-    `tenancy.findings` and `tenancy.report`; inspects against the registry in `tenants`."""
+    """Owns the options `tenancy_ledger` and `tenancy_phase_file`, the "Tenancy" content view and what the
+    commands `tenancy.findings` and `tenancy.report` show; inspects against the registry in `tenants`."""
 
     def __init__(self, tenants: RegistryFile) -> None:
         self.tenants = tenants
@@ -53,12 +53,8 @@ class Inspection:
         self.findings: list[Finding] = []
         self.ledger: IO[bytes] | None = None
         self._ledger_failed = False  # once a line could not be written, nothing more is recorded
-        #: The report of every request in flight, reused by `_finish` while the request is unchanged.
+        #: The report of every request in flight, reused by `finish` while the request is unchanged.
         self._inflight: dict[str, tuple[_RequestState, flows.RequestReport]] = {}
-
-    @property
-    def registry(self) -> registry.Registry | None:
-        return self.tenants.registry
 
     def load(self, loader: Any) -> None:
         contentviews.add(TenancyContentview(lambda: self.tenants.matcher))
@@ -97,16 +93,17 @@ class Inspection:
         scenario, phase = self.phase.label(ctx.options.tenancy_phase_file)
         flow.metadata["tenancy"].update(scenario=scenario, phase=phase)
 
-    def http_connect(self, flow: http.HTTPFlow) -> None:
+    def http_connect(self, flow: http.HTTPFlow, endpoint: Endpoint | None) -> None:
         """Record a CONNECT answered here (routing blocked it): no other hook of this flow follows."""
         if flow.response is not None:
-            self._finish(flow)
+            self.finish(flow, endpoint)
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow, endpoint: Endpoint) -> None:
+        """Inspect the request routing has attributed to `endpoint` (unless routing answered it itself)."""
         reg, matcher = self.tenants.registry, self.tenants.matcher
         if reg is None or matcher is None or flow.response or flow.error:
             return
-        report = flows.inspect_flow_request(reg, matcher, flow)
+        report = flows.inspect_flow_request(reg, matcher, flow, endpoint)
         self._inflight[flow.id] = (_request_state(flow, matcher), report)
         flow.metadata["tenancy"] = {"tenant": report.tenant, "route": report.route, "kind": report.kind}
         self._stamp_label(flow)
@@ -119,13 +116,9 @@ class Inspection:
         if "text/event-stream" in flow.response.headers.get("content-type", "").lower():
             flow.response.stream = _StreamTap()
 
-    def response(self, flow: http.HTTPFlow) -> None:
-        self._finish(flow)
-
-    def error(self, flow: http.HTTPFlow) -> None:
-        self._finish(flow)
-
-    def _finish(self, flow: http.HTTPFlow) -> None:
+    def finish(self, flow: http.HTTPFlow, endpoint: Endpoint | None) -> None:
+        """Inspect the finished flow (response or error), flag it and write its ledger line. `endpoint` is whose
+        routing decided the flow is; it is read when routing answered the request itself (no request report)."""
         inflight = self._inflight.pop(flow.id, None)
         reg, matcher = self.tenants.registry, self.tenants.matcher
         if reg is None or matcher is None or "tenancy" not in flow.metadata:
@@ -135,8 +128,11 @@ class Inspection:
         if flow.response is not None and isinstance(flow.response.stream, _StreamTap):
             flow.response.data.content = bytes(flow.response.stream.data)  # saved flows keep the stream
             flow.response.stream = False
-        known = inflight[1] if inflight and inflight[0] == _request_state(flow, matcher) else None
-        report = flows.inspect_flow(reg, matcher, flow, request=known)
+        if inflight is None:  # answered by routing: inspected on the endpoint it decided
+            report = flows.inspect_flow(reg, matcher, flow, endpoint=endpoint)
+        else:  # a request changed since its report (an edit, a reloaded registry) is inspected afresh
+            known = inflight[1] if inflight[0] == _request_state(flow, matcher) else None
+            report = flows.inspect_flow(reg, matcher, flow, request=known)
         report.label(flow.metadata["tenancy"].get("scenario"), flow.metadata["tenancy"].get("phase"))
         entry = report.ledger_entry()
         flow.metadata["tenancy"] = {k: v for k, v in entry.items() if k not in ("time", "flow")}
@@ -167,15 +163,13 @@ class Inspection:
         if self._ledger_failed and flow.killable:
             flow.kill()
 
-    @command.command("tenancy.findings")
-    def findings_cmd(self) -> Sequence[str]:
-        """The findings of this session so far, one summary line each."""
+    def summaries(self) -> Sequence[str]:
+        """The findings of this session so far, one summary line each (logged at ALERT)."""
         lines = [f.summary() for f in self.findings]
         logging.log(ALERT, f"tenancy: {len(lines)} findings" + "".join(f"\n  {line}" for line in lines))
         return lines
 
-    @command.command("tenancy.report")
-    def report_cmd(self, path: mitmproxy.types.Path) -> None:
+    def write_report(self, path: str) -> None:
         """Write the findings of this session as JSON (mode 0600)."""
         doc = {"findings": [f.to_dict() for f in self.findings], "count": len(self.findings)}
         try:

@@ -1,5 +1,6 @@
-"""The routing addon: the registry in force, each forward-mode request sent to its tenant's provider, egress to a
-host no tenant owns flagged or blocked, and every request stamped with its flow id.
+"""The routing part of the tenancy addon: the registry in force, whose each flow is (its `Endpoint`, decided once
+and handed on to the inspection), each forward-mode request sent to its tenant's upstream, egress to a host no
+tenant owns flagged or blocked, and every request stamped with its flow id.
 
 It runs before `Inspection` in every hook (`harness.capture.addon.Tenancy` composes the two), so the registry
 is current and the request is routed when the inspection sees it. See docs/addon.md.
@@ -17,7 +18,8 @@ from mitmproxy import ctx, exceptions, http
 from harness.capture.watched import RegistryFile
 from harness.core import registry
 from harness.core.protocol import FLOW_HEADER
-from harness.detect import flows
+from harness.detect import routes
+from harness.detect.routes import Endpoint
 
 log = logging.getLogger("tenancy")
 EGRESS_CHOICES = ("flag", "block")
@@ -27,13 +29,17 @@ class Routing:
     """Owns the options `tenancy_registry` (loaded into `tenants`, which `Inspection` reads too) and
     `tenancy_egress`. `script` is True for the instance `addons/tenancy.py` gives `mitmdump -s`: a bad
     `tenancy_registry` at startup is then one error line (mitmproxy exits on it) instead of the traceback
-    mitmproxy prints for any exception a script raises; later `--set`s are rejected with OptionsError."""
+    mitmproxy prints for any exception a script raises; later `--set`s are rejected with OptionsError.
+
+    Each flow's endpoint is resolved once, in its first hook, and kept until the flow is finished (`release`)."""
 
     def __init__(self, tenants: RegistryFile, *, script: bool = False) -> None:
         self.tenants = tenants
         self.script = script
         self._running = False
         self._foreign_ports: set[int] = set()  # reverse listeners of no tenant, warned about once each
+        #: The endpoint of every flow in flight, with the registry it was resolved in.
+        self._decided: dict[str, tuple[registry.Registry, Endpoint]] = {}
 
     def load(self, loader: Any) -> None:
         loader.add_option(
@@ -77,15 +83,21 @@ class Routing:
         if self.tenants.registry is None or ctx.options.tenancy_egress != "block":
             return
         self.tenants.refresh()
-        if flows.tenant_for(self.tenants.registry, host=flow.request.pretty_host) is None:
+        reg = self.tenants.registry
+        endpoint = routes.endpoint_of(reg, routes.route_of(flow))
+        if endpoint.tenant is None:
+            self._decided[flow.id] = (reg, endpoint)  # answered here: the inspection finishes it at once
             block(flow)
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    def request(self, flow: http.HTTPFlow) -> Endpoint | None:
+        """Decide whose the request is, route it and stamp it; the endpoint is what the inspection reads."""
         if self.tenants.registry is None or flow.response or flow.error:
-            return
+            return None
         self.tenants.refresh()
-        route = flows.route_of(flow)
-        tenant, service = flows.endpoint_for(self.tenants.registry, listen_port=route.listen_port, host=route.host)
+        reg, route = self.tenants.registry, routes.route_of(flow)
+        endpoint = routes.endpoint_of(reg, route)
+        self._decided[flow.id] = (reg, endpoint)
+        tenant = endpoint.tenant
         if tenant is None and route.topology == "reverse" and route.listen_port not in self._foreign_ports:
             self._foreign_ports.add(route.listen_port)
             log.warning(f"tenancy: listener port {route.listen_port} belongs to no tenant of {self.tenants.path}: "
@@ -93,9 +105,16 @@ class Routing:
         if route.topology == "forward":
             if tenant is None and ctx.options.tenancy_egress == "block":
                 block(flow)
-            elif tenant is not None and (upstream := tenant.upstream_of(service)):
+            elif tenant is not None and (upstream := tenant.upstream_of(endpoint.service)):
                 route_to(flow.request, upstream)
         flow.request.headers[FLOW_HEADER] = flow.id  # a stub request without it bypassed the proxy
+        return endpoint
+
+    def release(self, flow: http.HTTPFlow) -> Endpoint | None:
+        """The endpoint decided for a flow now finished (and forgotten here), if the registry it was resolved in
+        is still in force (a reloaded registry may own the route otherwise)."""
+        reg, endpoint = self._decided.pop(flow.id, (None, None))
+        return endpoint if reg is not None and reg is self.tenants.registry else None
 
 
 def block(flow: http.HTTPFlow) -> None:

@@ -26,8 +26,8 @@ from typing import Any, ClassVar, Protocol, Self
 
 from harness.core.protocol import FLOW_HEADER
 from harness.core.registry import PROVIDER, Tenant
+from harness.detect.checks import credential_of
 from harness.detect.decode import loads
-from harness.detect.flows import credential_of
 
 MODES = ("observe", "strict")
 
@@ -85,7 +85,7 @@ class Service(Protocol):
 
 
 def presented(headers: dict[str, str], body: bytes) -> str | None:
-    """The credential a request presents, as the addon reads it (`flows.credential_of`)."""
+    """The credential a request presents, as the addon reads it (`checks.credential_of`)."""
     return credential_of({k.lower(): v for k, v in headers.items()}, loads(body) if body else None)[0]
 
 

@@ -1,0 +1,116 @@
+"""One message's leak scan: every canary in it that is not the tenant's own, as findings of one kind, with where
+it was and in which encoding. The request and response checks (`harness.detect.checks`) scan with it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from harness.core.findings import Finding
+from harness.core.protocol import FLOW_HEADER
+from harness.detect.decode import KEY_HEADERS, Body, Headers
+from harness.detect.engine.matcher import SEPARATOR, Hit, Matcher
+from harness.detect.engine.stream import NotInspected, ScanHit, scan_bytes
+
+_SEPARATOR = SEPARATOR.decode()
+
+
+def _label(body_encoding: str | None, hit: Hit | ScanHit) -> str:
+    if not body_encoding:
+        return hit.encoding
+    return body_encoding if hit.encoding == "plain" else f"{body_encoding}+{hit.encoding}"
+
+
+@dataclass
+class FlowScan:
+    """Collects leak findings of one message: every canary not owned by the channel's tenant."""
+
+    matcher: Matcher
+    flow_id: str
+    tenant: str | None
+    channel: str
+    kind: str
+    findings: list[Finding] = field(default_factory=list)
+    seen: set[tuple[str, str]] = field(default_factory=set)
+    not_inspected: list[NotInspected] = field(default_factory=list)
+
+    def scan(
+        self,
+        data: bytes,
+        part: str,
+        *,
+        encoding: str | None = None,
+        skip: frozenset[tuple[str, str]] = frozenset(),
+        offsets: bool = True,
+        only_new: bool = False,
+    ) -> None:
+        for hit in self.matcher.find(data, exclude=self.tenant):
+            self._add(hit, data, part, encoding, skip, offsets, only_new)
+
+    def _add(self, hit: Hit, data: bytes, part: str, encoding: str | None, skip: frozenset[tuple[str, str]],
+             offsets: bool, only_new: bool) -> None:
+        """Record `hit` (found in `data`) as a finding, unless `skip` holds it or `only_new` and it was seen."""
+        ident = (hit.tenant, hit.kind)
+        if ident in skip or (only_new and ident in self.seen):
+            return
+        self.seen.add(ident)
+        self.findings.append(
+            Finding(
+                kind=self.kind,
+                victim=hit.tenant,
+                seen_in=self.tenant,
+                canary=hit.kind,
+                channel=self.channel,
+                location=f"flow:{self.flow_id}:{part}" + (f"@{hit.start}" if offsets else ""),
+                encoding=_label(encoding, hit),
+                evidence=self.matcher.snippet(data, hit),
+            )
+        )
+
+    def headers(self, headers: Headers, prefix: str, skip: frozenset[tuple[str, str]] = frozenset()) -> None:
+        """Scan every header line as if alone (`skip` applies to the credential headers), in one call: the
+        lines are joined by SEPARATOR, which no pattern holds, so no match can cross from one line into the
+        next (with a canary that holds it, every line is scanned alone)."""
+        lines = [(name.lower(), f"{name}: {value}") for name, value in headers if name.lower() != FLOW_HEADER]
+        if not self.matcher.separable:
+            for name, text in lines:
+                self.scan(text.encode("utf-8", "surrogateescape"), f"{prefix}.headers.{name}",
+                          skip=skip if name in KEY_HEADERS else frozenset(), offsets=False)
+            return
+        block = _SEPARATOR.join(text for _, text in lines).encode("utf-8", "surrogateescape")
+        hits = self.matcher.find(block, exclude=self.tenant)
+        base = 0
+        for name, text in lines:  # hits and lines are both in offset order
+            if not hits:  # the usual case: there were none
+                return
+            line = text.encode("utf-8", "surrogateescape")
+            end = base + len(line)
+            while hits and hits[0].start < end:
+                hit = hits.pop(0)
+                self._add(replace(hit, start=hit.start - base, end=hit.end - base), line,
+                          f"{prefix}.headers.{name}", None, skip if name in KEY_HEADERS else frozenset(), False, False)
+            base = end + len(SEPARATOR)
+
+    def layered(self, data: bytes, part: str, *, encoding: str | None = None,
+                skip: frozenset[tuple[str, str]] = frozenset(), only_new: bool = False, offsets: bool = True) -> None:
+        """Scan `data` and every layer in it (base64 blocks, compressed streams, ...: `stream.scan_bytes`).
+        `offsets`: locate a hit in the raw bytes at its offset (a hit in a layer always is)."""
+        where = f"flow:{self.flow_id}:{part}"
+        skipped: list[NotInspected] = []
+        for h in scan_bytes(data, self.matcher, headerless=False, not_inspected=skipped, exclude=self.tenant):
+            ident = (h.tenant, h.kind)
+            if ident in skip or (only_new and ident in self.seen):
+                continue
+            self.seen.add(ident)
+            self.findings.append(Finding(
+                kind=self.kind, victim=h.tenant, seen_in=self.tenant, canary=h.kind, channel=self.channel,
+                location=h.location(where) if offsets or h.layers else where, encoding=_label(encoding, h),
+                evidence=h.evidence,
+            ))
+        self.not_inspected += [replace(n, path=where + n.path.removeprefix("bytes")) for n in skipped]
+
+    def body(self, body: Body, part: str, skip: frozenset[tuple[str, str]] = frozenset()) -> None:
+        self.layered(body.data, part, encoding=body.encoding, skip=skip)
+        if body.partial:
+            read = len(body.data) if body.note == "truncated" else 0
+            self.not_inspected.append(NotInspected(f"flow:{self.flow_id}:{part}", f"body {body.note}", read))
