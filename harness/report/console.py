@@ -31,8 +31,8 @@ def result_lines(result: AuditResult) -> list[str]:
                      "incident(s): every class and occurrence is in report.md and findings.json")
     if v.known:
         lines.append(f"known: {len(v.known)} finding(s) in {len(groups(v.known))} class(es), "
-                     f"{len(result.incidents) - len(new)} incident(s) wholly listed in the baseline (reported, not "
-                     "failing)")
+                     f"{sum(not row.new and not row.allowed for row in result.incidents)} incident(s) known to the "
+                     "baseline (reported, not failing)")
     lines += [f"inconclusive: {reason}" for reason in v.reasons]
     lines += [f"not inspected: {n['path']}: {n['reason']} ({n['bytes_read']} bytes read)"
               + (" [read in part]" if n["partial"] else "") for n in result.not_inspected]
