@@ -18,17 +18,18 @@ import sys
 import time
 from pathlib import Path
 
-from harness.judge import evaluate, read_record
+from harness.core.record import RunRecord
+from harness.judge import evaluate
 
 
-def _reconcile(out: Path, record: dict) -> float:
+def _reconcile(out: Path, record: RunRecord) -> float:
     """A: the folder's verdict, findings and fingerprints, from its files."""
     started = time.perf_counter()
     evaluate(out, record, None)
     return time.perf_counter() - started
 
 
-def _with_incidents(out: Path, record: dict) -> tuple[float, float, int, int]:
+def _with_incidents(out: Path, record: RunRecord) -> tuple[float, float, int, int]:
     """B: A, then its incidents; (B's seconds, the building's seconds, findings, incidents)."""
     started = time.perf_counter()
     result = evaluate(out, record, None)
@@ -45,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, help="rounds (default 5; --quick 2)")
     a = ap.parse_args(argv)
     rounds = a.rounds or (2 if a.quick else 5)
-    record = read_record(a.evidence)
+    record = RunRecord.read(a.evidence)
     _reconcile(a.evidence, record)  # warm-up: builds and caches the registry's matcher
     plain: list[float] = []
     full: list[float] = []

@@ -18,8 +18,8 @@ from harness.capture.proxy import ProxyError
 from harness.capture.services.base import ServiceError
 from harness.core.findings import EXIT_CLEAN, EXIT_ERROR, EXIT_INCONCLUSIVE, EXIT_LEAK, Verdict
 from harness.core.procs import reap_stale
+from harness.core.record import EvidenceError
 from harness.core.registry import RegistryError
-from harness.detect.reconcile import EvidenceError
 from harness.drive import plants
 from harness.drive.hermes import HermesError
 from harness.matrix import merge_dirs, repeat, run_matrix

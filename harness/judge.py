@@ -6,8 +6,6 @@ the same findings, fingerprints and verdict; `reconcile --registry --flows` judg
 
 from __future__ import annotations
 
-import contextlib
-import json
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -19,11 +17,11 @@ from harness.core.distributions import differences
 from harness.core.files import POLICY_COPY, RECORD, STUB_LOG
 from harness.core.findings import Finding, Verdict
 from harness.core.protocol import OUT_OF_SCOPE
+from harness.core.record import EvidenceError, RunRecord
 from harness.core.registry import load
 from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
-from harness.detect.reconcile import EvidenceError, LogSource, Phase, Reconciliation, reconcile
+from harness.detect.reconcile import LogSource, Reading, Reconciliation, reconcile
 from harness.drive import plants
-from harness.drive.services import SERVICE_RECORDS
 from harness.report import baseline as baselines
 from harness.report import policy as policies
 from harness.report.policy import Policy
@@ -40,12 +38,12 @@ def versions(hermes: str | None = None, venv: dict[str, Any] | None = None) -> d
             "tenancy-audit": harness.__version__}
 
 
-def venv_warnings(record: dict[str, Any], base: baselines.AnyBaseline | None) -> list[str]:
+def venv_warnings(record: RunRecord, base: baselines.AnyBaseline | None) -> list[str]:
     """One line for each way the audited Hermes venv is not what the lock, or the baseline's runs, had."""
-    venv = record.get("hermes_venv")
+    venv = record.hermes_venv
     if not venv:  # a folder from before venvs were recorded
         return []
-    lock, version = venv.get("lock"), record.get("hermes-agent") or "?"
+    lock, version = venv.get("lock"), record.hermes_agent or "?"
     lines = [venv["problem"]] if venv.get("problem") else []
     if lock is None and not venv.get("problem"):
         lines.append(f"hermes-agent {version} was audited without a lock: its venv's versions are recorded, not pinned")
@@ -62,86 +60,62 @@ def venv_warnings(record: dict[str, Any], base: baselines.AnyBaseline | None) ->
     return lines
 
 
-def result_of(rec: Reconciliation | None, tenants: list[str], scenario: str, found: list[Finding], *,
-              reasons: list[str], base: baselines.AnyBaseline | None = None, ran: set[tuple[str, str]] | None = None,
-              allowed: list[Finding] | None = None, warnings: list[str] | None = None,
+def result_of(rec: Reconciliation | None, judged: Verdict, *, base: baselines.AnyBaseline | None = None,
+              ran: set[tuple[str, str]] | None = None, warnings: list[str] | None = None,
               **fields: Any) -> AuditResult:
-    """The result of a reconciliation (None: nothing was reconciled): `found` split by the baseline into new, known
-    and fixed (`ran`: the phases that ran), the verdict, and what was inspected; `fields`: the rest of
-    `AuditResult` (versions, timeline, seconds, out, ...)."""
-    findings, known, fixed, warnings = found, [], [], list(warnings or [])
+    """The result of a reconciliation (None: nothing was reconciled): the findings of `judged` split by the baseline
+    into new, known and fixed (`ran`: the phases that ran), the verdict, and what was inspected; `fields`: the rest
+    of `AuditResult` (tenants, scenario, versions, timeline, seconds, out, ...)."""
+    findings, known, fixed, warnings = judged.findings, [], [], list(warnings or [])
     if base is not None:
-        findings, known, fixed = baselines.split(found, base, ran)
+        findings, known, fixed = baselines.split(judged.findings, base, ran)
         warnings += [base.warning] if base.warning else []
     seen = {} if rec is None else {
         "inspected": {**rec.inspected, "flows": rec.flows},
         "snapshots": {t: len(snaps) for t, snaps in rec.snapshots.items()},
         "not_inspected": [n.to_dict() for n in rec.not_inspected]}
-    return AuditResult(Verdict(findings, known, reasons, allowed or []), tenants, scenario, fixed=fixed,
-                       warnings=warnings, **seen, **fields)
+    return AuditResult(Verdict(findings, known, judged.reasons, judged.allowed), fixed=fixed, warnings=warnings,
+                       **seen, **fields)
 
 
-def read_record(out: Path) -> dict[str, Any]:
-    """The run's record (`timeline.json`) of an evidence folder; an older folder's lacks some keys."""
-    path = out / RECORD
-    try:
-        record = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise EvidenceError(f"evidence: {out} has no {RECORD} (not an evidence folder of tenancy-audit run)") from None
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
-        raise EvidenceError(f"evidence: {path} is not readable JSON ({type(exc).__name__})") from None
-    if not isinstance(record, dict):
-        raise EvidenceError(f"evidence: {path} is not a JSON object")
-    if "scenario" not in record:
-        with contextlib.suppress(OSError, ValueError, AttributeError):
-            record["scenario"] = json.loads((out / "findings.json").read_text()).get("scenario")
-    return record
-
-
-def evaluate(out: Path, record: dict[str, Any], base: baselines.AnyBaseline | None, *, seconds: float = 0.0,
+def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *, seconds: float = 0.0,
              flows: Path | None = None, limits: Limits | None = None, policy: Policy | None = None) -> AuditResult:
     """The verdict of an evidence folder, from its files only. What the run saw live (driver findings, failed
     turns, teardown reasons, plants) comes from `record`; `policy`: the isolation policy (default: the one the
     run used, `policy.yaml` of the folder)."""
     registry = load(out / "registry.yaml")
-    scenario = record.get("scenario") or "reconcile"
+    scenario = record.scenario or "reconcile"
     try:
-        phases = [Phase(**p) for p in record.get("phases", [])]
-        live = [Finding.from_dict(d) for d in record.get("findings", [])]
-        turns = failed_turns(record.get("turns", []))
-    except (TypeError, KeyError, ValueError) as exc:
+        turns = failed_turns(record.turns)
+    except (TypeError, KeyError, ValueError, AttributeError) as exc:
         raise EvidenceError(f"evidence: {out / RECORD} is malformed ({type(exc).__name__}: {exc})") from None
-    rel = record.get("homes") or {}
-    homes = {t.name: out / rel[t.name] if t.name in rel else Path(t.home) for t in registry if t.home}
-    owners = record.get("log_owners") or {}
-    logs = [LogSource(p, owners.get(p.name)) for p in sorted((out / "logs").glob("*.log"))]
+    homes = {t.name: out / record.homes[t.name] if t.name in record.homes else Path(t.home) for t in registry if t.home}
+    logs = [LogSource(p, record.log_owners.get(p.name)) for p in sorted((out / "logs").glob("*.log"))]
     logs += [LogSource(p, None, "rpc") for p in sorted((out / "logs").glob("rpc-*.jsonl"))]
     stub_log = out / STUB_LOG
     rec = reconcile(registry, flows or out / "flows.mitm", homes=homes, logs=logs,
-                    stub_log=stub_log if stub_log.exists() else None,
-                    expect_snapshots=record.get("expect_snapshots"), phases=phases, empty_ok=True,
-                    limits=limits or DEFAULT_LIMITS, service_records=out / SERVICE_RECORDS, kept_versions=out)
-    starts = {(p.scenario, p.name): p.start for p in phases}
-    live = [f if f.time is not None else replace(f, time=starts.get((f.scenario, f.phase))) for f in live + turns]
+                    stub_log=stub_log if stub_log.exists() else None, record=record,
+                    reading=Reading(empty_ok=True, limits=limits or DEFAULT_LIMITS, folder=out))
+    starts = {(p.scenario, p.name): p.start for p in record.phases}
+    live = [f if f.time is not None else replace(f, time=starts.get((f.scenario, f.phase)))
+            for f in record.findings + turns]
     found = [f if f.scenario else replace(f, scenario=scenario, phase=f.phase or "end") for f in rec.findings + live]
     policy = policy or evidence_policy(out)
-    kept, allowed = policy.apply(found, record.get("launch") or registry.names()[0])
-    planted = {name: frozenset(kinds) for name, kinds in (record.get("plants") or {}).items()}
-    service_coverage = rec.coverage.service_table(record.get("services") or {}, kept, allowed)
-    reasons = [*record.get("reasons", []), *rec.reasons, *check_plants(planted, found)]
+    kept, allowed = policy.apply(found, record.launch or registry.names()[0])
+    service_coverage = rec.coverage.service_table(record.services, kept, allowed)
+    reasons = [*record.reasons, *rec.reasons, *check_plants(record.plants, found)]
     reasons += [f"service {s} was not driven in scenario {sc}: none of its requests reached its stub"
-                for sc, row in service_coverage.items() for s in record.get("services_to_drive") or []
+                for sc, row in service_coverage.items() for s in record.services_to_drive
                 if row.get(s) == "not driven"]
     return result_of(
-        rec, registry.names(), scenario, kept, reasons=reasons, base=base, allowed=allowed,
-        ran={(ph.scenario, ph.name) for ph in phases} | {(scenario, "end")},  # files: at the end
+        rec, Verdict(kept, reasons=reasons, allowed=allowed), base=base,
+        ran={(ph.scenario, ph.name) for ph in record.phases} | {(scenario, "end")},  # files: at the end
         warnings=[*venv_warnings(record, base), *(f"service {name} was not audited, {state}"
-                                                  for name, state in (record.get("services") or {}).items()
-                                                  if state != "on")],
-        versions=versions(record.get("hermes-agent") or "?", record.get("hermes_venv")),
-        timeline=record.get("turns", []), seconds=seconds,
-        out=out, plants=sorted(planted), coverage=rec.coverage.table(record.get("tools") or [], kept, OUT_OF_SCOPE,
-                                                                     allowed),
+                                                  for name, state in record.services.items() if state != "on")],
+        tenants=registry.names(), scenario=scenario,
+        versions=versions(record.hermes_agent or "?", record.hermes_venv), timeline=record.turns, seconds=seconds,
+        out=out, plants=sorted(record.plants),
+        coverage=rec.coverage.table(record.tools, kept, OUT_OF_SCOPE, allowed),
         services=service_coverage, policy=policy.to_dict())
 
 

@@ -26,9 +26,9 @@ from harness.capture.proxy import ProxyError
 from harness.core.files import write_private
 from harness.core.places import evidence_root
 from harness.core.procs import ProcessSet
+from harness.core.record import EvidenceError
 from harness.core.registry import RegistryError, load
 from harness.detect.engine.matcher import matcher_for
-from harness.detect.reconcile import EvidenceError
 from harness.drive import features, install
 from harness.drive.hermes import Hermes, HermesError, Sandbox
 from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES

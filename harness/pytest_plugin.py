@@ -40,6 +40,7 @@ from harness.capture.services.provider import StubProvider
 from harness.core.files import STUB_LOG
 from harness.core.findings import Finding
 from harness.core.procs import ProcessSet
+from harness.core.record import RunRecord
 from harness.core.registry import Registry
 from harness.detect.reconcile import LogSource, Reconciliation, reconcile
 from harness.drive.hermes import Hermes, Sandbox, TurnResult, write_home
@@ -128,8 +129,7 @@ class TenancyProxy:
             want[t.tenant] = want.get(t.tenant, 0) + t.ok
         rec = reconcile(self.registry, self.flows_path, homes={t.name: Path(t.home) for t in self.registry if t.home},
                         logs=[LogSource(t.log, t.tenant) for t in turns if t.log is not None],
-                        stub_log=self.out / STUB_LOG,
-                        expect_snapshots=want)
+                        stub_log=self.out / STUB_LOG, record=RunRecord(expect_snapshots=want))
         rec.reasons += [f"{t.driver} turn of {t.tenant} failed: {t.detail}" for t in turns if not t.ok]
         rec.reasons += teardown
         return rec

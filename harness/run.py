@@ -9,7 +9,6 @@ The reader can follow an audit top to bottom in `run_audit`; its resources are s
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import shutil
 import sys
@@ -28,9 +27,11 @@ from harness.capture.proxy import free_port
 from harness.capture.services.base import MODES
 from harness.capture.versions import FileVersions, keep_only
 from harness.core.distributions import current
-from harness.core.files import BASELINE_COPY, PHASE_FILE, POLICY_COPY, RECORD, seal, write_private
+from harness.core.files import BASELINE_COPY, PHASE_FILE, POLICY_COPY, SERVICE_RECORDS, seal, write_private
+from harness.core.findings import Verdict
 from harness.core.places import evidence_root
 from harness.core.protocol import TOOL_GROUPS
+from harness.core.record import RunRecord
 from harness.detect.versions import version_of
 from harness.drive import battery, features, plants, services
 from harness.drive.backends import BackendError
@@ -39,7 +40,7 @@ from harness.drive.hermes import Hermes, HermesError, require_python, write_home
 from harness.drive.install import default_python, venv_record
 from harness.drive.phases import ALL_PHASES
 from harness.drive.scenarios import SCENARIOS
-from harness.drive.services import SERVICE_RECORDS, SERVICES
+from harness.drive.services import SERVICES
 from harness.judge import evaluate, result_of, versions
 from harness.report import baseline as baselines
 from harness.report import policy as policies
@@ -251,9 +252,10 @@ def _report_interrupted(audit: RunState, exc: Interrupted) -> None:
     if audit.done or not audit.out.is_dir():
         return
     reason = f"interrupted ({exc}): the run was stopped before it finished; nothing was reconciled"
-    result = result_of(None, tenant_names(audit.opts.tenants), audit.opts.scenario, [], reasons=[reason],
-                       versions=versions("?"), timeline=audit.ctx.timeline if audit.ctx else [],
-                       seconds=time.monotonic() - audit.started, out=audit.out, plants=list(audit.opts.plants))
+    result = result_of(None, Verdict([], reasons=[reason]), tenants=tenant_names(audit.opts.tenants),
+                       scenario=audit.opts.scenario, versions=versions("?"),
+                       timeline=audit.ctx.timeline if audit.ctx else [], seconds=time.monotonic() - audit.started,
+                       out=audit.out, plants=list(audit.opts.plants))
     with contextlib.suppress(Exception):
         (audit.out / PHASE_FILE).unlink(missing_ok=True)
         if audit.ctx is not None:  # what `reconcile` of the folder needs later (it stays inconclusive: the reason)
@@ -262,27 +264,20 @@ def _report_interrupted(audit: RunState, exc: Interrupted) -> None:
         seal(audit.out)
 
 
-def _record(audit: RunState) -> dict[str, Any]:
+def _record(audit: RunState) -> RunRecord:
     """Write the run's record (`timeline.json`, see docs/contracts.md) and return it."""
     ctx, out = audit.ctx, audit.out
     assert ctx is not None, "the scenario has not started"
-    record = {
-        "scenario": audit.opts.scenario, "hermes-agent": audit.version,
-        "phases": [p.__dict__ for p in ctx.phases], "turns": ctx.timeline,
-        "findings": [f.to_dict() for f in ctx.findings], "reasons": audit.reasons,
-        "expect_snapshots": ctx.expected_snapshots(),
-        "log_owners": {p.name: ctx.log_owner(p) for p in sorted((out / "logs").glob("*.log"))},
-        "plants": {name: sorted(kinds) for name, kinds in audit.planted.items()},
-        "homes": {t.name: Path(t.home).resolve().relative_to(out).as_posix() for t in ctx.registry if t.home},
-        "tools": [t for g in ctx.opts.tools for t in TOOL_GROUPS[g]],
-        "services": ctx.service_states(),
-        "services_to_drive": ctx.services_to_drive(),
-        "launch": ctx.sandbox.launch,
-        "file_versions": ctx.versions_kept,
-        "hermes_venv": audit.venv,
-        "harness_venv": current(),
-    }
-    write_private(out / RECORD, json.dumps(record, indent=2).encode())
+    record = RunRecord(
+        scenario=audit.opts.scenario, hermes_agent=audit.version, phases=ctx.phases, turns=ctx.timeline,
+        findings=ctx.findings, reasons=audit.reasons, expect_snapshots=ctx.expected_snapshots(),
+        log_owners={p.name: ctx.log_owner(p) for p in sorted((out / "logs").glob("*.log"))},
+        plants=audit.planted,
+        homes={t.name: Path(t.home).resolve().relative_to(out).as_posix() for t in ctx.registry if t.home},
+        tools=[t for g in ctx.opts.tools for t in TOOL_GROUPS[g]], services=ctx.service_states(),
+        services_to_drive=ctx.services_to_drive(), launch=ctx.sandbox.launch, file_versions=ctx.versions_kept,
+        hermes_venv=audit.venv, harness_venv=current())
+    record.write(out)
     return record
 
 

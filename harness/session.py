@@ -22,12 +22,12 @@ from typing import Any, Self
 from harness.capture.proxy import FORWARD_DOMAIN, Proxy, bind_listener, port_of
 from harness.capture.services.base import Service, stop_all
 from harness.capture.services.provider import StubProvider
-from harness.core.files import PHASE_FILE, STUB_LOG, write_private
+from harness.core.files import PHASE_FILE, SERVICE_RECORDS, STUB_LOG, write_private
 from harness.core.procs import ProcessSet, reap_stale
 from harness.core.registry import PROVIDER, Registry, mint
 from harness.drive import services
 from harness.drive.hermes import Sandbox
-from harness.drive.services import SERVICE_RECORDS, SERVICES
+from harness.drive.services import SERVICES
 
 
 class Interrupted(BaseException):

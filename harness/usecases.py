@@ -19,13 +19,14 @@ import mitmproxy.version
 import harness
 from harness.core.files import BASELINE_COPY, write_private
 from harness.core.findings import EXIT_INCONCLUSIVE, EXIT_LEAK, INCONCLUSIVE_KINDS, Verdict
+from harness.core.record import RunRecord
 from harness.core.registry import load
 from harness.detect import scan
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
-from harness.detect.reconcile import LogSource, read_flows, reconcile
+from harness.detect.reconcile import LogSource, Reading, read_flows, reconcile
 from harness.drive import plants
-from harness.judge import evaluate, read_record, result_of, venv_warnings, versions
+from harness.judge import evaluate, result_of, venv_warnings, versions
 from harness.matrix import run_audits
 from harness.report import baseline, baseline_classes, export
 from harness.report import policy as policies
@@ -112,7 +113,7 @@ def _reconcile_folder(opts: ReconcileOptions, out: Path, started: float, say: Ca
     if opts.logs or opts.stubs or opts.no_homes:
         raise UsageError("reconcile: an evidence folder is judged whole (its logs/, stubs.jsonl and homes); "
                          "--logs, --stubs and --no-homes are for loose files")
-    record = read_record(out)
+    record = RunRecord.read(out)
     path = opts.baseline or (out / BASELINE_COPY if (out / BASELINE_COPY).exists() else None)
     base = baseline.load(path) if path else None
     if path is not None and opts.baseline is None:
@@ -127,11 +128,10 @@ def _reconcile_files(opts: ReconcileOptions, registry_path: Path, flows: Path, s
     registry = load(registry_path)
     homes = {} if opts.no_homes else {t.name: Path(t.home) for t in registry if t.home}
     rec = reconcile(registry, flows, homes=homes, logs=[LogSource(p, None) for p in opts.logs], stub_log=opts.stubs,
-                    limits=opts.limits)
-    return result_of(rec, registry.names(), opts.scenario or "reconcile",
-                     [f.labelled(opts.scenario, opts.phase) for f in rec.findings], reasons=rec.reasons,
-                     base=baseline.load(opts.baseline) if opts.baseline else None, versions=versions(),
-                     seconds=time.monotonic() - started)
+                    reading=Reading(limits=opts.limits))
+    return result_of(rec, Verdict([f.labelled(opts.scenario, opts.phase) for f in rec.findings], reasons=rec.reasons),
+                     base=baseline.load(opts.baseline) if opts.baseline else None, tenants=registry.names(),
+                     scenario=opts.scenario or "reconcile", versions=versions(), seconds=time.monotonic() - started)
 
 
 def step_summary(out: Path | None) -> None:
@@ -219,22 +219,22 @@ def make_baseline(scenario: str, runs: int, phases: list[str], python: Path | No
             assert isinstance(result, AuditResult) and result.out is not None
             version = result.versions.get("hermes-agent", "?")
             found.append(result.verdict.findings)
-            records.append(read_record(result.out))
+            records.append(RunRecord.read(result.out))
             say(f"run {i}/{runs}: {result.verdict.status} (exit {result.verdict.exit_code}), "
                 f"{len(found[-1])} findings")
     return baseline.write(out, found, note=f"hermes-agent {version}, scenario {scenario}, {runs} runs",
                           made_with=_made_with(records, say))
 
 
-def _made_with(records: list[dict[str, Any]], say: Callable[[str], None]) -> dict[str, Any]:
+def _made_with(records: list[RunRecord], say: Callable[[str], None]) -> dict[str, Any]:
     """What made a baseline: the Hermes release, its lock and its venv's distributions (the first run's); `say`
     each way a run's venv was not its lock or not the first run's."""
     for line in dict.fromkeys(w for r in records for w in venv_warnings(r, None)):
         say(f"tenancy-audit: {line}")
-    venv = records[0].get("hermes_venv") or {} if records else {}
-    if any((r.get("hermes_venv") or {}).get("installed") != venv.get("installed") for r in records):
+    venv = records[0].hermes_venv if records else {}
+    if any(r.hermes_venv.get("installed") != venv.get("installed") for r in records):
         say("tenancy-audit: the runs audited Hermes venvs with different distributions; the baseline names the first")
-    return {"hermes-agent": records[0].get("hermes-agent") if records else None, "lock": venv.get("lock"),
+    return {"hermes-agent": records[0].hermes_agent if records else None, "lock": venv.get("lock"),
             "installed": venv.get("installed") or {}}
 
 
@@ -244,7 +244,7 @@ def baseline_from(sources: list[Path], out: Path, say: Callable[[str], None]) ->
     _writable(out)
     found, scenarios, versions_seen, records = [], set(), set(), []
     for source in sources:
-        records.append(read_record(source))
+        records.append(RunRecord.read(source))
         result = evaluate(source, records[-1], None)
         scenarios.add(result.scenario)
         versions_seen.add(result.versions.get("hermes-agent", "?"))

@@ -19,6 +19,7 @@ from harness import arguments, cli, judge
 from harness import run as run_module
 from harness.core.files import RECORD
 from harness.core.findings import Finding, Verdict
+from harness.core.record import RunRecord
 from harness.core.registry import Registry, mint
 from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
 from harness.report import baseline, baseline_classes
@@ -305,7 +306,7 @@ def test_two_tools_that_leak_the_same_data_in_the_same_phase_are_two_incidents(t
 
 
 def test_reconcile_of_a_folder_gives_the_same_incidents_every_time(two_tools):
-    record = judge.read_record(two_tools)
+    record = RunRecord.read(two_tools)
     first, again = (judge.evaluate(two_tools, record, None).to_dict() for _ in range(2))
     assert first["incidents"] == again["incidents"] and first["findings"] == again["findings"]
     assert len(first["incidents"]) == 2

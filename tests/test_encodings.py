@@ -30,7 +30,7 @@ from harness.detect.engine import codecs, containers, forms, matcher, stream
 from harness.detect.engine.matcher import Matcher, encodings_of, matcher_for
 from harness.detect.engine.stream import NotInspected, scan_bytes, scan_file
 from harness.detect.flows import Route, inspect_request, inspect_response
-from harness.detect.reconcile import reconcile
+from harness.detect.reconcile import Reading, reconcile
 from harness.detect.scan import scan_log, scan_text, scan_tree
 
 try:
@@ -490,8 +490,8 @@ def test_reconcile_gives_a_partial_file_one_reason_and_an_unreadable_one_its_own
     (home / "a-locked").write_text("x")
     (tmp_path / "flows.mitm").write_bytes(b"")
     deny_open("a-locked")
-    rec = reconcile(registry, tmp_path / "flows.mitm", homes={OWNER: home}, empty_ok=True,
-                    limits=stream.Limits(stream_bytes=100_000))
+    rec = reconcile(registry, tmp_path / "flows.mitm", homes={OWNER: home},
+                    reading=Reading(empty_ok=True, limits=stream.Limits(stream_bytes=100_000)))
     # one list in the order the tree was walked (unreadable entries are not set apart)
     assert [n.path for n in rec.not_inspected] == [f"{home}/a-locked", f"{home}/bomb.gz@0:gzip"]
     assert rec.reasons[1:] == [  # after the empty flow file's reason

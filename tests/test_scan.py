@@ -601,7 +601,7 @@ def test_matcher_cache(tmp_path: Path) -> None:
 def test_reconcile_excludes_nested_homes_where_they_are_now(tmp_path: Path) -> None:
     """An evidence folder moved after its run: the registry still names the homes where they ran, the
     reconciliation gets them where they are now, and a nested profile is still not the launch home's leak."""
-    from harness.detect.reconcile import reconcile
+    from harness.detect.reconcile import Reading, reconcile
 
     reg = make_registry(tmp_path / "r")
     ran, now = tmp_path / "ran", tmp_path / "moved"
@@ -611,5 +611,5 @@ def test_reconcile_excludes_nested_homes_where_they_are_now(tmp_path: Path) -> N
         homes[t.name].mkdir(parents=True, exist_ok=True)
         (homes[t.name] / "config.yaml").write_text(f"api_key: {t.key}\n")
     (now / "memories.md").write_text(f"remember {reg['carol'].canaries['memory']}\n")
-    rec = reconcile(reg, tmp_path / "no-flows.mitm", homes=homes, empty_ok=True)
+    rec = reconcile(reg, tmp_path / "no-flows.mitm", homes=homes, reading=Reading(empty_ok=True))
     assert [(f.victim, f.seen_in, f.location) for f in rec.findings] == [("carol", OWNER, "memories.md@9")]

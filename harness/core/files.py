@@ -17,6 +17,8 @@ POLICY_COPY = "policy.yaml"
 PHASE_FILE = "phase.json"
 #: Every request every stub saw (what `reconcile` checks against the flows: nothing bypassed the proxy).
 STUB_LOG = "stubs.jsonl"
+#: The subfolder where servers that are not behind the proxy record themselves (stdio).
+SERVICE_RECORDS = "services"
 
 
 def write_private(path: Path, data: bytes) -> None:

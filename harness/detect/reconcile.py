@@ -16,7 +16,9 @@ from typing import Any
 from mitmproxy import http, io
 from mitmproxy.exceptions import FlowReadException
 
+from harness.core.files import SERVICE_RECORDS
 from harness.core.findings import Finding, dedupe
+from harness.core.record import EvidenceError, Phase, RunRecord
 from harness.core.registry import PROVIDER, Registry
 from harness.detect import records, scan, snapshots, versions
 from harness.detect.decode import loads
@@ -26,20 +28,6 @@ from harness.detect.flows import inspect_flow
 from harness.detect.tools import Coverage, tool_for_file, written_files
 
 
-class EvidenceError(ValueError):
-    """An evidence file is missing or unreadable; the message is one line."""
-
-
-@dataclass(frozen=True)
-class Phase:
-    """A named stretch of a scenario, so findings carry a stable (scenario, phase) for baselines."""
-
-    scenario: str
-    name: str
-    start: float
-    end: float
-
-
 @dataclass(frozen=True)
 class LogSource:
     """A log or RPC stream; `owner` None means it serves every tenant (only secrets may not appear)."""
@@ -47,6 +35,17 @@ class LogSource:
     path: Path
     owner: str | None
     channel: str = "log"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """How a reconciliation reads: `empty_ok`, a missing or empty flow file is a reason, not an error (a live run
+    whose proxy recorded nothing); the scan `limits`; `folder`, the evidence folder whose service records and kept
+    file versions are read too."""
+
+    empty_ok: bool = False
+    limits: stream.Limits = stream.DEFAULT_LIMITS
+    folder: Path | None = None
 
 
 @dataclass
@@ -148,25 +147,18 @@ class Evidence:
     written: dict[str, str] = field(default_factory=dict)  # file name -> the tool whose call wrote it
 
 
-def reconcile(
-    registry: Registry,
-    flows_path: Path,
-    *,
-    homes: dict[str, Path] | None = None,
-    logs: Sequence[LogSource] = (),
-    stub_log: Path | None = None,
-    expect_snapshots: dict[str, int] | None = None,
-    phases: Sequence[Phase] = (),
-    empty_ok: bool = False,
-    limits: stream.Limits = stream.DEFAULT_LIMITS,
-    service_records: Path | None = None,
-    kept_versions: Path | None = None,
-) -> Reconciliation:
+def reconcile(registry: Registry, flows_path: Path, *, homes: dict[str, Path] | None = None,
+              logs: Sequence[LogSource] = (), stub_log: Path | None = None, record: RunRecord | None = None,
+              reading: Reading | None = None) -> Reconciliation:
     """Every invariant over the evidence, one pass per kind of evidence (`PASSES`, in order); findings carry
-    the scenario/phase they happened in. Whatever was not read to its end is in `not_inspected`; what was
-    read in part makes a reason (inconclusive)."""
-    ev = Evidence(registry, matcher_for(registry), flows_path, homes or {}, logs, stub_log, expect_snapshots or {},
-                  list(phases), empty_ok, limits, service_records, kept_versions)
+    the scenario/phase they happened in (`record`: what the run saw live, its phases and the env snapshots its
+    turns owe). Whatever was not read to its end is in `not_inspected`; what was read in part makes a reason
+    (inconclusive)."""
+    record, reading = record or RunRecord(), reading or Reading()
+    folder = reading.folder
+    ev = Evidence(registry, matcher_for(registry), flows_path, homes or {}, logs, stub_log, record.expect_snapshots,
+                  list(record.phases), reading.empty_ok, reading.limits, folder / SERVICE_RECORDS if folder else None,
+                  folder)
     rec = Reconciliation()
     for evidence_pass in PASSES:
         evidence_pass(ev, rec)

@@ -17,9 +17,9 @@ from harness.capture.services.provider import StubProvider
 from harness.capture.versions import FileVersions
 from harness.core.findings import Finding
 from harness.core.protocol import TOOL_GROUPS
+from harness.core.record import Phase
 from harness.core.registry import Registry
 from harness.detect.engine.matcher import Matcher, matcher_for
-from harness.detect.reconcile import Phase
 from harness.drive.backends import RpcLog
 from harness.drive.features import SERVICE_LACKS, Features
 from harness.drive.hermes import Hermes, Sandbox, TurnResult, gateway_config

@@ -44,8 +44,6 @@ from harness.core.places import SOURCE
 from harness.core.registry import Registry, Tenant, new_tag
 from harness.core.registry import Service as RegistryService
 
-#: The evidence folder's subfolder where servers that are not behind the proxy record themselves (stdio).
-SERVICE_RECORDS = "services"
 #: A 1x1 PNG: the picture the battery asks `vision_analyze` about (the auxiliary vision model is a stub).
 PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5E"
                        "rkJggg==")
