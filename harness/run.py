@@ -47,7 +47,7 @@ from harness.report import policy as policies
 from harness.report.redact import write_redacted
 from harness.report.result import AuditResult, summary_table
 from harness.report.writer import write_reports
-from harness.session import AuditSession, Interrupted, tenant_names
+from harness.session import AuditSession, Guard, Interrupted, Setup, tenant_names
 
 
 class UsageError(ValueError):
@@ -221,9 +221,9 @@ def run_audit(opts: RunOptions) -> AuditResult:
     out = audit.out
     if base is not None and base.warning:
         audit.say(f"warning: {base.warning}")
-    with AuditSession(out, tenant_names(opts.tenants), topology=opts.topology, service_names=opts.service_names(),
-                      stub_mode=opts.stubs, stub_fault=opts.stub_fault, scenario=opts.scenario, signals=True,
-                      reap=True, on_interrupt=lambda exc: _report_interrupted(audit, exc), say=audit.say) as session:
+    setup = Setup(opts.topology, opts.service_names(), opts.stubs, opts.stub_fault, opts.scenario)
+    guard = Guard(signals=True, reap=True, on_interrupt=lambda exc: _report_interrupted(audit, exc), say=audit.say)
+    with AuditSession(out, tenant_names(opts.tenants), setup=setup, guard=guard) as session:
         session.open(wait=False)
         _drive(audit, session, Hermes(python, session.sandbox, session.procs, out / "logs"))
         audit.reasons += session.finish()

@@ -15,6 +15,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType, TracebackType
 from typing import Any, Self
@@ -40,34 +41,60 @@ def tenant_names(n: int) -> list[str]:
     return ["default", *rest[: n - 1]]
 
 
+def _silent(_: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What a session sets up: the `topology`, the services besides the provider (`service_names`), how the stubs
+    answer (`stub_mode`, `stub_fault`) and the `scenario` the addon labels findings with, with the phase the run
+    names (`Proxy.label`; None: no labels)."""
+
+    topology: str = "reverse"
+    service_names: Sequence[str] = ()
+    stub_mode: str = "observe"
+    stub_fault: str = ""
+    scenario: str | None = None
+
+
+@dataclass(frozen=True)
+class Guard:
+    """How a session guards a run: with `signals`, SIGTERM/SIGINT stop every child and raise `Interrupted`, and
+    `on_interrupt` runs once every child is gone; with `reap`, it first reaps what an earlier killed run left;
+    `say` reports progress."""
+
+    signals: bool = False
+    reap: bool = False
+    on_interrupt: Callable[[Interrupted], None] | None = None
+    say: Callable[[str], None] = _silent
+
+
 class AuditSession:
     """One audit's set-up and tear-down. Enter it, then `mint`, `start_stubs` and `start_proxy` (or `open`, all
     three); every resource is released on exit, in reverse order.
 
-    `procs`: the caller's `ProcessSet` (kept open on exit), else one of the session's own (closed on exit, its
-    survivors in `survivors`). `scenario`: the addon labels findings with it and the phase the run names
-    (`Proxy.label`). `signals`: SIGTERM/SIGINT stop every child and raise `Interrupted`, and
-    `on_interrupt` runs once every child is gone. `reap`: first reap what an earlier killed run left.
+    `setup`: what it sets up (`Setup`); `guard`: signals, reaping, progress (`Guard`). `procs`: the caller's
+    `ProcessSet` (kept open on exit), else one of the session's own (closed on exit, its survivors in
+    `survivors`).
     """
 
-    def __init__(self, out: Path, names: Sequence[str] = (), *, sandbox: Sandbox | None = None,
-                 registry_path: Path | None = None, topology: str = "reverse", service_names: Sequence[str] = (),
-                 stub_mode: str = "observe", stub_fault: str = "", procs: ProcessSet | None = None,
-                 signals: bool = False, reap: bool = False, scenario: str | None = None,
-                 on_interrupt: Callable[[Interrupted], None] | None = None,
-                 say: Callable[[str], None] = lambda _: None) -> None:
+    def __init__(self, out: Path, names: Sequence[str] = (), *, setup: Setup | None = None, guard: Guard | None = None,
+                 sandbox: Sandbox | None = None, registry_path: Path | None = None,
+                 procs: ProcessSet | None = None) -> None:
+        setup, guard = setup or Setup(), guard or Guard()
         self.out = out
         self.names = list(names)
         self.sandbox = sandbox or Sandbox(out / "sandbox")
         self.registry_path = registry_path or out / "registry.yaml"
-        self.topology = topology
-        self.service_names = list(service_names)
-        self.stub_mode, self.stub_fault = stub_mode, stub_fault
-        self.scenario = scenario
-        self.phase_file = out / PHASE_FILE if scenario else None
+        self.topology = setup.topology
+        self.service_names = list(setup.service_names)
+        self.stub_mode, self.stub_fault = setup.stub_mode, setup.stub_fault
+        self.scenario = setup.scenario
+        self.phase_file = out / PHASE_FILE if setup.scenario else None
         self._own_procs = procs is None
         self._procs = procs
-        self._signals, self._reap, self._on_interrupt, self._say = signals, reap, on_interrupt, say
+        self._guard = guard
         self.stack = contextlib.ExitStack()
         self.registry: Registry | None = None
         self.listeners: list[socket.socket] = []
@@ -85,15 +112,15 @@ class AuditSession:
 
     def __enter__(self) -> Self:
         with self.stack as stack:
-            if self._reap and (reaped := reap_stale()):
-                self._say(f"reaped {reaped} process(es) left by an earlier run")
+            if self._guard.reap and (reaped := reap_stale()):
+                self._guard.say(f"reaped {reaped} process(es) left by an earlier run")
             if self._own_procs:
                 self._procs = ProcessSet()
-            if self._signals:
+            if self._guard.signals:
                 handler = _interrupter(self.procs)
                 for signum in (signal.SIGTERM, signal.SIGINT):
                     stack.callback(signal.signal, signum, signal.signal(signum, handler))
-            if self._on_interrupt is not None:  # after every child is gone; a second signal is still ignored
+            if self._guard.on_interrupt is not None:  # after every child is gone; a second signal is still ignored
                 stack.push(self._interrupted)
             if self._own_procs:
                 stack.callback(self._close_procs)
@@ -105,8 +132,8 @@ class AuditSession:
         return self.stack.__exit__(kind, exc, tb)
 
     def _interrupted(self, _kind: type[BaseException] | None, exc: BaseException | None, _tb: Any) -> None:
-        if isinstance(exc, Interrupted) and self._on_interrupt is not None:
-            self._on_interrupt(exc)
+        if isinstance(exc, Interrupted) and self._guard.on_interrupt is not None:
+            self._guard.on_interrupt(exc)
 
     def _close_procs(self) -> None:
         self.survivors = len(self.procs.close())
