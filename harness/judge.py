@@ -14,7 +14,7 @@ import mitmproxy.version
 
 import harness
 from harness.core.distributions import differences
-from harness.core.files import POLICY_COPY, RECORD, STUB_LOG
+from harness.core.evidence import EvidenceFolder
 from harness.core.findings import Finding, Verdict
 from harness.core.protocol import OUT_OF_SCOPE
 from harness.core.record import EvidenceError, RunRecord
@@ -83,18 +83,18 @@ def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *
     """The verdict of an evidence folder, from its files only. What the run saw live (driver findings, failed
     turns, teardown reasons, plants) comes from `record`; `policy`: the isolation policy (default: the one the
     run used, `policy.yaml` of the folder)."""
-    registry = load(out / "registry.yaml")
+    folder = EvidenceFolder(out)
+    registry = load(folder.registry)
     scenario = record.scenario or "reconcile"
     try:
         turns = failed_turns(record.turns)
     except (TypeError, KeyError, ValueError, AttributeError) as exc:
-        raise EvidenceError(f"evidence: {out / RECORD} is malformed ({type(exc).__name__}: {exc})") from None
+        raise EvidenceError(f"evidence: {folder.record} is malformed ({type(exc).__name__}: {exc})") from None
     homes = {t.name: out / record.homes[t.name] if t.name in record.homes else Path(t.home) for t in registry if t.home}
-    logs = [LogSource(p, record.log_owners.get(p.name)) for p in sorted((out / "logs").glob("*.log"))]
-    logs += [LogSource(p, None, "rpc") for p in sorted((out / "logs").glob("rpc-*.jsonl"))]
-    stub_log = out / STUB_LOG
-    rec = reconcile(registry, flows or out / "flows.mitm", homes=homes, logs=logs,
-                    stub_log=stub_log if stub_log.exists() else None, record=record,
+    logs = [LogSource(p, record.log_owners.get(p.name)) for p in sorted(folder.logs.glob("*.log"))]
+    logs += [LogSource(p, None, "rpc") for p in sorted(folder.logs.glob("rpc-*.jsonl"))]
+    rec = reconcile(registry, flows or folder.flows, homes=homes, logs=logs,
+                    stub_log=folder.stub_log if folder.stub_log.exists() else None, record=record,
                     reading=Reading(empty_ok=True, limits=limits or DEFAULT_LIMITS, folder=out))
     starts = {(p.scenario, p.name): p.start for p in record.phases}
     live = [f if f.time is not None else replace(f, time=starts.get((f.scenario, f.phase)))
@@ -121,7 +121,7 @@ def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *
 
 def evidence_policy(out: Path) -> Policy:
     """The isolation policy an evidence folder was judged by (its `policy.yaml`), else the default one."""
-    path = out / POLICY_COPY
+    path = EvidenceFolder(out).policy_copy
     return policies.load(path if path.exists() else policies.DEFAULT)
 
 

@@ -23,6 +23,7 @@ from typing import Any
 from packaging.version import InvalidVersion, Version
 
 from harness.capture.proxy import ProxyError
+from harness.core.evidence import EvidenceFolder
 from harness.core.files import write_private
 from harness.core.places import evidence_root
 from harness.core.procs import ProcessSet
@@ -38,7 +39,7 @@ from harness.report import matrix
 from harness.report.matrix import NA, Cell, MatrixError, Plan, class_of, incident_of
 from harness.report.matrix_pages import render_html, render_markdown
 from harness.report.result import AuditResult
-from harness.run import RunOptions, UsageError, check_options, default_tenants, make_out_dir, run_audit
+from harness.run import RunOptions, UsageError, check_options, default_tenants, run_audit
 
 FILES = ("matrix.json", "matrix.md", "matrix.html")
 _SHARD = re.compile(r"(\d+)/(\d+)")
@@ -126,7 +127,7 @@ def prepare_dir(out: Path, force: bool) -> Path:
         raise UsageError(f"--out {out} exists and is not a directory")
     if (out / "matrix.json").exists() and not force:
         raise UsageError(f"--out {out} already holds a matrix (pass --force to run it again)")
-    return make_out_dir(out, created=not out.exists())
+    return EvidenceFolder.create(out, created=not out.exists()).path
 
 
 def write_matrix(out: Path, doc: dict[str, Any]) -> None:

@@ -10,14 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +24,9 @@ from harness.capture.proxy import free_port
 from harness.capture.services.base import MODES
 from harness.capture.versions import FileVersions, keep_only
 from harness.core.distributions import current
-from harness.core.files import BASELINE_COPY, PHASE_FILE, POLICY_COPY, SERVICE_RECORDS, seal, write_private
+from harness.core.evidence import EvidenceFolder, UsageError
+from harness.core.files import write_private
 from harness.core.findings import Verdict
-from harness.core.places import evidence_root
 from harness.core.protocol import TOOL_GROUPS
 from harness.core.record import RunRecord
 from harness.detect.versions import version_of
@@ -48,10 +45,6 @@ from harness.report.redact import write_redacted
 from harness.report.result import AuditResult, summary_table
 from harness.report.writer import write_reports
 from harness.session import AuditSession, Guard, Interrupted, Setup, tenant_names
-
-
-class UsageError(ValueError):
-    """Bad options or output folder; one line, exit 2."""
 
 
 @dataclass
@@ -102,57 +95,6 @@ def hermes_python(opt: Path | None, say: Callable[[str], None] | None = None) ->
     if env := os.environ.get("TENANCY_HERMES_PYTHON"):
         return Path(os.path.abspath(env))
     return default_python(say)
-
-
-def prepare_out(out: Path | None, force: bool) -> Path:
-    """The evidence folder: new, or empty, or (with --force) emptied; mode 0700."""
-    if out is None:
-        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-        out = evidence_root() / stamp
-        n = 1
-        while out.exists():
-            out = evidence_root() / f"{stamp}-{n}"
-            n += 1
-    out = out.resolve()
-    created = not out.exists()
-    if not created:
-        if not out.is_dir():
-            raise UsageError(f"--out {out} exists and is not a directory")
-        try:
-            empty = not any(out.iterdir())
-        except OSError as exc:
-            raise UsageError(f"--out {out}: cannot list it ({exc.strerror or exc})") from None
-        if not empty:
-            if not force:
-                raise UsageError(f"--out {out} exists and is not empty (pass --force to replace it)")
-            if not (out / "registry.yaml").exists():
-                raise UsageError(f"--out {out} is not an evidence folder; refusing to empty it even with --force")
-            try:
-                shutil.rmtree(out)
-            except OSError as exc:
-                raise UsageError(f"--out {out}: cannot empty it ({exc.strerror or exc})") from None
-    return make_out_dir(out, created)
-
-
-def make_out_dir(out: Path, created: bool) -> Path:
-    """Create `out` with mode 0700 and prove it writable here and now (not a read-only or pseudo file system).
-    On failure the folder is removed again if it is new (`created`), and the error is one line."""
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-        out.chmod(0o700)
-        with tempfile.TemporaryFile(dir=out):
-            pass
-    except OSError as exc:
-        if created:
-            with contextlib.suppress(OSError):
-                out.rmdir()
-        raise UsageError(f"--out {out}: cannot create a writable folder there ({exc.strerror or exc})") from None
-    return out
-
-
-def _discard(out: Path) -> None:
-    """A run that failed before it audited anything leaves no half-written evidence folder."""
-    shutil.rmtree(out, ignore_errors=True)
 
 
 def progress(quiet: bool, msg: str) -> None:
@@ -217,7 +159,8 @@ def run_audit(opts: RunOptions) -> AuditResult:
     policy = policies.load(opts.policy)  # a bad policy is one line, exit 2, before anything is written
     python = hermes_python(opts.hermes_python, lambda line: progress(opts.quiet, line))
     require_python(python)
-    audit = RunState(opts, prepare_out(opts.out, opts.force))
+    folder = EvidenceFolder.for_run(opts.out, opts.force)
+    audit = RunState(opts, folder.path)
     out = audit.out
     if base is not None and base.warning:
         audit.say(f"warning: {base.warning}")
@@ -230,8 +173,8 @@ def run_audit(opts: RunOptions) -> AuditResult:
         audit.venv = venv_record(python, audit.version)
         record = _record(audit)
         if opts.baseline is not None:
-            write_private(out / BASELINE_COPY, Path(opts.baseline).read_bytes())
-        write_private(out / POLICY_COPY, yaml.safe_dump(policy.to_dict(), sort_keys=False).encode())
+            write_private(folder.baseline_copy, Path(opts.baseline).read_bytes())
+        write_private(folder.policy_copy, yaml.safe_dump(policy.to_dict(), sort_keys=False).encode())
         audit.say("phase reconcile: flows.mitm, homes, logs")
         result = evaluate(out, record, base, seconds=time.monotonic() - audit.started, policy=policy)
         v = result.verdict
@@ -241,7 +184,7 @@ def run_audit(opts: RunOptions) -> AuditResult:
             audit.say(line)
         if opts.redact:
             write_redacted(out, session.require_registry())
-        seal(out)
+        folder.seal()
         audit.done = True
         return result
 
@@ -256,12 +199,13 @@ def _report_interrupted(audit: RunState, exc: Interrupted) -> None:
                        scenario=audit.opts.scenario, versions=versions("?"),
                        timeline=audit.ctx.timeline if audit.ctx else [], seconds=time.monotonic() - audit.started,
                        out=audit.out, plants=list(audit.opts.plants))
+    folder = EvidenceFolder(audit.out)
     with contextlib.suppress(Exception):
-        (audit.out / PHASE_FILE).unlink(missing_ok=True)
+        folder.phase_file.unlink(missing_ok=True)
         if audit.ctx is not None:  # what `reconcile` of the folder needs later (it stays inconclusive: the reason)
             _record(RunState(audit.opts, audit.out, ctx=audit.ctx, reasons=[reason]))
         write_reports(audit.out, result)
-        seal(audit.out)
+        folder.seal()
 
 
 def _record(audit: RunState) -> RunRecord:
@@ -298,7 +242,7 @@ def _drive(audit: RunState, session: AuditSession, hermes: Hermes) -> None:
                 raise HermesError(f"hermes-agent {version} cannot drive {lack}")
         except HermesError:
             proxy.stop()
-            _discard(audit.out)
+            EvidenceFolder(audit.out).discard()
             raise
         audit.version = version
         hermes.usage_file = offered.usage_file
@@ -331,7 +275,7 @@ def write_homes(ctx: Context) -> None:
     active = ctx.services()
     for t in ctx.registry:
         where = {s: services.Where(ctx.proxy.service_url(t.name, s) if SERVICES[s].proxied else "",
-                                   ctx.registry_path, ctx.out / SERVICE_RECORDS) for s in active}
+                                   ctx.registry_path, EvidenceFolder(ctx.out).service_records) for s in active}
         extra = services.setup(t, active, where, second=t.name == ctx.registry.names()[1])
         home = ctx.sandbox.home_of(t.name)
         write_home(t, home, ctx.proxy.base_url(t.name), launch=t.name == ctx.sandbox.launch,

@@ -23,7 +23,8 @@ from typing import Any, Self
 from harness.capture.proxy import FORWARD_DOMAIN, Proxy, bind_listener, port_of
 from harness.capture.services.base import Service, stop_all
 from harness.capture.services.provider import StubProvider
-from harness.core.files import PHASE_FILE, SERVICE_RECORDS, STUB_LOG, write_private
+from harness.core.evidence import EvidenceFolder
+from harness.core.files import SERVICE_RECORDS, write_private
 from harness.core.procs import ProcessSet, reap_stale
 from harness.core.registry import PROVIDER, Registry, mint
 from harness.drive import services
@@ -83,15 +84,15 @@ class AuditSession:
                  sandbox: Sandbox | None = None, registry_path: Path | None = None,
                  procs: ProcessSet | None = None) -> None:
         setup, guard = setup or Setup(), guard or Guard()
-        self.out = out
+        self.out, self.folder = out, EvidenceFolder(out)
         self.names = list(names)
         self.sandbox = sandbox or Sandbox(out / "sandbox")
-        self.registry_path = registry_path or out / "registry.yaml"
+        self.registry_path = registry_path or self.folder.registry
         self.topology = setup.topology
         self.service_names = list(setup.service_names)
         self.stub_mode, self.stub_fault = setup.stub_mode, setup.stub_fault
         self.scenario = setup.scenario
-        self.phase_file = out / PHASE_FILE if setup.scenario else None
+        self.phase_file = self.folder.phase_file if setup.scenario else None
         self._own_procs = procs is None
         self._procs = procs
         self._guard = guard
@@ -191,7 +192,7 @@ class AuditSession:
                 stub = self.service_stubs[(t.name, name)] = SERVICES[name].make(t, self.stub_mode).start()
                 services.attach(registry, name, t.name, self.route(t.name, name) if SERVICES[name].proxied else None,
                                 stub.url)
-        (self.out / SERVICE_RECORDS).mkdir(mode=0o700, parents=True, exist_ok=True)
+        self.folder.subfolder(SERVICE_RECORDS)
         registry.save(self.registry_path)
         return self.stubs
 
@@ -199,7 +200,7 @@ class AuditSession:
         """mitmdump with the addon on the listeners `mint` bound; `wait=False` returns at once (a connection made
         meanwhile waits in its listener's backlog: `Proxy.wait_ready`)."""
         registry = self.require_registry()
-        self.out.mkdir(parents=True, exist_ok=True)
+        self.folder.subfolder()
         proxy = Proxy(registry, self.registry_path, self.out, self.procs, topology=self.topology,
                       listeners=self.listeners, phase_file=self.phase_file)
         self.listeners = []
@@ -227,7 +228,7 @@ class AuditSession:
                 reasons.append("mitmdump died during the run; flows after its death were not recorded")
             self.proxy.stop()
         reasons += self.procs.quiesce()
-        write_stub_log(self.out / STUB_LOG, [*self.stubs.values(), *self.service_stubs.values()])
+        write_stub_log(self.folder.stub_log, [*self.stubs.values(), *self.service_stubs.values()])
         if self.phase_file is not None:
             self.phase_file.unlink(missing_ok=True)
         return reasons

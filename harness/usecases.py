@@ -17,7 +17,8 @@ from typing import Any
 import mitmproxy.version
 
 import harness
-from harness.core.files import BASELINE_COPY, write_private
+from harness.core.evidence import EvidenceFolder
+from harness.core.files import write_private
 from harness.core.findings import EXIT_INCONCLUSIVE, EXIT_LEAK, INCONCLUSIVE_KINDS, Verdict
 from harness.core.record import RunRecord
 from harness.core.registry import load
@@ -84,22 +85,11 @@ def reconcile_saved(opts: ReconcileOptions, say: Callable[[str], None]) -> Audit
     else:
         result = _reconcile_files(opts, opts.registry, opts.flows, started)
     if opts.out:
-        _prepare_reconcile_out(opts.out, opts.evidence)
+        EvidenceFolder.for_reports(opts.out, opts.evidence)
         result.out = opts.out
         write_reports(opts.out, result)
         step_summary(opts.out)
     return result
-
-
-def _prepare_reconcile_out(out: Path, evidence: Path | None) -> None:
-    if evidence is not None and out.resolve() == evidence.resolve():
-        raise UsageError(f"reconcile: --out {out} is the evidence folder itself; pass another folder")
-    if out.exists() and not out.is_dir():
-        raise UsageError(f"reconcile: --out {out} exists and is not a directory")
-    try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise UsageError(f"reconcile: cannot create --out {out}: {exc.strerror or exc}") from None
 
 
 def _reconcile_folder(opts: ReconcileOptions, out: Path, started: float, say: Callable[[str], None]) -> AuditResult:
@@ -114,7 +104,8 @@ def _reconcile_folder(opts: ReconcileOptions, out: Path, started: float, say: Ca
         raise UsageError("reconcile: an evidence folder is judged whole (its logs/, stubs.jsonl and homes); "
                          "--logs, --stubs and --no-homes are for loose files")
     record = RunRecord.read(out)
-    path = opts.baseline or (out / BASELINE_COPY if (out / BASELINE_COPY).exists() else None)
+    copy = EvidenceFolder(out).baseline_copy
+    path = opts.baseline or (copy if copy.exists() else None)
     base = baseline.load(path) if path else None
     if path is not None and opts.baseline is None:
         say(f"tenancy-audit: judged against the run's baseline {path} (pass --baseline to use another)")

@@ -16,7 +16,8 @@ from mitmproxy.test import tflow
 
 import harness
 from harness import arguments, cli, judge
-from harness import run as run_module
+from harness.core import evidence as evidence_module
+from harness.core.evidence import EvidenceFolder
 from harness.core.files import RECORD
 from harness.core.findings import Finding, Verdict
 from harness.core.record import RunRecord
@@ -63,12 +64,12 @@ def test_an_output_folder_that_cannot_be_listed_or_emptied_says_which(tmp_path, 
     def refuse(*_: object, **__: object) -> None:
         raise PermissionError(13, "Permission denied")
 
-    monkeypatch.setattr(run_module.shutil, "rmtree", refuse)
+    monkeypatch.setattr(evidence_module.shutil, "rmtree", refuse)
     with pytest.raises(UsageError, match=r"cannot empty it \(Permission denied\)"):
-        run_module.prepare_out(out, force=True)
+        EvidenceFolder.for_run(out, force=True)
     monkeypatch.setattr(Path, "iterdir", refuse)
     with pytest.raises(UsageError, match=r"cannot list it \(Permission denied\)"):
-        run_module.prepare_out(out, force=True)
+        EvidenceFolder.for_run(out, force=True)
     assert (out / "registry.yaml").exists()  # nothing was removed
 
 
