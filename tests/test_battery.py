@@ -19,6 +19,7 @@ from harness.core.findings import Finding
 from harness.core.protocol import PROBE_BEGIN, PROMPT, probe_code
 from harness.core.registry import Registry, mint
 from harness.detect import snapshots
+from harness.detect.checks import RawRequest
 from harness.detect.engine.matcher import Matcher
 from harness.detect.flows import Route, inspect_request
 from harness.detect.tools import Coverage, message_spans, tool_for_file
@@ -108,9 +109,9 @@ def test_a_foreign_key_is_recorded_and_answered_only_in_observe_mode(reg, mode, 
 
 def _request(reg: Registry, messages: list[dict]) -> list[Finding]:
     body = json.dumps({"model": reg["beta"].model, "messages": messages, "tools": TOOLS}, indent=1).encode()
-    report = inspect_request(reg, Matcher.for_registry(reg), flow_id="f1", route=Route("reverse", 18102),
-                             method="POST", path="/v1/chat/completions",
-                             headers=[("authorization", f"Bearer {reg['beta'].key}")], body=body)
+    report = inspect_request(reg, Matcher.for_registry(reg), Route("reverse", 18102),
+                             RawRequest("f1", "POST", "/v1/chat/completions",
+                                        [("authorization", f"Bearer {reg['beta'].key}")], body))
     return report.findings
 
 

@@ -16,6 +16,7 @@ from harness.detect.checks import (
     REQUEST_CHECKS,
     RESPONSE_CHECKS,
     RawRequest,
+    RawResponse,
     RequestFacts,
     ResponseFacts,
     check_egress,
@@ -106,18 +107,18 @@ def test_inspecting_a_request_or_a_response_is_running_the_checks_in_order(reg, 
 
     monkeypatch.setattr(flows, "REQUEST_CHECKS", (first, second))
     monkeypatch.setattr(flows, "RESPONSE_CHECKS", (second, first))
-    report = flows.inspect_request(reg, matcher_for(reg), flow_id="f1", route=Route("reverse", listen_port=43001),
-                                   method="POST", path=CHAT, headers=[], body=b"{}")
+    report = flows.inspect_request(reg, matcher_for(reg), Route("reverse", listen_port=43001),
+                                   RawRequest("f1", "POST", CHAT, [], b"{}"))
     assert ran == ["first", "second after 1"] and [f.canary for f in report.findings] == ["soul"]
     ran.clear()
-    flows.inspect_response(matcher_for(reg), flow_id="f1", tenant="alpha", status=200, headers=[], body=b"{}")
+    flows.inspect_response(matcher_for(reg), RawResponse("f1", 200, [], b"{}"), tenant="alpha")
     assert ran == ["second after 0", "first"]
 
 
 def test_a_listener_of_no_tenant_runs_no_check(reg, monkeypatch):
     monkeypatch.setattr(flows, "REQUEST_CHECKS", (lambda req, report: pytest.fail("a check ran"),))
-    report = flows.inspect_request(reg, matcher_for(reg), flow_id="f1", route=Route("reverse", listen_port=43999),
-                                   method="POST", path=CHAT, headers=[], body=b"{}")
+    report = flows.inspect_request(reg, matcher_for(reg), Route("reverse", listen_port=43999),
+                                   RawRequest("f1", "POST", CHAT, [], b"{}"))
     assert report.tenant is None and report.route == "listen:43999" and report.findings == []
 
 

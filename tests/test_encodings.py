@@ -26,6 +26,7 @@ import brotli
 import pytest
 
 from harness.core.registry import Registry, mint
+from harness.detect.checks import RawRequest, RawResponse
 from harness.detect.engine import codecs, containers, forms, matcher, stream
 from harness.detect.engine.matcher import Matcher, encodings_of, matcher_for
 from harness.detect.engine.stream import NotInspected, scan_bytes, scan_file
@@ -330,8 +331,8 @@ def test_flow_content_encodings(registry: Registry, m: Matcher, encoding: str) -
     for enc in [e.strip() for e in encoding.split(",")]:
         raw = {"gzip": gzip.compress, "deflate": zlib.compress, "br": brotli.compress, "zstd": zstd.compress,
                "xz": lzma.compress, "bzip2": bz2.compress}[enc](raw)
-    report = inspect_request(registry, m, flow_id="f1", route=Route("reverse", listen_port=44000), method="POST",
-                             path="/v1/chat/completions", headers=[("content-encoding", encoding)], body=raw)
+    report = inspect_request(registry, m, Route("reverse", listen_port=44000),
+                             RawRequest("f1", "POST", "/v1/chat/completions", [("content-encoding", encoding)], raw))
     assert [(f.victim, f.canary, f.encoding) for f in report.findings] == [(VICTIM, "memory", encoding.replace(
         ", ", "+"))]
 
@@ -340,14 +341,13 @@ def test_flow_body_layers_and_a_cut_body(registry: Registry, m: Matcher) -> None
     """A response carrying gzip inside base64 inside JSON is found by the layers the file scanner uses."""
     soul = value(registry, "soul").encode()
     body = json.dumps({"b": base64.b64encode(gzip.compress(b"x" * 99 + soul)).decode()}).encode()
-    report = inspect_response(m, flow_id="f2", tenant=OWNER, status=200, headers=[], body=body)
+    report = inspect_response(m, RawResponse("f2", 200, [], body), tenant=OWNER)
     assert [(f.canary, f.encoding, f.location) for f in report.findings] == [
         ("soul", "base64/gzip", "flow:f2:response.body@7:base64@0:gzip@99")]
     from harness.detect import decode
 
     bomb = gzip.compress(b"\0" * (decode.MAX_BODY + 100) + soul)
-    report = inspect_response(m, flow_id="f3", tenant=OWNER, status=200, headers=[("content-encoding", "gzip")],
-                              body=bomb)
+    report = inspect_response(m, RawResponse("f3", 200, [("content-encoding", "gzip")], bomb), tenant=OWNER)
     assert report.findings == []
     assert [(n.path, n.reason, n.partial) for n in report.not_inspected] == [
         ("flow:f3:response.body", "body truncated", True)]

@@ -19,6 +19,7 @@ from harness.capture.services.provider import StubProvider
 from harness.capture.services.tavily import TavilyStub
 from harness.core.registry import Registry, RegistryError, load, mint, parse
 from harness.detect import records
+from harness.detect.checks import RawRequest
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import Route, inspect_request
 from harness.drive import services
@@ -91,9 +92,9 @@ def test_a_version_1_registry_is_still_read(tmp_path):
 def inspect(reg: Registry, service: str, headers: list[tuple[str, str]], body: dict | None, method: str = "POST",
             tenant: str = "alpha"):
     port = reg[tenant].services[service].listen
-    return inspect_request(reg, matcher_for(reg), flow_id="f1", route=Route("reverse", listen_port=port),
-                           method=method, path="/x", headers=headers,
-                           body=json.dumps(body).encode() if body is not None else b"")
+    data = json.dumps(body).encode() if body is not None else b""
+    return inspect_request(reg, matcher_for(reg), Route("reverse", listen_port=port),
+                           RawRequest("f1", method, "/x", headers, data))
 
 
 def kinds(report) -> list[tuple[str, str | None, str | None, str | None]]:

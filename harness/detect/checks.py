@@ -47,6 +47,17 @@ class RawRequest:
 
 
 @dataclass(frozen=True)
+class RawResponse:
+    """A response as plain data, or the error that took its place."""
+
+    flow_id: str
+    status: int | None
+    headers: Headers
+    body: bytes | None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
 class RequestFacts:
     """What every request check reads, worked out once: whose the request is, its decoded body, kind, model
     and credential (`bearer`, where it was `held_in`, its `owner`, the one `expected`, their `bearer_state`)."""

@@ -14,26 +14,21 @@ from mitmproxy import http
 
 from harness.core.findings import Finding
 from harness.core.registry import PROVIDER, Registry
-from harness.detect.checks import REQUEST_CHECKS, RESPONSE_CHECKS, RawRequest, request_facts, response_facts
-from harness.detect.decode import Headers
+from harness.detect.checks import (
+    REQUEST_CHECKS,
+    RESPONSE_CHECKS,
+    RawRequest,
+    RawResponse,
+    request_facts,
+    response_facts,
+)
 from harness.detect.engine.matcher import Matcher
 from harness.detect.reports import FlowReport, RequestReport, ResponseReport
 from harness.detect.routes import Endpoint, Route, endpoint_of, pretty_host, route_of
 
 
-def inspect_request(
-    registry: Registry,
-    matcher: Matcher,
-    *,
-    flow_id: str,
-    route: Route,
-    method: str,
-    path: str,
-    headers: Headers,
-    body: bytes | None,
-) -> RequestReport:
+def inspect_request(registry: Registry, matcher: Matcher, route: Route, raw: RawRequest) -> RequestReport:
     """Attribute and check one request given as plain data, its route resolved against `registry`."""
-    raw = RawRequest(flow_id, method, path, headers, body)
     return check_request(registry, matcher, raw, endpoint_of(registry, route))
 
 
@@ -49,20 +44,12 @@ def check_request(registry: Registry, matcher: Matcher, raw: RawRequest, endpoin
     return report
 
 
-def inspect_response(
-    matcher: Matcher,
-    *,
-    flow_id: str,
-    tenant: str | None,
-    status: int | None,
-    headers: Headers,
-    body: bytes | None,
-    error: str | None = None,
-    service: str = PROVIDER,
-) -> ResponseReport:
+def inspect_response(matcher: Matcher, raw: RawResponse, *, tenant: str | None, service: str = PROVIDER
+                     ) -> ResponseReport:
     """Check one response (JSON, SSE or anything else) for another tenant's canary: `response_leak`."""
-    facts = response_facts(matcher, flow_id, tenant, headers, body)
-    report = ResponseReport(status, len(body) if body is not None else None, facts.streamed, error, facts.decoded.note)
+    facts = response_facts(matcher, raw.flow_id, tenant, raw.headers, raw.body)
+    report = ResponseReport(raw.status, len(raw.body) if raw.body is not None else None, facts.streamed, raw.error,
+                            facts.decoded.note)
     for check in RESPONSE_CHECKS:
         check(facts, report)
     report.findings = _at_service(report.findings, service)
@@ -98,14 +85,10 @@ def inspect_flow(
     report = FlowReport(flow.id, flow.request.timestamp_start, pretty_host(flow.request), request)
     if flow.response is not None or flow.error is not None:
         resp = flow.response
-        report.response = inspect_response(
-            matcher, flow_id=flow.id, tenant=request.tenant,
-            status=resp.status_code if resp else None,
-            headers=list(resp.headers.items(multi=True)) if resp else [],
-            body=resp.raw_content if resp else None,
-            error=flow.error.msg if flow.error else None,
-            service=request.service,
-        )
+        raw = RawResponse(flow.id, resp.status_code if resp else None,
+                          list(resp.headers.items(multi=True)) if resp else [], resp.raw_content if resp else None,
+                          flow.error.msg if flow.error else None)
+        report.response = inspect_response(matcher, raw, tenant=request.tenant, service=request.service)
         if request.tenant is None and request.route.startswith("listen:"):
             report.response.findings = []  # a listener of no tenant: recorded, not inspected
     return report

@@ -109,17 +109,19 @@ def check(record: Record, registry: Registry, matcher: Matcher,
         parts += [("argv", json.dumps(start.event.get("argv"))), ("cwd", str(start.event.get("cwd")))]
         for part, text in parts:
             findings += [replace(f, kind="wrong_path") if is_path_kind(f.canary or "") else f for f in _scan(
-                text, registry, tenant.name, matcher, f"{where}:{part}", "env_leak", "env", record.service, None,
-                not_inspected)]
+                text, registry, tenant.name, matcher, f"{where}:{part}",
+                {"kind": "env_leak", "channel": "env", "service": record.service, "tool": None}, not_inspected)]
         found += [(start.time, f) for f in findings]
     server = SERVER_NAMES[record.service]
     for line in record.calls():
         tool = f"mcp__{server}__{line.event.get('tool')}"
         where = f"{record.label}#{line.number}"
         findings = _scan(json.dumps(line.event.get("arguments")), registry, tenant.name, matcher,
-                         f"{where}:arguments", "request_leak", "request", record.service, tool, not_inspected)
+                         f"{where}:arguments", {"kind": "request_leak", "channel": "request", "service": record.service,
+                                                "tool": tool}, not_inspected)
         findings += _scan(str(line.event.get("result")), registry, tenant.name, matcher, f"{where}:result",
-                          "response_leak", "response", record.service, tool, not_inspected)
+                          {"kind": "response_leak", "channel": "response", "service": record.service, "tool": tool},
+                          not_inspected)
         found += [(line.time, f) for f in findings]
     return found
 
@@ -146,8 +148,9 @@ def _credential(tenant: str, service: str, value: str | None, registry: Registry
                     service=service)]
 
 
-def _scan(text: str, registry: Registry, owner: str, matcher: Matcher, label: str, kind: str, channel: str,
-          service: str, tool: str | None, not_inspected: list[NotInspected] | None) -> list[Finding]:
+def _scan(text: str, registry: Registry, owner: str, matcher: Matcher, label: str, as_: dict[str, str | None],
+          not_inspected: list[NotInspected] | None) -> list[Finding]:
+    """The foreign canaries of `text` as findings with the fields of `as_` (kind, channel, service, tool)."""
     hits = scan.scan_text(text, registry, owner, label=label, channel="log", matcher=matcher,
                           not_inspected=not_inspected)
-    return [replace(f, kind=kind, channel=channel, service=service, tool=tool) for f in hits]
+    return [replace(f, **as_) for f in hits]

@@ -91,16 +91,15 @@ def scan_text(
     label: str,
     channel: str = "log",
     matcher: Matcher | None = None,
-    limits: Limits = DEFAULT_LIMITS,
     not_inspected: list[NotInspected] | None = None,
 ) -> list[Finding]:
-    """`text_leak` findings in a log or RPC stream (`channel` "log" or "rpc"), located `label@offset`.
-    `matcher`: the registry's (`matcher_for(registry)` when not given)."""
+    """`text_leak` findings in a log or RPC stream (`channel` "log" or "rpc"), located `label@offset`, within the
+    default limits. `matcher`: the registry's (`matcher_for(registry)` when not given)."""
     _check_owner(registry, owner)
     data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
     matcher = matcher or matcher_for(registry)
     skipped: list[NotInspected] = []
-    hits = scan_bytes(data, matcher, limits=limits, not_inspected=skipped)
+    hits = scan_bytes(data, matcher, limits=DEFAULT_LIMITS, not_inspected=skipped)
     if not_inspected is not None:
         not_inspected += [replace(n, path=label + n.path.removeprefix("bytes")) for n in skipped]
     return _findings(hits, owner, label, "text_leak", channel)

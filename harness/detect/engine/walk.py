@@ -83,7 +83,7 @@ class LayerWalk:
         if type(chunks) is tuple and len(chunks) == 1:  # one buffer (a SQLite cell, a body): one window
             (window,) = chunks
             first = len(self.hits)
-            self._window(window, 0, 0, len(window), skip, layers, reopen, top)
+            self._window(window, 0, (0, len(window)), skip, layers, reopen, top)
             self._drop_cut_paths(window, layers, first)
             if window.startswith(SQLITE_MAGIC):
                 self._sqlite(layers, reopen, sqlite_path)
@@ -98,7 +98,7 @@ class LayerWalk:
             limit = base + len(window) - (0 if last else 1)
             if base == 0:
                 header = window[:100]
-            self._window(window, base, owned_from, limit, skip, layers, reopen, top and base == 0)
+            self._window(window, base, (owned_from, limit), skip, layers, reopen, top and base == 0)
             owned_from = limit
             if last:
                 break
@@ -131,12 +131,13 @@ class LayerWalk:
         self.hits[first:] = [h for h in self.hits[first:] if not cut(h)]
         self._cut_extensions.clear()
 
-    def _window(self, window: bytes, base: int, owned_from: int, limit: int, skip: dict[str, int],
+    def _window(self, window: bytes, base: int, owns: tuple[int, int], skip: dict[str, int],
                 layers: tuple[Layer, ...], reopen: Reopen, top: bool) -> None:
         """Scan one window (its first byte at absolute offset `base`): the hits and layer starts it owns
-        (ending in (owned_from, limit]). A start inside a text layer or chunked body already decoded is
+        (ending in `owns`, (owned_from, limit]). A start inside a text layer or chunked body already decoded is
         skipped (`skip`) where that layer's output holds it again: inside one that keeps what it does not
         decode (`codecs.KEEPING`), every start; inside a base64 or hex run, one of the same codec."""
+        owned_from, limit = owns
         self._hits(window, base, owned_from, limit, layers)
         for start in containers.layer_starts(window, top=top, min_bytes=self.min_bytes):
             at = base + start.pos
