@@ -42,6 +42,26 @@ def checkpoint(value: str) -> str:
     return json.dumps([{"command": f"echo {value}", "pid": 1}])
 
 
+def test_a_file_truncated_then_written_keeps_its_content_though_it_is_soon_replaced(tmp_path: Path) -> None:
+    """A writer truncates, then writes (`open("w")`, as `write_text` does): the empty file in between is not a
+    version and does not hold back the next copy, so the content is kept though it lives less than `SETTLE`."""
+    reg, homes, out = make(tmp_path)
+    bob = reg["bob"].key
+    watch = capture.FileVersions(homes.values(), out).start()
+    try:
+        with (homes["alice"] / "processes.json").open("w") as fh:
+            fh.flush()
+            time.sleep(0.2)  # the watcher sees the empty file
+            fh.write(checkpoint(bob))
+        time.sleep(capture.SETTLE / 2)
+        (homes["alice"] / "processes.json").write_text("[]")
+    finally:
+        kept = watch.stop()
+    found = transient(reg, homes, out)
+    assert [(f.kind, f.victim, f.seen_in, f.transient) for f in found] == [("file_leak", "bob", "alice", True)]
+    assert kept["versions"] == 4, kept  # the two configs, bob's checkpoint, "[]"; no empty file
+
+
 def test_a_foreign_canary_in_a_version_gone_by_the_end_is_transient(tmp_path: Path) -> None:
     reg, homes, out = make(tmp_path)
     bob = reg["bob"].key

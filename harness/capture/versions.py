@@ -11,8 +11,9 @@ Bounds, stated in the record: a version larger than `MAX_BYTES` is not copied (t
 reads the file's last content in full); a file is copied at most once per `SETTLE` seconds (a database's
 log rewritten a hundred times a second is copied a few times; the content it has at the end of each
 stretch is), so a content that lives shorter than that, or than the watcher takes to read it, can be missed;
-SQLite's shared-memory index (`-shm`: page numbers, no content) is not copied. This widens what the audit
-sees; it never proves a file was empty.
+SQLite's shared-memory index (`-shm`: page numbers, no content) is not copied, nor an empty file (truncated to
+be written again: its next content is copied as soon as it is seen, not `SETTLE` later). This widens what the
+audit sees; it never proves a file was empty.
 """
 
 from __future__ import annotations
@@ -129,34 +130,43 @@ class FileVersions:
                 del self._due[path]
                 self._copied[path] = time.monotonic()
             try:
-                self._copy(path)
+                if self._copy(path) == 0:  # emptied to be written again: its next content is not held back
+                    with self._wake:
+                        self._copied.pop(path, None)
+                        if path in self._due:
+                            self._due[path] = time.monotonic()
             except Exception:  # a watcher that stops would silently narrow the audit: log, go on
                 log.exception("file versions: copying %s failed", path)
 
-    def _copy(self, path: Path) -> None:
-        """Copy `path`'s content if it is new for that path (read once, hashed, written 0600)."""
+    def _copy(self, path: Path) -> int | None:
+        """Copy `path`'s content if it is new for that path (read once, hashed, written 0600); 0 when it is empty
+        (a file truncated to be written again, as `write_text` does: nothing to keep, no canary fits in it)."""
         try:
             st = path.lstat()
             if not stat.S_ISREG(st.st_mode) or path.is_relative_to(self.folder) or path.name.endswith(NO_CONTENT):
-                return
+                return None
+            if st.st_size == 0:
+                return 0
             with self._lock:
                 last = self._last.get(path)
             if last is not None and last[:2] == (st.st_mtime_ns, st.st_size):
-                return
+                return None
             if st.st_size > MAX_BYTES:
                 self.stats["too_large"] += 1
-                return
+                return None
             data = path.read_bytes()
         except FileNotFoundError:  # gone already (a temporary file renamed into place)
-            return
+            return None
         except OSError:
             self.stats["unreadable"] += 1
-            return
+            return None
+        if not data:
+            return 0
         digest = hashlib.sha256(data).hexdigest()
         with self._lock:
             if last is not None and last[2] == digest:
                 self._last[path] = (st.st_mtime_ns, st.st_size, digest)
-                return
+                return len(data)
             self._last[path] = (st.st_mtime_ns, st.st_size, digest)
             self.stats["versions"] += 1
             name = f"{self.stats['versions']:06d}"
@@ -165,6 +175,7 @@ class FileVersions:
             write_private(self.folder / name, data)
             with (self.folder / INDEX).open("a", encoding="utf-8") as fh:
                 fh.write(json.dumps(entry) + "\n")
+        return len(data)
 
 
 class _Enqueue(FileSystemEventHandler):
