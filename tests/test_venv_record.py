@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from harness.core.record import VERSION, RunRecord
 from harness.drive import install
 from harness.judge import venv_warnings, versions
 from harness.report.baseline import Baseline
@@ -12,9 +13,9 @@ from harness.report.baseline import Baseline
 PINNED = {"hermes-agent": "0.19.0", "openai": "2.21.0", "ripgrep": "14.1.0"}
 
 
-def record(installed: dict[str, str], lock: dict | None, problem: str | None = None) -> dict:
+def record(installed: dict[str, str], lock: dict | None, problem: str | None = None) -> RunRecord:
     venv = {"installed": installed, "lock": lock, **({"problem": problem} if problem else {})}
-    return {"hermes-agent": "0.19.0", "hermes_venv": venv}
+    return RunRecord.from_dict({"version": VERSION, "hermes-agent": "0.19.0", "hermes_venv": venv})
 
 
 def lock(committed: bool = True, differs: str | None = None) -> dict:
@@ -25,7 +26,7 @@ def lock(committed: bool = True, differs: str | None = None) -> dict:
 def test_a_venv_exactly_its_committed_lock_and_its_baselines_says_nothing():
     base = Baseline(Path("b.json"), made_with={"installed": dict(PINNED)})
     assert venv_warnings(record(dict(PINNED), lock()), base) == []
-    assert versions("0.19.0", record(PINNED, lock())["hermes_venv"])["hermes-lock"] == "hermes-0.19.0.txt 2c31dc677ec2"
+    assert versions("0.19.0", record(PINNED, lock()).hermes_venv)["hermes-lock"] == "hermes-0.19.0.txt 2c31dc677ec2"
 
 
 def test_each_way_a_venv_is_not_its_lock_is_one_line():
@@ -33,7 +34,7 @@ def test_each_way_a_venv_is_not_its_lock_is_one_line():
     assert venv_warnings(record(PINNED, lock(differs=differs)), None) == [differs]
     made = venv_warnings(record(PINNED, lock(committed=False)), None)
     assert len(made) == 1 and "has no committed lock: one was made on its first install" in made[0]
-    assert versions("0.19.0", record(PINNED, lock(committed=False))["hermes_venv"])["hermes-lock"].endswith("(made)")
+    assert versions("0.19.0", record(PINNED, lock(committed=False)).hermes_venv)["hermes-lock"].endswith("(made)")
     assert venv_warnings(record(PINNED, None), None) == [
         "hermes-agent 0.19.0 was audited without a lock: its venv's versions are recorded, not pinned"]
     assert venv_warnings(record({}, None, problem="cannot run /x/python: No such file"), None) == [
@@ -48,7 +49,7 @@ def test_a_venv_other_than_the_baselines_is_named_in_one_line():
 
 
 def test_a_folder_from_before_venvs_were_recorded_warns_of_nothing():
-    assert venv_warnings({"hermes-agent": "0.19.0"}, None) == []
+    assert venv_warnings(RunRecord.from_dict({"hermes-agent": "0.19.0"}), None) == []
 
 
 def test_the_record_of_the_venv_that_runs_the_tests_names_its_committed_lock():
