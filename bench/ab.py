@@ -58,9 +58,11 @@ class Worker:
     """`bench/ab.py TREE` as a child in `procs`; `call` runs one job there and returns its reply."""
 
     def __init__(self, procs: ProcessSet, tree: Path, name: str) -> None:
+        from harness.core.procs import Stdio  # this checkout's; the worker imports the tree's harness
+
         self.name = name
         self.proc = procs.spawn([sys.executable, __file__, str(tree)], env={**os.environ, "PYTHONPATH": str(tree)},
-                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                stdio=Stdio(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
 
     def call(self, job: str, **kwargs: Any) -> dict[str, Any]:
         assert self.proc.stdin is not None and self.proc.stdout is not None

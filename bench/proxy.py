@@ -73,7 +73,7 @@ from hooks import FILLER, make_registry, request_body
 from mitmproxy import certs
 
 from harness.capture.proxy import free_port, mitmdump_binary
-from harness.core.procs import ProcessSet
+from harness.core.procs import ProcessSet, Stdio
 from harness.core.registry import Registry
 
 KiB = 1024
@@ -425,7 +425,7 @@ def spawn(procs: ProcessSet, argv: list[str], ports: list[int], log: Path, env: 
         try:
             if cpus:
                 os.sched_setaffinity(0, cpus)  # the child inherits it
-            proc = procs.spawn(argv, env=env or dict(os.environ), stdout=fh, stderr=fh)
+            proc = procs.spawn(argv, env=env or dict(os.environ), stdio=Stdio(stdout=fh, stderr=fh))
         finally:
             os.sched_setaffinity(0, mine)
     return Child(proc, ports, log)

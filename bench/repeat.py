@@ -39,7 +39,7 @@ from typing import Any
 import children
 import psutil
 
-from harness.core.procs import ProcessSet, kill_group
+from harness.core.procs import ProcessSet, Stdio, kill_group
 from harness.drive.scenarios import SCENARIOS
 
 REPO = Path(__file__).resolve().parent.parent
@@ -195,7 +195,7 @@ def audit(procs: ProcessSet, argv: list[str], out: Path, timeout: float) -> tupl
     stdout and stderr are kept beside its folder (`run-I.stdout`, `run-I.stderr`)."""
     t = time.monotonic()
     with open(out.with_suffix(".stdout"), "wb") as so, open(out.with_suffix(".stderr"), "wb+") as se:
-        proc = procs.spawn([*argv, "--out", str(out)], env=dict(os.environ), stdout=so, stderr=se)
+        proc = procs.spawn([*argv, "--out", str(out)], env=dict(os.environ), stdio=Stdio(stdout=so, stderr=se))
         try:
             code = proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

@@ -23,7 +23,7 @@ from pathlib import Path
 import children
 import psutil
 
-from harness.core.procs import RUN_MARKER, ProcessSet, find_run_processes, run_of
+from harness.core.procs import RUN_MARKER, ProcessSet, Stdio, find_run_processes, run_of
 from harness.run import hermes_python
 
 CLI = [sys.executable, "-m", "harness.cli"]
@@ -62,7 +62,7 @@ def one_kill(procs: ProcessSet, root: Path, n: int, sig: signal.Signals) -> tupl
     """(processes of the run at the kill, survivors after teardown/cleanup, seconds from kill to none left)."""
     out = root / f"run-{n}"
     proc = procs.spawn([*CLI, "run", "--quiet", "--out", str(out), "--hermes-python", str(hermes_python(None))],
-                       env=dict(os.environ), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       env=dict(os.environ), stdio=Stdio(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     try:
         return kill_run(procs, proc, out, n, sig)
     finally:

@@ -18,7 +18,7 @@ from harness.core.evidence import EvidenceFolder
 from harness.core.findings import Finding, Verdict
 from harness.core.protocol import OUT_OF_SCOPE
 from harness.core.record import EvidenceError, RunRecord
-from harness.core.registry import load
+from harness.core.registry_file import load
 from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
 from harness.detect.reconcile import LogSource, Reading, Reconciliation, reconcile
 from harness.drive import plants

@@ -28,7 +28,8 @@ from harness.core.files import write_private
 from harness.core.places import evidence_root
 from harness.core.procs import ProcessSet
 from harness.core.record import EvidenceError
-from harness.core.registry import RegistryError, load
+from harness.core.registry import RegistryError
+from harness.core.registry_file import load
 from harness.detect.engine.matcher import matcher_for
 from harness.drive import features, install
 from harness.drive.hermes import Hermes, HermesError, Sandbox

@@ -21,7 +21,7 @@ from harness.core.evidence import EvidenceFolder
 from harness.core.files import write_private
 from harness.core.findings import EXIT_INCONCLUSIVE, EXIT_LEAK, INCONCLUSIVE_KINDS, Verdict
 from harness.core.record import RunRecord
-from harness.core.registry import load
+from harness.core.registry_file import load
 from harness.detect import scan
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.engine.stream import DEFAULT_LIMITS, Limits

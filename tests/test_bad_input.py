@@ -16,7 +16,8 @@ from mitmproxy.io import tnetstring
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import tflow
 
-from harness.core.registry import Registry, load, mint
+from harness.core.registry import Registry, mint
+from harness.core.registry_file import load
 from harness.detect import scan
 from harness.detect.reconcile import read_flows, reconcile
 from harness.report.redact import redacted_registry, write_redacted

@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from harness.core.procs import ProcessSet, kill_group, stop_tree
+from harness.core.procs import ProcessSet, Stdio, kill_group, stop_tree
 
 # A leader that starts a grandchild in a session of its own, prints the grandchild's pid, then waits for
 # stdin to close (like a backend whose slash worker outlives it); the grandchild appends to a file.
@@ -29,7 +29,7 @@ sys.stdin.read()
 
 def start_leader(procs: ProcessSet, target: Path) -> tuple[subprocess.Popen[str], psutil.Process]:
     leader = procs.spawn([sys.executable, "-c", LEADER, str(target)], env={"PATH": "/usr/bin:/bin"},
-                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                         stdio=Stdio(stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
     assert leader.stdout is not None
     grandchild = psutil.Process(int(leader.stdout.readline()))
     assert grandchild.pid != leader.pid

@@ -12,7 +12,8 @@ import pytest
 import yaml
 
 from harness.core import registry as reg
-from harness.core.registry import MINTED_KINDS, Registry, RegistryError, is_secret_kind, load, mint, parse
+from harness.core.registry import MINTED_KINDS, Registry, RegistryError, is_secret_kind, mint
+from harness.core.registry_file import load, parse
 
 NAMES = ["alice", "bob", "carol"]
 

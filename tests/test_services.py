@@ -17,7 +17,8 @@ from harness.capture.services.mcp_stdio import log_name
 from harness.capture.services.mem0 import Mem0Stub
 from harness.capture.services.provider import StubProvider
 from harness.capture.services.tavily import TavilyStub
-from harness.core.registry import Registry, RegistryError, load, mint, parse
+from harness.core.registry import Registry, RegistryError, mint
+from harness.core.registry_file import load, parse
 from harness.detect import records
 from harness.detect.checks import RawRequest
 from harness.detect.engine.matcher import matcher_for

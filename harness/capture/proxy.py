@@ -24,7 +24,7 @@ from pathlib import Path
 
 from harness.core.files import write_private
 from harness.core.places import SOURCE, certs_dir
-from harness.core.procs import ProcessSet, kill_group
+from harness.core.procs import ProcessSet, Stdio, kill_group
 from harness.core.registry import PROVIDER, Registry
 
 CERTS = certs_dir()
@@ -169,7 +169,7 @@ class Proxy:
         env["TENANCY_READY_FD"] = str(write_end)
         try:
             with self.log_path.open("ab") as log:
-                self.proc = self.procs.spawn(self.argv(), env=env, cwd=self.out, stdout=log, stderr=log,
+                self.proc = self.procs.spawn(self.argv(), env=env, cwd=self.out, stdio=Stdio(stdout=log, stderr=log),
                                              pass_fds=[write_end, *(s.fileno() for s in socks)])
         except BaseException:
             os.close(read_end)

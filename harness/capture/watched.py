@@ -9,7 +9,7 @@ import json
 import logging
 from pathlib import Path
 
-from harness.core import registry
+from harness.core import registry, registry_file
 from harness.detect.engine.matcher import Matcher, matcher_for
 
 log = logging.getLogger("tenancy")
@@ -39,7 +39,7 @@ class RegistryFile:
     def load(self, path: Path) -> None:
         """Load `path`; a `registry.RegistryError` leaves the registry in force as it was."""
         new_stamp = stamp(path)
-        reg = registry.load(path)
+        reg = registry_file.load(path)
         self.registry, self.matcher, self._stamp, self.path = reg, matcher_for(reg), new_stamp, path
 
     def clear(self) -> None:

@@ -18,6 +18,7 @@ import threading
 import time
 import uuid
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -30,6 +31,22 @@ def runs_dir() -> Path:
     path = Path(tempfile.gettempdir()) / f"tenancy-audit-{os.getuid()}" / "runs"
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path
+
+
+@dataclass(frozen=True)
+class Stdio:
+    """A child's standard streams, as `subprocess.Popen` takes them (`text`: str pipes, not bytes)."""
+
+    stdin: int | IO[Any] | None = subprocess.DEVNULL
+    stdout: int | IO[Any] | None = None
+    stderr: int | IO[Any] | None = None
+    text: bool = False
+
+
+#: No input; the outputs are the harness's own.
+INHERITED = Stdio()
+#: Both outputs read through pipes, as text (what `ProcessSet.run` collects).
+PIPED = Stdio(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 class ProcessSet:
@@ -58,10 +75,7 @@ class ProcessSet:
         *,
         env: dict[str, str],
         cwd: Path | str | None = None,
-        stdin: int | IO[Any] | None = subprocess.DEVNULL,
-        stdout: int | IO[Any] | None = None,
-        stderr: int | IO[Any] | None = None,
-        text: bool = False,
+        stdio: Stdio = INHERITED,
         pass_fds: Sequence[int] = (),
     ) -> subprocess.Popen[Any]:
         """Start a child in its own session (= process group) carrying the run marker; it inherits only
@@ -70,10 +84,10 @@ class ProcessSet:
             list(argv),
             env={**env, RUN_MARKER: self.run_id},
             cwd=cwd,
-            stdin=stdin,
-            stdout=stdout,
-            stderr=stderr,
-            text=text,
+            stdin=stdio.stdin,
+            stdout=stdio.stdout,
+            stderr=stdio.stderr,
+            text=stdio.text,
             start_new_session=True,
             pass_fds=pass_fds,
         )
@@ -86,7 +100,7 @@ class ProcessSet:
         self, argv: Sequence[str], *, env: dict[str, str], cwd: Path | str | None, timeout: float
     ) -> tuple[int | None, str, str]:
         """Run to completion; on timeout kill the group. Returns (returncode or None if killed, out, err)."""
-        proc = self.spawn(argv, env=env, cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        proc = self.spawn(argv, env=env, cwd=cwd, stdio=PIPED)
         try:
             out, err = proc.communicate(timeout=timeout)
             code: int | None = proc.returncode

@@ -1,4 +1,5 @@
-"""The canary registry: every tenant's key, model, route, services and canaries (`registry.yaml`, version 2).
+"""The canary registry: every tenant's key, model, route, services and canaries (`registry.yaml`, version 2; read by
+`harness.core.registry_file`).
 
 A tenant's own `route`/`upstream`/`key`/`model` are its LLM provider's. Every other service the tenant holds
 credentials for (an MCP server, a memory provider, a web search API, its auxiliary models) is one entry of
@@ -48,10 +49,8 @@ MINTED_KINDS = (
 #: Kinds whose leak is a credential leak (text scans without an owner look for these only).
 SECRET_KINDS = frozenset({"key", "api_server_key"})
 
-_TENANT_FIELDS = {"key", "model", "route", "upstream", "home", "canaries", "services"}
-_SERVICE_FIELDS = {"route", "upstream", "credential", "identity"}
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
-_KIND = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+KIND = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
 class RegistryError(ValueError):
@@ -233,7 +232,7 @@ class Registry:
                 raise RegistryError(f"registry: tenant name {t.name!r} is not a short lowercase identifier")
             for kind, value in t.all_canaries().items():
                 where = f"registry: tenant {t.name!r}: canary {kind!r}"
-                if not _KIND.match(kind):
+                if not KIND.match(kind):
                     raise RegistryError(f"{where}: kind name is not a lowercase identifier")
                 if not isinstance(value, str):
                     raise RegistryError(f"{where}: value must be a string")
@@ -275,135 +274,6 @@ class Registry:
     def save(self, path: Path) -> None:
         """Write atomically, mode 0600 (the file holds every secret)."""
         write_private(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False).encode())
-
-
-class _NoAliasLoader(yaml.SafeLoader):
-    """Safe YAML without anchors/aliases: the registry never needs them, and they enable bombs."""
-
-    def compose_node(self, parent, index):  # type: ignore[override]
-        if self.check_event(yaml.AliasEvent):
-            event = self.peek_event()
-            raise RegistryError(f"registry: YAML aliases are not allowed (line {event.start_mark.line + 1})")
-        return super().compose_node(parent, index)
-
-    def construct_mapping(self, node, deep=False):  # type: ignore[override]
-        """Reject a repeated key: YAML would silently keep the last one (a tenant or key would vanish)."""
-        if isinstance(node, yaml.MappingNode):
-            seen: set[Any] = set()
-            for key_node, _ in node.value:
-                key = self.construct_object(key_node, deep=True)
-                if not isinstance(key, str | int):
-                    continue
-                if key in seen:
-                    raise RegistryError(f"registry: duplicate key {key!r} (line {key_node.start_mark.line + 1})")
-                seen.add(key)
-        return super().construct_mapping(node, deep=deep)
-
-
-def parse(text: str) -> Registry:
-    """Parse and validate registry YAML text."""
-    try:
-        doc = yaml.load(text, Loader=_NoAliasLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        at = f" at line {mark.line + 1}" if mark else ""
-        raise RegistryError(f"registry: not valid YAML{at}") from None
-    if not isinstance(doc, dict):
-        raise RegistryError("registry: top level must be a mapping with 'version' and 'tenants'")
-    unknown = set(doc) - {"version", "tenants"}
-    if unknown:
-        raise RegistryError(f"registry: unknown top-level field {sorted(unknown)[0]!r}")
-    if doc.get("version") not in READABLE_VERSIONS or isinstance(doc.get("version"), bool):
-        raise RegistryError(f"registry: version must be 1 or 2, got {doc.get('version')!r}")
-    raw = doc.get("tenants")
-    if not isinstance(raw, dict) or not raw:
-        raise RegistryError("registry: 'tenants' must be a non-empty mapping")
-    tenants = {}
-    for name, spec in raw.items():
-        tenants[str(name)] = _tenant(str(name), spec)
-    return Registry(tenants)
-
-
-def _tenant(name: str, spec: Any) -> Tenant:
-    where = f"registry: tenant {name!r}"
-    if not isinstance(spec, dict):
-        raise RegistryError(f"{where}: must be a mapping")
-    unknown = set(spec) - _TENANT_FIELDS
-    if unknown:
-        raise RegistryError(f"{where}: unknown field {sorted(map(str, unknown))[0]!r}")
-    for req in ("key", "model", "route"):
-        if req not in spec:
-            raise RegistryError(f"{where}: missing field {req!r}")
-    route = _route(spec["route"], where)
-    canaries = spec.get("canaries") or {}
-    if not isinstance(canaries, dict):
-        raise RegistryError(f"{where}: field 'canaries' must be a mapping")
-    for kind in ("key", "model"):
-        if kind in canaries:
-            raise RegistryError(f"{where}: canary {kind!r} is a reserved name (it is a tenant field)")
-    for fld in ("upstream", "home"):
-        if spec.get(fld) is not None and not isinstance(spec[fld], str):
-            raise RegistryError(f"{where}: field {fld!r} must be a string")
-    services = spec.get("services") or {}
-    if not isinstance(services, dict):
-        raise RegistryError(f"{where}: field 'services' must be a mapping")
-    return Tenant(
-        name=name,
-        key=spec["key"],
-        model=spec["model"],
-        route=route,
-        upstream=spec.get("upstream") or "",
-        home=spec.get("home"),
-        canaries={str(k): v for k, v in canaries.items()},
-        services={str(n): _service(str(n), s, where) for n, s in services.items()},
-    )
-
-
-def _route(route: Any, where: str) -> dict[str, Any]:
-    if not isinstance(route, dict) or len(route) != 1 or not (
-        (isinstance(route.get("listen"), int) and not isinstance(route.get("listen"), bool))
-        or isinstance(route.get("host"), str)
-    ):
-        raise RegistryError(f"{where}: field 'route' must be {{listen: PORT}} or {{host: HOSTNAME}}")
-    return dict(route)
-
-
-def _service(name: str, spec: Any, where: str) -> Service:
-    where = f"{where}: service {name!r}"
-    if not _KIND.match(name) or name == PROVIDER:
-        raise RegistryError(f"{where}: name is not a lowercase identifier other than {PROVIDER!r}")
-    if not isinstance(spec, dict):
-        raise RegistryError(f"{where}: must be a mapping")
-    unknown = set(spec) - _SERVICE_FIELDS
-    if unknown:
-        raise RegistryError(f"{where}: unknown field {sorted(map(str, unknown))[0]!r}")
-    route = _route(spec["route"], where) if spec.get("route") is not None else None
-    if spec.get("upstream") is not None and not isinstance(spec["upstream"], str):
-        raise RegistryError(f"{where}: field 'upstream' must be a string")
-    credential = spec.get("credential")
-    if credential is not None and not isinstance(credential, str):
-        raise RegistryError(f"{where}: field 'credential' must be a canary kind")
-    identity = spec.get("identity") or []
-    if not isinstance(identity, list) or not all(isinstance(k, str) for k in identity):
-        raise RegistryError(f"{where}: field 'identity' must be a list of canary kinds")
-    return Service(name, route, spec.get("upstream") or "", credential, tuple(identity))
-
-
-def load(path: Path | str) -> Registry:
-    """Read and validate a registry file; any problem is a one-line RegistryError."""
-    path = Path(path)
-    try:
-        size = path.stat().st_size
-        if size > MAX_REGISTRY_BYTES:
-            raise RegistryError(f"registry: {path} is {size} bytes, more than {MAX_REGISTRY_BYTES}")
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RegistryError(f"registry: {path} does not exist") from None
-    except UnicodeDecodeError:
-        raise RegistryError(f"registry: {path} is not UTF-8 text") from None
-    except OSError as exc:
-        raise RegistryError(f"registry: cannot read {path}: {exc.strerror}") from None
-    return parse(text)
 
 
 def new_tag() -> str:

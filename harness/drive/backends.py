@@ -1,8 +1,8 @@
-"""Clients for the Hermes backends that serve several profiles from ONE process.
+"""Clients for the Hermes backends that serve several profiles from ONE process (the gateway's is in
+`harness.drive.gateway_backend`).
 
 - `TuiBackend`: the stdio JSON-RPC backend (`python -m tui_gateway.entry`), newline-delimited JSON-RPC 2.0.
 - `ServeBackend`: `hermes serve` (the desktop backend), the same JSON-RPC over `/api/ws?token=...`.
-- `GatewayBackend`: `hermes gateway run` with multiplexed profiles and the OpenAI-compatible API server.
 
 Every frame is appended to an RPC log (JSONL: direction, owning tenant, frame) so the reconciler can scan
 each tenant's frames for other tenants' canaries; the backend's own output goes to a log scanned for
@@ -18,13 +18,11 @@ import secrets
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from harness.core.procs import descendants, stop_tree
+from harness.core.procs import Stdio, descendants, stop_tree
 from harness.drive.hermes import Hermes
 
 
@@ -240,7 +238,7 @@ class TuiBackend(RpcBackend):
         self._stderr: IO[bytes] = self.log_path.open("ab")
         self.proc = self.hermes.procs.spawn(
             [str(self.hermes.python), "-m", "tui_gateway.entry"], env=self.hermes.env(), cwd=self.hermes.sandbox.home,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True,
+            stdio=Stdio(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True),
         )
         threading.Thread(target=self._pump, daemon=True, name="tenancy-tui-reader").start()
         self.wait(lambda f: (f.get("params") or {}).get("type") == "gateway.ready", timeout, "gateway.ready")
@@ -288,7 +286,8 @@ class ServeBackend(RpcBackend):
         self._out = self.log_path.open("a", encoding="utf-8", errors="replace")
         self.proc = self.hermes.procs.spawn(
             [str(self.hermes.python), "-m", "hermes_cli.main", "serve", "--host", "127.0.0.1", "--port", "0"],
-            env=env, cwd=self.hermes.sandbox.home, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+            env=env, cwd=self.hermes.sandbox.home,
+            stdio=Stdio(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
         )
         port: list[int] = []
         threading.Thread(target=self._pump_output, args=(port,), daemon=True, name="tenancy-serve-out").start()
@@ -336,68 +335,5 @@ class ServeBackend(RpcBackend):
             return
         with contextlib.suppress(Exception):
             self.ws.close()
-        stop_tree(self.proc)
-        self._out.close()
-
-
-class GatewayBackend:
-    """`hermes gateway run` with `gateway.multiplex_profiles` and the API server on 127.0.0.1."""
-
-    def __init__(self, hermes: Hermes, port: int, rpc_log: RpcLog, log_path: Path) -> None:
-        self.hermes, self.port, self.rpc_log, self.log_path = hermes, port, rpc_log, log_path
-        self.proc: subprocess.Popen[Any] | None = None
-
-    def start(self, timeout: float = 90.0) -> GatewayBackend:
-        self._out = self.log_path.open("ab")
-        self.proc = self.hermes.procs.spawn(
-            [str(self.hermes.python), "-m", "hermes_cli.main", "gateway", "run"], env=self.hermes.env(),
-            cwd=self.hermes.sandbox.home, stdout=self._out, stderr=self._out,
-        )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise BackendError(f"hermes gateway exited rc={self.proc.returncode} before /health answered")
-            status, _ = self.request("GET", "/health", None, None, tenant=None, log=False)
-            if status == 200:
-                return self
-            time.sleep(0.2)
-        raise BackendError(f"hermes gateway /health did not answer within {timeout:.0f}s")
-
-    @staticmethod
-    def route(tenant: str, launch: str, path: str) -> str:
-        return path if tenant == launch else f"/p/{tenant}{path}"
-
-    def request(self, method: str, path: str, key: str | None, body: dict[str, Any] | None, *, tenant: str | None,
-                timeout: float = 120.0, log: bool = True) -> tuple[int, dict[str, Any] | str]:
-        """(status, parsed JSON or text); 0 when the connection failed."""
-        data = json.dumps(body).encode() if body is not None else None
-        req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method)
-        req.add_header("content-type", "application/json")
-        if key:
-            req.add_header("authorization", f"Bearer {key}")
-        if log:
-            self.rpc_log.write("out", tenant, {"method": method, "path": path, "body": body})
-        try:
-            with urllib.request.urlopen(req, timeout=timeout) as resp:
-                status, raw = resp.status, resp.read()
-        except urllib.error.HTTPError as exc:
-            status, raw = exc.code, exc.read()
-        except OSError:
-            return 0, ""
-        try:
-            payload: dict[str, Any] | str = json.loads(raw)
-        except ValueError:
-            payload = raw.decode("utf-8", "replace")
-        if log:
-            self.rpc_log.write("in", tenant, {"status": status, "path": path, "body": payload})
-        return status, payload
-
-    @property
-    def pid(self) -> int | None:
-        return self.proc.pid if self.proc else None
-
-    def close(self) -> None:
-        if self.proc is None:
-            return
         stop_tree(self.proc)
         self._out.close()

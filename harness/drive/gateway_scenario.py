@@ -13,8 +13,8 @@ import time
 from harness.core.findings import Finding
 from harness.core.protocol import PROMPT, placeholder
 from harness.drive import battery
-from harness.drive.backends import GatewayBackend
 from harness.drive.context import Context
+from harness.drive.gateway_backend import GatewayBackend
 from harness.drive.hermes import TurnResult
 from harness.drive.phases import profiles, seed_cron, wait_cron, wanted
 

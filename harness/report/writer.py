@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from harness.core.files import write_private
-from harness.core.registry import RegistryError, load
+from harness.core.registry import RegistryError
+from harness.core.registry_file import load
 from harness.report import html
 from harness.report.junit import junit
 from harness.report.markdown import markdown

@@ -18,7 +18,7 @@ from mitmproxy import flowfilter
 
 from harness import cli
 from harness.core.findings import Finding
-from harness.core.registry import load
+from harness.core.registry_file import load
 from harness.detect.engine import stream
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.reconcile import read_flows

@@ -179,7 +179,7 @@ def test_listeners_are_bound_before_the_registry_is_written(tmp_path, hermes_pyt
             s.close()
     doc = json.loads((tmp_path / "ev" / "findings.json").read_text())
     assert code == 0 and doc["verdict"] == "clean", doc
-    from harness.core.registry import load
+    from harness.core.registry_file import load
 
     listen = [t.listen for t in load(tmp_path / "ev" / "registry.yaml")]
     assert all(listen) and not held & set(listen)

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.registry import load
+from harness.core.registry_file import load
 from harness.detect.engine.matcher import Matcher
 from harness.drive import install
 from harness.matrix import FILES

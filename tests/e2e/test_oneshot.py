@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from harness.core.protocol import BATTERY_TOOLS, OUT_OF_SCOPE
-from harness.core.registry import load
+from harness.core.registry_file import load
 from harness.detect.engine.matcher import Matcher
 from harness.detect.versions import version_of
 from harness.drive.plants import (

@@ -21,7 +21,8 @@ import psutil
 import pytest
 
 from harness.capture.proxy import CERTS
-from harness.core.registry import Registry, load
+from harness.core.registry import Registry
+from harness.core.registry_file import load
 from harness.detect import scan
 from harness.detect.flows import route_of
 from harness.detect.reconcile import read_flows, reconcile

@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--log", required=True, help="the folder of the server's record")
     args = parser.parse_args(argv)
     from harness.capture.services import mcp_tools  # the SDK loads after the arguments are known good
-    from harness.core.registry import load
+    from harness.core.registry_file import load
 
     tenant = load(args.registry)[args.tenant]
     write = _writer(Path(args.log) / log_name(tenant.name, os.getpid()))

@@ -35,6 +35,7 @@ from harness.core.protocol import placeholder
 from harness.core.registry import TAG_MARKER, Registry, is_secret_kind
 from harness.detect.engine.escapes import ESCAPE_STARTS, MAX_UNESCAPE, Unescaped, escape_triggers
 from harness.detect.engine.forms import Doubles, Edge, encodings_of, encodings_with_edges
+from harness.detect.engine.triggers import DOUBLE, ESCAPE, WINDOW, Triggers
 
 DFA_MAX_PATTERNS = 12288
 #: Buffers shorter than this are scanned by the full automaton at once (one call is cheaper than two).
@@ -66,52 +67,6 @@ class Hit:
     start: int
     end: int
     encoding: str
-
-
-#: What a trigger string found in the data asks `Matcher.find` for (`_Triggers`).
-WINDOW, DOUBLE, ESCAPE = "window", "double", "escape"
-_ROLES = (WINDOW, DOUBLE, ESCAPE)
-
-
-def _can_hide(found: bytes, other: bytes, *, first: bool) -> bool:
-    """Whether a leftmost-first search that finds `found` may skip `other` for overlapping it: `other` can
-    start inside `found`, or where it starts if `found` comes `first` in the automaton's order."""
-    return any(other.startswith(found[k:]) or found.startswith(other, k) for k in range(0 if first else 1, len(found)))
-
-
-class _Triggers:
-    """The fixed strings `Matcher.find` looks for besides the canaries' patterns, in one pass, by role:
-    WINDOW, a marker form (the automaton runs around it); DOUBLE, a `Doubles` trigger; ESCAPE, the
-    start of a `\\u00XX` escape.
-
-    One pass, not one per role: a pass costs about as much as the prefilter's windows (3 ms per 32 MiB),
-    so three would halve its speed-up (docs/performance.md). Leftmost-first, with at most 64 strings, is
-    what ahocorasick-rs's SIMD searcher runs. A string skipped for overlapping a found one starts inside
-    it, so the found one does the skipped one's job too (`roles`), and what is looked at around a found
-    string reaches one string further."""
-
-    def __init__(self, groups: dict[str, Iterable[bytes]]) -> None:
-        own: dict[bytes, set[str]] = {}
-        for role, forms in groups.items():
-            for form in forms:
-                own.setdefault(form, set()).add(role)
-        # At one start the first string in this order wins: a marker form before an escape start.
-        self.strings = sorted(own, key=lambda s: (min(map(_ROLES.index, own[s])), s))
-        self.roles = [frozenset(own[s].union(*(own[o] for j, o in enumerate(self.strings)
-                                                if own[o] - own[s] and _can_hide(s, o, first=i < j))))
-                      for i, s in enumerate(self.strings)]
-        self.longest = max(map(len, self.strings), default=0)
-        self._automaton = ahocorasick_rs.BytesAhoCorasick(
-            self.strings, matchkind=ahocorasick_rs.MatchKind.LeftmostFirst) if self.strings else None
-
-    def find(self, data: bytes | bytearray | memoryview) -> dict[str, list[int]]:
-        """The positions of the strings found, in order, by role."""
-        found: dict[str, list[int]] = {WINDOW: [], DOUBLE: [], ESCAPE: []}
-        if self._automaton is not None:
-            for i, pos, _ in self._automaton.find_matches_as_indexes(data):
-                for role in self.roles[i]:
-                    found[role].append(pos)
-        return found
 
 
 def _outermost(found: list[tuple[Canary, str, int, int]]) -> list[tuple[Canary, str, int, int]]:
@@ -181,7 +136,7 @@ class Matcher:
         groups = {DOUBLE: self._doubles.triggers}
         if markers is not None:
             groups |= {WINDOW: markers, ESCAPE: [b"\\u00"]}
-        self._triggers = _Triggers(groups)
+        self._triggers = Triggers(groups)
         #: The escapes of the characters of the marker's forms and the double-base64 triggers (`_escape_starts`).
         self._marker_escapes = frozenset(f"\\u{c:04{x}}".encode() for c in set(b"".join(self._triggers.strings))
                                          for x in "xX") if markers is not None else frozenset()
@@ -209,7 +164,7 @@ class Matcher:
     def _matches(self, data: bytes | bytearray | memoryview,
                  anchors: list[int] | None = None) -> list[tuple[int, int, int]]:
         """Every (pattern, start, end), overlapping: the same list a full scan gives, maybe reordered.
-        `anchors`: where the marker's forms are in `data` (`_Triggers.find`), if already known."""
+        `anchors`: where the marker's forms are in `data` (`Triggers.find`), if already known."""
         assert self._automaton is not None and self._local is not None
         if len(data) < PREFILTER_MIN_BYTES:
             return self._local.find_matches_as_indexes(data, overlapping=True)
@@ -353,7 +308,7 @@ class Matcher:
 
     def _direct(self, data: bytes | bytearray | memoryview,
                 marks: dict[str, list[int]] | None = None) -> list[tuple[Canary, str, int, int]]:
-        """The automaton's matches and the canaries encoded twice in base64. `marks`: `_Triggers.find`'s."""
+        """The automaton's matches and the canaries encoded twice in base64. `marks`: `Triggers.find`'s."""
         marks = self._triggers.find(data) if marks is None else marks
         return self._raw_matches(data, marks[WINDOW]) + self._double_base64(data, marks[DOUBLE])
 

@@ -37,12 +37,10 @@ from harness.detect.engine import codecs, containers
 from harness.detect.engine.containers import BARE, MAGIC, RUN, Start
 from harness.detect.engine.hits import Layer, Limits, NotInspected, ScanHit, Snippet, where
 from harness.detect.engine.matcher import Matcher
+from harness.detect.engine.pages import SQLITE_MAGIC, cut_extension, page_grid
 
 #: Bytes read per window (each window also holds the last `Matcher.longest` bytes of the one before).
 WINDOW = 4 << 20
-SQLITE_MAGIC = b"SQLite format 3\x00"
-#: A write-ahead log: its header, then frames of a header and one page each.
-WAL_MAGIC, WAL_HEADER, WAL_FRAME_HEADER = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83"), 32, 24
 #: Rows of a table whose values `LayerWalk._cells` looks at together first.
 CELL_BATCH = 32
 #: Layers that re-encode bytes which are scanned raw too (a canary their raw bytes show is reported there).
@@ -65,7 +63,7 @@ class LayerWalk:
         self.min_bytes = max(matcher.shortest, 1)  # no layer shorter than a canary holds one
         self.hits: list[ScanHit] = []
         self.skipped: list[tuple[tuple[Layer, ...], str, int]] = []  # (layers, reason, bytes read)
-        self._cut_extensions: set[int] = set()  # ids of hits a longer path's cut start follows (`_cut_extension`)
+        self._cut_extensions: set[int] = set()  # ids of hits a longer path's cut start follows (`pages.cut_extension`)
         # A hit must lie whole in one window with the base64 character on either side of it, and a wrapped
         # block's line (up to `containers.LINE_LOOKBACK` bytes) with the break after it.
         self.overlap = max(matcher.longest + 8, containers.LINE_LOOKBACK + 8)
@@ -114,9 +112,9 @@ class LayerWalk:
         of a path that another tenant's path extends (the launch profile's home, which holds every other
         profile's) cannot tell the two apart when a page boundary follows it (within 6 bytes per character the
         longer path adds: its most expanded encoding) or a byte that is not text follows it, right after it or
-        after the longer path's first bytes (`_cut_extension`): the cells decide.
+        after the longer path's first bytes (`pages.cut_extension`): the cells decide.
         """
-        grid = _page_grid(header)
+        grid = page_grid(header)
         if grid is None or not self.matcher.extended:
             return
         start, stride = grid
@@ -155,8 +153,8 @@ class LayerWalk:
                 self.hits.append(ScanHit(replace(hit, start=base + hit.start, end=base + hit.end), layers,
                                          Snippet(self.matcher, window, hit)))
                 extensions = self.matcher.extensions.get((hit.tenant, hit.kind))
-                if extensions and _cut_extension(window, hit.end, extensions if hit.encoding == "plain" else None,
-                                                 6 * self.matcher.extended[(hit.tenant, hit.kind)]):
+                if extensions and cut_extension(window, hit.end, extensions if hit.encoding == "plain" else None,
+                                                6 * self.matcher.extended[(hit.tenant, hit.kind)]):
                     self._cut_extensions.add(id(self.hits[-1]))
 
     def _layer(self, window: bytes, start: Start, layers: tuple[Layer, ...], reopen: Reopen, after: int,
@@ -330,38 +328,6 @@ class LayerWalk:
         shown = {(h.tenant, h.kind, h.layers) for h in self.hits}
         return [h for h in self.hits
                 if not (h.layers and h.layers[-1][0] in TRANSFORMS and (h.tenant, h.kind, h.layers[:-1]) in shown)]
-
-def _cut_extension(data: bytes, end: int, extensions: list[bytes] | None, reach: int) -> bool:
-    """Whether a longer path may start at `end` and be cut where a database cell's first part ends (its overflow
-    page's number follows): plain text (`extensions` given) shows none or some of one of them, then a byte that is
-    not text; another encoding shows such a byte within `reach` bytes."""
-    if extensions is None:
-        return any(_cuts(b) for b in data[end:end + reach])
-    for ext in extensions:
-        n = 0
-        while n < len(ext) and end + n < len(data) and data[end + n] == ext[n]:
-            n += 1
-        if n < len(ext) and end + n < len(data) and _cuts(data[end + n]):
-            return True
-    return False
-
-
-def _cuts(byte: int) -> bool:
-    """A byte no text holds (a control character but tab and line breaks): a record's structure, not its text."""
-    return byte < 0x20 and byte not in b"\t\n\r"
-
-
-def _page_grid(header: bytes) -> tuple[int, int] | None:
-    """Where a SQLite database's pages (or its WAL's frames) start: (first, stride); None for other data."""
-    if header.startswith(SQLITE_MAGIC):
-        size = int.from_bytes(header[16:18], "big")
-        size = 65536 if size == 1 else size
-        return (0, size) if size >= 512 else None
-    if header[:4] in WAL_MAGIC and len(header) >= 32:
-        size = int.from_bytes(header[8:12], "big")
-        return (WAL_HEADER, size + WAL_FRAME_HEADER) if size >= 512 else None
-    return None
-
 
 def _windows(chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
     """`chunks` regrouped into windows of about WINDOW bytes, each with whether it is the last."""
