@@ -196,6 +196,18 @@ def _drop_stale(root: Path, version: str) -> None:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def installer(python: Path, lock: Path) -> list[str]:
+    """The command that installs exactly `lock` (hashes required, no dependency of its own) into the venv of
+    `python`: uv of the harness venv when it has one (the `[test]` extra; about ten times faster than pip, which
+    counts in CI), else that venv's pip."""
+    uv = shutil.which("uv", path=str(Path(sys.executable).parent))
+    if uv is not None:
+        return [uv, "pip", "install", "--quiet", "--no-config", "--python", str(python), "--require-hashes",
+                "--no-deps", "-r", str(lock)]
+    return [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--require-hashes",
+            "--no-deps", "-r", str(lock)]
+
+
 def lock_lines(version: str, report: dict[str, Any]) -> str:
     """A lock made from pip's installation report (`--dry-run --report`): one `name==version --hash` line per
     distribution pip chose for this interpreter, after a comment naming what was resolved, where and how."""
@@ -281,9 +293,8 @@ def install(version: str, say: Callable[[str], None], *, root: Path | None = Non
         if lock is None:
             lock = made = make_lock(version, tmp / "bin" / "python", procs, left(), root)
             say(f"no committed lock for {version}: made one at {lock.path}")
-        rc, out, err = procs.run([str(tmp / "bin" / "python"), "-m", "pip", "install", "--quiet",
-                                  "--disable-pip-version-check", "--require-hashes", "--no-deps", "-r", str(lock.path)],
-                                 env=_child_env(), cwd=tmp, timeout=left())
+        rc, out, err = procs.run(installer(tmp / "bin" / "python", lock.path), env=_child_env(), cwd=tmp,
+                                 timeout=left())
         if rc is None:
             raise InstallError(f"installing hermes-agent=={version} took longer than {timeout:.0f}s")
         if rc != 0:
