@@ -73,6 +73,11 @@ class Snippet:
         self._hit = replace(hit, start=hit.start - lo, end=hit.end - lo)
         self._text: str | None = None
 
+    @property
+    def following(self) -> bytes:
+        """The bytes after the hit that it keeps (`SNIPPET_WIDTH` and the longest pattern, at most)."""
+        return self._context[self._hit.end :]
+
     def __str__(self) -> str:
         if self._text is None:
             self._text = self._matcher.snippet(self._context, self._hit, SNIPPET_WIDTH)

@@ -10,17 +10,17 @@ SQLITE_MAGIC = b"SQLite format 3\x00"
 WAL_MAGIC, WAL_HEADER, WAL_FRAME_HEADER = (b"\x37\x7f\x06\x82", b"\x37\x7f\x06\x83"), 32, 24
 
 
-def cut_extension(data: bytes, end: int, extensions: list[bytes] | None, reach: int) -> bool:
-    """Whether a longer path may start at `end` and be cut where a database cell's first part ends (its overflow
-    page's number follows): plain text (`extensions` given) shows none or some of one of them, then a byte that is
-    not text; another encoding shows such a byte within `reach` bytes."""
+def cut_extension(following: bytes, extensions: list[bytes] | None, reach: int) -> bool:
+    """Whether a longer path may start in the bytes `following` a hit and be cut where a database cell's first
+    part ends (its overflow page's number follows): plain text (`extensions` given) shows none or some of one of
+    them, then a byte that is not text; another encoding shows such a byte within `reach` bytes."""
     if extensions is None:
-        return any(_cuts(b) for b in data[end:end + reach])
+        return any(_cuts(b) for b in following[:reach])
     for ext in extensions:
         n = 0
-        while n < len(ext) and end + n < len(data) and data[end + n] == ext[n]:
+        while n < len(ext) and n < len(following) and following[n] == ext[n]:
             n += 1
-        if n < len(ext) and end + n < len(data) and _cuts(data[end + n]):
+        if n < len(ext) and n < len(following) and _cuts(following[n]):
             return True
     return False
 

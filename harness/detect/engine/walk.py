@@ -63,7 +63,6 @@ class LayerWalk:
         self.min_bytes = max(matcher.shortest, 1)  # no layer shorter than a canary holds one
         self.hits: list[ScanHit] = []
         self.skipped: list[tuple[tuple[Layer, ...], str, int]] = []  # (layers, reason, bytes read)
-        self._cut_extensions: set[int] = set()  # ids of hits a longer path's cut start follows (`pages.cut_extension`)
         # A hit must lie whole in one window with the base64 character on either side of it, and a wrapped
         # block's line (up to `containers.LINE_LOOKBACK` bytes) with the break after it.
         self.overlap = max(matcher.longest + 8, containers.LINE_LOOKBACK + 8)
@@ -123,11 +122,12 @@ class LayerWalk:
             reach = self.matcher.extended.get((h.tenant, h.kind))
             if not reach or h.layers != layers:
                 return False
-            at_page = (h.hit.end + 6 * reach - start) // stride >= -(-(h.hit.end - start) // stride)
-            return at_page or id(h) in self._cut_extensions
+            if (h.hit.end + 6 * reach - start) // stride >= -(-(h.hit.end - start) // stride):  # a page boundary
+                return True
+            extensions = self.matcher.extensions[(h.tenant, h.kind)] if h.hit.encoding == "plain" else None
+            return h.snippet is not None and cut_extension(h.snippet.following, extensions, 6 * reach)
 
         self.hits[first:] = [h for h in self.hits[first:] if not cut(h)]
-        self._cut_extensions.clear()
 
     def _window(self, window: bytes, base: int, owns: tuple[int, int], skip: dict[str, int],
                 layers: tuple[Layer, ...], reopen: Reopen, top: bool) -> None:
@@ -152,10 +152,6 @@ class LayerWalk:
             if owned_from < base + hit.end <= limit:
                 self.hits.append(ScanHit(replace(hit, start=base + hit.start, end=base + hit.end), layers,
                                          Snippet(self.matcher, window, hit)))
-                extensions = self.matcher.extensions.get((hit.tenant, hit.kind))
-                if extensions and cut_extension(window, hit.end, extensions if hit.encoding == "plain" else None,
-                                                6 * self.matcher.extended[(hit.tenant, hit.kind)]):
-                    self._cut_extensions.add(id(self.hits[-1]))
 
     def _layer(self, window: bytes, start: Start, layers: tuple[Layer, ...], reopen: Reopen, after: int,
                at: int) -> int | None:
