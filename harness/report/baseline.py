@@ -107,12 +107,6 @@ def split(findings: list[Finding], base: AnyBaseline, ran: set[tuple[str, str]] 
     return new, old, sorted(inc["id"] for entry, inc in base.incidents.items() if entry not in seen and expected(inc))
 
 
-def _incident_doc(i: Incident) -> dict[str, Any]:
-    return {"id": i.id, "entry": i.entry, "documented": documented(i),
-            "phases": sorted({(f.scenario or "", f.phase or "") for f in i.crossings}),
-            "hops": {}, "classes": {}}
-
-
 def write(path: Path, runs: list[list[Finding]], note: str = "", made_with: dict[str, Any] | None = None
           ) -> list[dict[str, Any]]:
     """Write a baseline of the incidents of every run: each incident, hop and spread class with how many of the
@@ -120,32 +114,33 @@ def write(path: Path, runs: list[list[Finding]], note: str = "", made_with: dict
     merged: dict[str, dict[str, Any]] = {}
     for findings in runs:
         for i in build(findings):
-            doc = merged.setdefault(i.entry, _incident_doc(i))
-            doc["seen"] = doc.get("seen", 0) + 1
-            doc["phases"] = sorted({*map(tuple, doc["phases"]), *_incident_doc(i)["phases"]})
-            doc["documented"] = sorted({*doc["documented"], *documented(i)}, key=lambda n: int(n[1:]))
+            doc = merged.setdefault(i.entry, {"id": i.id, "entry": i.entry, "documented": set(), "phases": set(),
+                                              "hops": {}, "classes": {}, "seen": 0})
+            doc["seen"] += 1
+            doc["documented"] |= set(documented(i))
+            doc["phases"] |= {(f.scenario or "", f.phase or "") for f in i.crossings}
             crossing = {id(f) for f in i.crossings}
-            for key, found in (("hops", {hop(i.entry, f): f for f in i.findings}),
-                               ("classes", {f.fingerprint(): f for f in i.findings})):
-                for name, f in found.items():
-                    item = doc[key].setdefault(name, _item(key, name, f, id(f) in crossing))
-                    item["seen"] += 1
-    incidents = []
-    for doc in merged.values():
-        doc.update(runs=len(runs), intermittent=doc["seen"] < len(runs), phases=[list(p) for p in doc["phases"]])
-        doc["hops"] = sorted(doc["hops"].values(), key=lambda h: h["hop"])
-        doc["classes"] = sorted(doc["classes"].values(), key=lambda c: (c["role"], c["example"]))
-        incidents.append(doc)
-    incidents.sort(key=lambda d: d["entry"])
+            for name, f in {hop(i.entry, f): f for f in i.findings}.items():
+                doc["hops"].setdefault(name, _hop_item(name, f))["seen"] += 1
+            for name, f in {f.fingerprint(): f for f in i.findings}.items():
+                doc["classes"].setdefault(name, _class_item(name, f, id(f) in crossing))["seen"] += 1
+    incidents = [{**doc, "documented": sorted(doc["documented"], key=lambda n: int(n[1:])),
+                  "phases": [list(p) for p in sorted(doc["phases"])],
+                  "hops": sorted(doc["hops"].values(), key=lambda h: h["hop"]),
+                  "classes": sorted(doc["classes"].values(), key=lambda c: (c["role"], c["example"])),
+                  "seen": doc["seen"], "runs": len(runs), "intermittent": doc["seen"] < len(runs)}
+                 for doc in sorted(merged.values(), key=lambda d: d["entry"])]
     out = {"version": VERSION, "tool": "tenancy-audit", "note": note, "runs": len(runs),
            "made_with": made_with or {}, "incidents": incidents}
     write_private(Path(path), (json.dumps(out, indent=2) + "\n").encode())
     return incidents
 
 
-def _item(key: str, name: str, f: Finding, crossing: bool) -> dict[str, Any]:
-    if key == "hops":
-        return {"hop": name, "victim": f.victim, "recipient": f.seen_in, "seen": 0}
+def _hop_item(name: str, f: Finding) -> dict[str, Any]:
+    return {"hop": name, "victim": f.victim, "recipient": f.seen_in, "seen": 0}
+
+
+def _class_item(name: str, f: Finding, crossing: bool) -> dict[str, Any]:
     return {"fingerprint": name, "role": "crossing" if crossing else "spread", "kind": f.kind, "canary": f.canary,
             "channel": f.channel, "scenario": f.scenario, "phase": f.phase, "seen": 0, "example": f.summary()[:160]}
 
