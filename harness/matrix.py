@@ -24,7 +24,7 @@ from packaging.version import InvalidVersion, Version
 
 from harness.capture.proxy import ProxyError
 from harness.core.evidence import EvidenceFolder
-from harness.core.files import write_private
+from harness.core.files import REGISTRY, write_private
 from harness.core.places import evidence_root
 from harness.core.procs import ProcessSet
 from harness.core.record import EvidenceError
@@ -147,7 +147,7 @@ def cell_of(result: AuditResult, release: str, scenario: str, run: int, root: Pa
     reason = result.verdict.reasons[0] if result.verdict.reasons else ""
     if reason and result.out is not None:
         with contextlib.suppress(OSError, RegistryError):
-            reason = matcher_for(load(result.out / "registry.yaml")).redact_text(reason)
+            reason = matcher_for(load(result.out / REGISTRY)).redact_text(reason)
         reason = reason.replace(f"{result.out}/", "")  # paths relative to the cell's evidence folder
     not_offered = {s: sorted(t for t, state in row.items() if state == "not offered")
                    for s, row in result.coverage.items()}

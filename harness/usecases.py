@@ -18,7 +18,7 @@ import mitmproxy.version
 
 import harness
 from harness.core.evidence import EvidenceFolder
-from harness.core.files import write_private
+from harness.core.files import FLOWS, REGISTRY, write_private
 from harness.core.findings import EXIT_INCONCLUSIVE, EXIT_LEAK, INCONCLUSIVE_KINDS, Verdict
 from harness.core.record import RunRecord
 from harness.core.registry_file import load
@@ -96,7 +96,7 @@ def _reconcile_folder(opts: ReconcileOptions, out: Path, started: float, say: Ca
     """The whole evidence folder, as `run` judged it: the same verdict, findings and fingerprints."""
     if not out.is_dir():
         raise UsageError(f"reconcile: {out} is not a directory (pass an evidence folder, or --registry and --flows)")
-    if opts.registry is not None and opts.registry.resolve() != (out / "registry.yaml").resolve():
+    if opts.registry is not None and opts.registry.resolve() != (out / REGISTRY).resolve():
         raise UsageError("reconcile: with an evidence folder, the registry is its registry.yaml")
     if opts.scenario or opts.phase:
         raise UsageError("reconcile: an evidence folder names its own scenario and phases (timeline.json)")
@@ -253,8 +253,8 @@ def export_flows(source: Path, registry_path: Path | None, har: Path | None, flo
     """Redacted copies of saved flows: HAR 1.2 and/or a .mitm flow file (`show`: each file written)."""
     if not (har or flows_out):
         raise UsageError("export: pass --har FILE and/or --flows FILE")
-    flows_path = source / "flows.mitm" if source.is_dir() else source
-    registry_path = registry_path or (source / "registry.yaml" if source.is_dir() else None)
+    flows_path = source / FLOWS if source.is_dir() else source
+    registry_path = registry_path or (source / REGISTRY if source.is_dir() else None)
     if registry_path is None:
         raise UsageError("export: a flow file needs --registry")
     if not flows_path.is_file():

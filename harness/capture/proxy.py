@@ -22,7 +22,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from harness.core.files import write_private
+from harness.core.files import FLOWS, write_private
 from harness.core.places import SOURCE, certs_dir
 from harness.core.procs import ProcessSet, Stdio, kill_group
 from harness.core.registry import PROVIDER, Registry
@@ -115,7 +115,7 @@ class Proxy:
 
     @property
     def flows_path(self) -> Path:
-        return self.out / "flows.mitm"
+        return self.out / FLOWS
 
     @property
     def ledger_path(self) -> Path:

@@ -11,7 +11,17 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from harness.core.files import BASELINE_COPY, PHASE_FILE, POLICY_COPY, RECORD, SERVICE_RECORDS, STUB_LOG, seal
+from harness.core.files import (
+    BASELINE_COPY,
+    FLOWS,
+    PHASE_FILE,
+    POLICY_COPY,
+    RECORD,
+    REGISTRY,
+    SERVICE_RECORDS,
+    STUB_LOG,
+    seal,
+)
 from harness.core.places import evidence_root
 
 
@@ -27,11 +37,11 @@ class EvidenceFolder:
 
     @property
     def registry(self) -> Path:
-        return self.path / "registry.yaml"
+        return self.path / REGISTRY
 
     @property
     def flows(self) -> Path:
-        return self.path / "flows.mitm"
+        return self.path / FLOWS
 
     @property
     def logs(self) -> Path:

@@ -7,6 +7,10 @@ import os
 import tempfile
 from pathlib import Path
 
+#: The tenants and their canaries, as the run minted them (`core.registry`).
+REGISTRY = "registry.yaml"
+#: Every flow mitmdump saw, as it saved them (mitmproxy's flow file).
+FLOWS = "flows.mitm"
 #: The run's record: phases, turns, what drivers saw live (what `judge.evaluate` reads).
 RECORD = "timeline.json"
 #: A copy of the baseline the run was judged against (`reconcile EVIDENCE` uses it by default).

@@ -14,7 +14,7 @@ from typing import Any
 
 from mitmproxy import http, io
 
-from harness.core.files import write_private
+from harness.core.files import FLOWS, REGISTRY, write_private
 from harness.core.protocol import placeholder
 from harness.core.registry import Registry, Tenant
 from harness.detect.engine.matcher import Matcher
@@ -61,16 +61,16 @@ def write_redacted(out: Path, registry: Registry) -> Path:
     """Write `out/redacted/` from the evidence in `out`; returns that folder."""
     matcher = Matcher.for_registry(registry, secrets_only=True)
     dest = out / REDACTED
-    flows, _ = read_flows(out / "flows.mitm", empty_ok=True)
+    flows, _ = read_flows(out / FLOWS, empty_ok=True)
     buf = stdio.BytesIO()
     writer = io.FlowWriter(buf)
     for flow in flows:
         writer.add(redact_flow(flow, matcher))
-    write_private(dest / "flows.mitm", buf.getvalue())
-    redacted_registry(registry).save(dest / "registry.yaml")
+    write_private(dest / FLOWS, buf.getvalue())
+    redacted_registry(registry).save(dest / REGISTRY)
     for path in sorted(out.rglob("*")):
         rel = path.relative_to(out)
-        if rel.parts[0] in SKIP or str(rel) in ("flows.mitm", "registry.yaml"):
+        if rel.parts[0] in SKIP or str(rel) in (FLOWS, REGISTRY):
             continue
         if path.is_symlink() or not path.is_file():
             continue

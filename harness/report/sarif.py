@@ -17,6 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from harness.core.files import FLOWS
 from harness.core.findings import FINGERPRINT_VERSION, INCONCLUSIVE_KINDS, Finding
 from harness.core.severity import FINDINGS_DOC, POSSIBLE, SECURITY_SEVERITY, docs_url, precision, rank, severity
 from harness.detect.incidents import spread_counts
@@ -100,7 +101,7 @@ def location(f: Finding, homes: dict[str, str]) -> dict[str, Any]:
     loc = f.location
     if loc.startswith("flow:"):
         flow_id = loc.split(":", 2)[1]
-        return {"physicalLocation": _artifact("flows.mitm"),
+        return {"physicalLocation": _artifact(FLOWS),
                 "logicalLocations": [{"name": flow_id, "fullyQualifiedName": loc, "kind": "resource"}]}
     if loc.startswith("stub:"):
         return {"physicalLocation": _artifact("stubs.jsonl"),

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from harness.core.files import write_private
+from harness.core.files import REGISTRY, write_private
 from harness.core.registry import RegistryError
 from harness.core.registry_file import load
 from harness.report import html
@@ -18,7 +18,7 @@ from harness.report.sarif import sarif
 def evidence_homes(out: Path) -> dict[str, str]:
     """Tenant -> its home relative to the evidence folder (from registry.yaml there, when it has one)."""
     try:
-        registry = load(out / "registry.yaml")
+        registry = load(out / REGISTRY)
     except RegistryError:
         return {}
     root = out.resolve()
