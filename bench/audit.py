@@ -51,7 +51,7 @@ from harness.capture import proxy
 from harness.core.procs import ProcessSet
 from harness.core.protocol import PROMPT
 from harness.detect import reconcile, scan
-from harness.drive import scenarios
+from harness.drive import doors
 from harness.drive.hermes import Hermes, write_home
 from harness.session import AuditSession
 
@@ -79,12 +79,12 @@ def timed_steps() -> Iterator[None]:
         original = getattr(owner, name)
         saved.append((owner, name, original))
         setattr(owner, name, _timer(original, label))
-    driver = scenarios.SCENARIOS["oneshot"]
-    scenarios.SCENARIOS["oneshot"] = _timer(driver, "hermes turns")
+    driver = doors.SCENARIOS["oneshot"]
+    doors.SCENARIOS["oneshot"] = _timer(driver, "hermes turns")
     try:
         yield
     finally:
-        scenarios.SCENARIOS["oneshot"] = driver
+        doors.SCENARIOS["oneshot"] = driver
         for owner, name, original in saved:
             setattr(owner, name, original)
 

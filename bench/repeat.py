@@ -40,7 +40,7 @@ import children
 import psutil
 
 from harness.core.procs import ProcessSet, Stdio, kill_group
-from harness.drive.scenarios import SCENARIOS
+from harness.drive.doors import SCENARIOS
 
 REPO = Path(__file__).resolve().parent.parent
 CLI = REPO / ".venv" / "bin" / "tenancy-audit"

@@ -11,13 +11,13 @@ from harness import usecases
 from harness.capture.services.base import MODES
 from harness.capture.services.provider import FAULTS
 from harness.core.files import BASELINE_COPY
-from harness.core.protocol import TOOL_GROUPS
 from harness.detect.engine import stream
-from harness.drive import plants, scenarios
+from harness.drive import plants
+from harness.drive.doors import SCENARIOS, default_tenants
 from harness.drive.phases import ALL_PHASES
-from harness.drive.services import SERVICES
+from harness.drive.services import SERVICES, TOOL_GROUPS
 from harness.matrix import MatrixOptions, parse_releases, parse_scenarios, parse_shard
-from harness.run import RunOptions, UsageError, default_tenants
+from harness.run import RunOptions, UsageError
 
 FAIL_ON = ("leak", "inconclusive", "never")
 DESCRIPTION = ("`tenancy-audit`: run, reconcile, scan, selftest, baseline, matrix, merge, export, cleanup.\n"
@@ -46,7 +46,7 @@ def parser() -> argparse.ArgumentParser:
                               "run (the default: exit 1 or 3), or never (exit 0; errors still exit 2)")
 
     run = sub.add_parser("run", parents=[fail_on], help="drive Hermes through the proxy and write an evidence folder")
-    run.add_argument("--scenario", default="oneshot", choices=sorted(scenarios.SCENARIOS))
+    run.add_argument("--scenario", default="oneshot", choices=sorted(SCENARIOS))
     run.add_argument("--tenants", type=int, default=None, help="number of tenants (default 2; 3 for backends)")
     run.add_argument("--topology", default="reverse", choices=["reverse", "forward"])
     run.add_argument("--plant", action="append", default=[], choices=sorted(plants.PLANTS),
@@ -112,7 +112,7 @@ def parser() -> argparse.ArgumentParser:
 
     bl = sub.add_parser("baseline", help="run a scenario N times (or judge saved runs, --from) and write its "
                                          "incidents as a baseline (or --upgrade an older baseline)")
-    bl.add_argument("--scenario", default="oneshot", choices=sorted(scenarios.SCENARIOS))
+    bl.add_argument("--scenario", default="oneshot", choices=sorted(SCENARIOS))
     bl.add_argument("--runs", type=int, default=3, help="runs; incidents missing from some run are intermittent "
                     "(each incident, hop and spread class keeps its rate: seen of runs)")
     bl.add_argument("--from", dest="sources", type=Path, nargs="+", metavar="EVIDENCE",

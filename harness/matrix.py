@@ -32,15 +32,15 @@ from harness.core.registry import RegistryError
 from harness.core.registry_file import load
 from harness.detect.engine.matcher import matcher_for
 from harness.drive import features, install
+from harness.drive.doors import SCENARIOS, default_tenants, missing
 from harness.drive.hermes import Hermes, HermesError, Sandbox
 from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
-from harness.drive.scenarios import SCENARIOS
 from harness.drive.services import SERVICES
 from harness.report import matrix
 from harness.report.matrix import NA, Cell, MatrixError, Plan, class_of, incident_of
 from harness.report.matrix_pages import render_html, render_markdown
 from harness.report.result import AuditResult
-from harness.run import RunOptions, UsageError, check_options, default_tenants, run_audit
+from harness.run import RunOptions, UsageError, check_options, run_audit
 
 FILES = ("matrix.json", "matrix.md", "matrix.html")
 _SHARD = re.compile(r"(\d+)/(\d+)")
@@ -209,7 +209,7 @@ def run_audits(opts: RunOptions, runs: Iterable[int], *, failed: tuple[type[Exce
 
 def _cells(opts: MatrixOptions, rel: Release, scenario: str, runs: list[int]) -> Iterator[Cell]:
     """The cells of one release and scenario (n/a, with the reason, if the release cannot drive it)."""
-    lack = features.missing(rel.offered, scenario) if rel.offered else None
+    lack = missing(rel.offered, scenario) if rel.offered else None
     if rel.python is None or lack:
         reason = rel.reason or f"hermes-agent {rel.version} cannot drive {lack}"
         yield from (Cell(rel.version, scenario, run, NA, reason) for run in runs)

@@ -3,7 +3,7 @@ reconcile, report.
 
 The reader can follow an audit top to bottom in `run_audit`; its resources are set up and torn down by
 `harness.session.AuditSession`, its verdict comes from `harness.judge.evaluate`, scenario drivers live in
-`harness.drive.scenarios`, invariants in `harness.detect.reconcile`, output in `harness.report.result`.
+`harness.drive.doors`, invariants in `harness.detect.reconcile`, output in `harness.report.result`.
 """
 
 from __future__ import annotations
@@ -27,17 +27,16 @@ from harness.core.distributions import current
 from harness.core.evidence import EvidenceFolder, UsageError
 from harness.core.files import write_private
 from harness.core.findings import Verdict
-from harness.core.protocol import TOOL_GROUPS
 from harness.core.record import RunRecord
 from harness.detect.versions import version_of
 from harness.drive import battery, features, plants, services
 from harness.drive.backends import BackendError
 from harness.drive.context import Context, ScenarioOptions
+from harness.drive.doors import DOORS, SCENARIOS, backend_offers_every_tool, doors_of, missing
 from harness.drive.hermes import Hermes, HermesError, require_python, write_home
 from harness.drive.install import default_python, venv_record
 from harness.drive.phases import ALL_PHASES
-from harness.drive.scenarios import SCENARIOS
-from harness.drive.services import SERVICES
+from harness.drive.services import SERVICES, TOOL_GROUPS
 from harness.judge import evaluate, result_of, versions
 from harness.report import baseline as baselines
 from harness.report import policy as policies
@@ -80,12 +79,6 @@ class RunOptions:
                                cron_wait=self.cron_wait, tools=self.tool_groups(), services=self.service_names())
 
 
-def default_tenants(scenario: str) -> int:
-    """How many tenants a scenario runs unless told: 2 for one-shot turns, 3 for the backends (whose
-    multi-profile phases need a third)."""
-    return 2 if scenario == "oneshot" else 3
-
-
 def hermes_python(opt: Path | None, say: Callable[[str], None] | None = None) -> Path:
     """--hermes-python, else $TENANCY_HERMES_PYTHON, else the default (`install.default_python`: installed first
     when `say` is given); absolute, links kept (a venv's python is a symlink, and resolving it would leave the
@@ -111,9 +104,10 @@ def check_options(opts: RunOptions) -> None:
             raise UsageError(f"unknown plant {p!r} (choose from {', '.join(plants.PLANTS)})")
         if plants.TOPOLOGY.get(p, opts.topology) != opts.topology:
             raise UsageError(f"plant {p!r} needs --topology {plants.TOPOLOGY[p]}")
-        if p in plants.SCENARIO and opts.scenario not in (plants.SCENARIO[p], "serve", "gateway", "all"):
-            raise UsageError(f"plant {p!r} needs a scenario whose Hermes offers its tool (--scenario "
-                             f"{plants.SCENARIO[p]}, serve, gateway or all)")
+        if p in plants.SCENARIO and not backend_offers_every_tool(opts.scenario):
+            choices = ", ".join(n for n, d in DOORS.items() if d.backend)
+            raise UsageError(f"plant {p!r} needs a scenario whose Hermes offers its tool (--scenario {choices} "
+                             "or all)")
     for ph in opts.phases:
         if ph not in ALL_PHASES:
             raise UsageError(f"unknown phase {ph!r} (choose from {', '.join(ALL_PHASES)})")
@@ -237,7 +231,7 @@ def _drive(audit: RunState, session: AuditSession, hermes: Hermes) -> None:
         try:
             version = hermes.check()
             offered = features.probe(hermes, version)
-            lack = features.missing(offered, opts.scenario)
+            lack = missing(offered, opts.scenario)
             if lack:
                 raise HermesError(f"hermes-agent {version} cannot drive {lack}")
         except HermesError:
@@ -251,7 +245,7 @@ def _drive(audit: RunState, session: AuditSession, hermes: Hermes) -> None:
         ctx = audit.ctx = Context(
             registry=registry, registry_path=session.registry_path, sandbox=session.sandbox, hermes=hermes,
             proxy=proxy, stubs=session.stubs, opts=opts.scenario_options(), out=audit.out, say=audit.say,
-            scenario=opts.scenario, gateway_port=free_port() if opts.scenario in ("gateway", "all") else 0,
+            scenario=opts.scenario, gateway_port=free_port() if any(d.gateway for d in doors_of(opts.scenario)) else 0,
             service_stubs=session.service_stubs, features=offered)
         write_homes(ctx)
         battery.mint(ctx)

@@ -29,7 +29,7 @@ from harness.core.procs import ProcessSet, reap_stale
 from harness.core.registry import PROVIDER, Registry, mint
 from harness.drive import services
 from harness.drive.hermes import Sandbox
-from harness.drive.services import SERVICES
+from harness.drive.services import PROVIDER_SERVICE, SERVICES
 
 
 class Interrupted(BaseException):
@@ -187,7 +187,10 @@ class AuditSession:
         registry = self.require_registry()
         self.stack.callback(lambda: stop_all([*self.stubs.values(), *self.service_stubs.values()]))
         for t in registry:
-            self.stubs[t.name] = StubProvider(t, self.stub_mode, fault=self.stub_fault).start(self._stub_socks[t.name])
+            stub = PROVIDER_SERVICE.make(t, self.stub_mode)
+            assert isinstance(stub, StubProvider), "the provider's stub is scripted by the battery"
+            stub.fault = self.stub_fault
+            self.stubs[t.name] = stub.start(self._stub_socks[t.name])
             for name in self.service_names:
                 stub = self.service_stubs[(t.name, name)] = SERVICES[name].make(t, self.stub_mode).start()
                 services.attach(registry, name, t.name, self.route(t.name, name) if SERVICES[name].proxied else None,

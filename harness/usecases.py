@@ -27,13 +27,14 @@ from harness.detect.engine.matcher import matcher_for
 from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
 from harness.detect.reconcile import LogSource, Reading, read_flows, reconcile
 from harness.drive import plants
+from harness.drive.doors import default_tenants
 from harness.judge import evaluate, result_of, venv_warnings, versions
 from harness.matrix import run_audits
 from harness.report import baseline, baseline_classes, export
 from harness.report import policy as policies
 from harness.report.result import AuditResult
 from harness.report.writer import write_reports
-from harness.run import RunOptions, UsageError, default_tenants, hermes_python, run_audit
+from harness.run import RunOptions, UsageError, hermes_python, run_audit
 
 
 def hermes_version(python: Path) -> str:
@@ -176,7 +177,7 @@ class PlantOutcome:
 
 def selftest(python: Path | None, out: Path | None) -> Iterator[PlantOutcome]:
     """Every plant in its own audit of real Hermes, each as soon as it is judged."""
-    for name, (_, expected) in plants.PLANTS.items():
+    for name, plant in plants.PLANTS.items():
         scenario = plants.SCENARIO.get(name, "oneshot")
         result = run_audit(RunOptions(plants=[name], out=(out / name) if out else None, hermes_python=python,
                                       quiet=True, topology=plants.TOPOLOGY.get(name, "reverse"), scenario=scenario,
@@ -186,8 +187,8 @@ def selftest(python: Path | None, out: Path | None) -> Iterator[PlantOutcome]:
         kinds = {f.kind for f in result.verdict.findings}
         missed = [r for r in result.verdict.reasons if r.startswith(f"plant {name} ")]
         # a plant that only defeats the proof (a bypass) must end inconclusive; every other one in a leak
-        want = EXIT_INCONCLUSIVE if expected <= INCONCLUSIVE_KINDS else EXIT_LEAK
-        yield PlantOutcome(name, code == want and expected <= kinds and not missed, code, expected, kinds)
+        want = EXIT_INCONCLUSIVE if plant.expects <= INCONCLUSIVE_KINDS else EXIT_LEAK
+        yield PlantOutcome(name, code == want and plant.expects <= kinds and not missed, code, plant.expects, kinds)
 
 
 def _writable(out: Path) -> None:

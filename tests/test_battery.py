@@ -193,7 +193,7 @@ def test_a_python_probe_is_a_snapshot_but_its_quoted_code_is_not(reg):
 
 @pytest.mark.parametrize("name", sorted(plants.TOOL_PLANTS))
 def test_a_tool_plant_needs_a_finding_through_its_tool(name):
-    kinds = plants.PLANTS[name][1]
+    kinds = plants.PLANTS[name].expects
     untagged = [Finding(k, "a", "b", "x", "request" if k == "request_leak" else "file", "l") for k in kinds]
     assert check_plants({name: kinds}, untagged)  # the file scan alone does not count
     tool = sorted(plants.TOOL_PLANTS[name])[0]

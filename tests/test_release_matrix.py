@@ -18,7 +18,8 @@ from harness import matrix as runner
 from harness.core.findings import Finding, Verdict
 from harness.detect.incidents import build
 from harness.drive import features, install
-from harness.drive.features import Features, missing
+from harness.drive.doors import missing
+from harness.drive.features import Features
 from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
 from harness.report import matrix
 from harness.report.baseline import load, write
@@ -453,7 +454,7 @@ def test_a_matrix_from_before_incidents_is_read_and_not_merged_with_new_shards()
 
 
 def test_a_scenario_needs_only_its_own_features():
-    old = Features(usage_file=False, serve=False, multiplex=False, tui=True, mcp=False, mem0=False, delegation=False)
+    old = Features(usage_file=False, serve=False, multiplex=False, tui=True, services=frozenset({"web", "aux"}))
     assert missing(old, "serve") == "scenario serve: no `hermes serve`"
     assert missing(old, "gateway") == "scenario gateway: no multiplexed gateway (gateway.multiplex_profiles)"
     assert missing(old, "oneshot") is None and missing(old, "tui") is None  # --usage-file is not needed
@@ -475,8 +476,8 @@ class _Install:
     def run(self, argv: list[str], **_: object) -> tuple[int, str, str]:
         self.children += 1
         if argv[1] == "-c":
-            return 0, json.dumps({"oneshot": True, "usage_file": False, "multiplex": False, "tui": True, "mcp": False,
-                                  "mem0": False, "tavily": True, "aux": True, "delegation": False}), ""
+            return 0, json.dumps({"oneshot": True, "usage_file": False, "multiplex": False, "tui": True,
+                                  "services": ["web", "aux"]}), ""
         return 2, "", "invalid choice: 'serve'"
 
 
@@ -484,7 +485,7 @@ def test_a_release_is_probed_once_per_python_and_version(tmp_path, monkeypatch):
     monkeypatch.setattr(features, "_probed", {})
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     hermes = _Install(tmp_path / "venv" / "bin" / "python")
-    old = Features(usage_file=False, serve=False, multiplex=False, tui=True, mcp=False, mem0=False, delegation=False)
+    old = Features(usage_file=False, serve=False, multiplex=False, tui=True, services=frozenset({"web", "aux"}))
     assert features.probe(hermes, "0.16.0") == old and hermes.children == 2
     same = _Install(tmp_path / "venv" / "bin" / ".." / "bin" / "python")  # the same install, spelt otherwise
     assert features.probe(same, "0.16.0") == old and same.children == 0

@@ -14,9 +14,7 @@ import yaml
 
 from harness.capture.services.mcp_http import McpHttpStub
 from harness.capture.services.mcp_stdio import log_name
-from harness.capture.services.mem0 import Mem0Stub
 from harness.capture.services.provider import StubProvider
-from harness.capture.services.tavily import TavilyStub
 from harness.core.registry import Registry, RegistryError, mint
 from harness.core.registry_file import load, parse
 from harness.detect import records
@@ -25,6 +23,8 @@ from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import Route, inspect_request
 from harness.drive import services
 from harness.drive.hermes import hermetic_env
+from harness.drive.services.memory import Mem0Stub
+from harness.drive.services.web import TavilyStub
 
 # -- a registry with services ----------------------------------------------------------------------------------
 

@@ -11,8 +11,9 @@ FLOW_HEADER = "x-tenancy-flow"
 LOCAL_PROBES = frozenset({"/api/tags", "/v1/props", "/props", "/version", "/api/v1/models"})
 #: The lines that frame the environment probe's output in a tool result.
 PROBE_BEGIN, PROBE_END = "SNAPSHOT-BEGIN", "SNAPSHOT-END"
-#: The tool battery, by group (`--tools`): the Hermes tools each group drives. `terminal` always runs the env
-#: probe; the coverage table reports every tool of the groups that ran.
+#: The tool battery's groups of Hermes' own tools (`--tools`): the tools each group drives. `terminal` always
+#: runs the env probe. Each service brings its own group besides (`harness.drive.services.TOOL_GROUPS`); the
+#: coverage table reports every tool of the groups that ran.
 TOOL_GROUPS: dict[str, tuple[str, ...]] = {
     "terminal": ("terminal", "process"),
     "memory": ("memory",),
@@ -25,14 +26,7 @@ TOOL_GROUPS: dict[str, tuple[str, ...]] = {
     "files": ("write_file", "patch", "read_file", "search_files"),
     "projects": ("project_create", "project_list", "project_switch"),
     "terminals": ("close_terminal",),
-    # the services' tools (`harness.drive.services`): each group runs where its service is on
-    "mcp": ("mcp__tenancy__remember", "mcp__tenancy__recall", "mcp__tenancy_stdio__remember",
-            "mcp__tenancy_stdio__recall"),
-    "mem0": ("mem0_add", "mem0_search", "mem0_update", "mem0_delete"),
-    "web": ("web_search", "web_extract"),
-    "vision": ("vision_analyze",),
 }
-BATTERY_TOOLS: tuple[str, ...] = tuple(t for tools in TOOL_GROUPS.values() for t in tools)
 _BROWSER = "needs a browser session on real web pages (the sandbox has no network to browse)"
 #: Tools Hermes 0.19.0 offers that the battery does not drive, and why: the coverage table says `out of scope`
 #: with the reason. docs/tools.md lists them; the e2e tests fail on an offered tool that is in neither the

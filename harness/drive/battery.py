@@ -27,12 +27,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.capture.services.provider import Plan, StubProvider, ToolStep, probe_step
-from harness.core.protocol import SUBAGENT_TASK, TOOL_GROUPS, probe_code
-from harness.core.registry import TAG_MARKER, Tenant, new_tag
+from harness.core.protocol import SUBAGENT_TASK, probe_code
+from harness.core.registry import TAG_MARKER, new_tag
 from harness.detect.decode import loads
 from harness.detect.tools import call_names
 from harness.drive.context import Context
-from harness.drive.services import image_name
+from harness.drive.services import GROUP_SERVICES, SERVICES, TOOL_GROUPS
+from harness.drive.services.base import COMMON_WORD, Turn
 
 #: Canary kinds the battery mints for every tenant (kind -> value prefix).
 KINDS = {
@@ -46,8 +47,6 @@ KINDS = {
     "file_note": "filenote",
     "file_patch": "filepatch",
 }
-#: A word every tenant's transcript holds (the prompt), for `session_search` by query.
-COMMON_WORD = "environment"
 #: `memory` has no read action; a remove that matches nothing answers with every current entry.
 NO_MATCH = "tenancy-read-back-matches-no-entry"
 _PROC_ID = re.compile(r"proc_[0-9a-f]{6,}")
@@ -55,10 +54,8 @@ _PROC_ID = re.compile(r"proc_[0-9a-f]{6,}")
 #: config says `supports_parallel_tool_calls`); any other message's calls run one by one with a 1 s pause in
 #: between (`AIAgent.tool_delay`, not configurable), so every other call gets a model round trip of its own,
 #: which is faster.
-PARALLEL_SAFE = frozenset({"session_search", "skill_view", "skills_list", "web_search", "web_extract",
-                           "vision_analyze", "read_file", "search_files", *TOOL_GROUPS["mcp"]})
-#: The service each service tool group needs (`harness.drive.services`); the MCP group covers two servers.
-GROUP_SERVICES = {"mcp": ("mcp", "mcp_stdio"), "mem0": ("memory",), "web": ("web",), "vision": ("aux",)}
+PARALLEL_SAFE = frozenset({"session_search", "skill_view", "skills_list", "read_file", "search_files",
+                           *(t for spec in SERVICES.values() for t in spec.battery.parallel_safe)})
 
 
 def rounds(steps: list[ToolStep]) -> Plan:
@@ -75,10 +72,9 @@ def groups(ctx: Context) -> tuple[str, ...]:
     return tuple(g for g in ctx.opts.tools if g not in GROUP_SERVICES or on & set(GROUP_SERVICES[g]))
 
 
-def mcp_servers(ctx: Context) -> list[str]:
-    """The MCP servers (their names in the profiles' config) whose service is on."""
-    on = ctx.services()
-    return [name for service, name in (("mcp", "tenancy"), ("mcp_stdio", "tenancy_stdio")) if service in on]
+def _services(ctx: Context, on: tuple[str, ...]) -> list[str]:
+    """The services whose battery steps this run takes: on, and their group enabled."""
+    return [s for s in ctx.services() if SERVICES[s].battery.group in on]
 
 
 def enabled(ctx: Context) -> bool:
@@ -97,9 +93,9 @@ def mint(ctx: Context) -> None:
     if enabled(ctx):
         for t in ctx.registry:
             ctx.stubs[t.name].aux_text = f"Title {t.canaries['title']}"
-            aux = ctx.service_stubs.get((t.name, "aux"))
-            if isinstance(aux, StubProvider):  # the auxiliary models: titles and vision answers
-                aux.aux_text = f"Title {t.canaries['title']}"
+            for (tenant, service), stub in ctx.service_stubs.items():
+                if tenant == t.name and SERVICES[service].battery.titles and isinstance(stub, StubProvider):
+                    stub.aux_text = f"Title {t.canaries['title']}"
 
 
 def skill_name(tenant: str, scenario: str) -> str:
@@ -143,21 +139,9 @@ def write_plan(ctx: Context, tenant: str) -> Plan:
         reads.append(ToolStep("cronjob", {"action": "list"}))
     if "session_search" in on:
         reads += [ToolStep("session_search", {}), ToolStep("session_search", {"query": COMMON_WORD})]
-    if "mcp" in on:
-        for server in mcp_servers(ctx):
-            writes.append(ToolStep(f"mcp__{server}__remember", {"note": f"{c['mcp_note']} ({sc})"}))
-            reads.append(ToolStep(f"mcp__{server}__recall", {}))
-    if "mem0" in on:
-        writes.append(ToolStep("mem0_add", {"content": f"{c['memory_note']} ({sc})"}))
-        reads.append(ToolStep("mem0_search", {"query": COMMON_WORD}))
-    if "web" in on:
-        reads += [ToolStep("web_search", {"query": f"{c['web_query']} ({sc})"}),
-                  ToolStep("web_extract", {"urls": [extract_url(tenant, sc)]})]
-    if "vision" in on:
-        reads.append(ToolStep("vision_analyze", {"image_url": image_path(t), "question": "What does it show?"}))
-    if "mem0" in on:  # the record's id is the stub's (`<tenant>-record`): its own, so the calls succeed
-        writes += [ToolStep("mem0_update", {"memory_id": f"{tenant}-record", "text": f"{c['memory_note']} ({sc})"}),
-                   ToolStep("mem0_delete", {"memory_id": f"{tenant}-record"})]
+    for service in _services(ctx, on):
+        writes += SERVICES[service].battery.writes(Turn(t, sc))
+        reads += SERVICES[service].battery.reads(Turn(t, sc))
     if "code" in on:
         writes.append(ToolStep("execute_code", {"code": probe_code()}))
     if "delegate" in on:
@@ -203,16 +187,6 @@ def project_name(tenant: str, scenario: str) -> str:
     return f"tenancy-{tenant}-{scenario}"
 
 
-def extract_url(tenant: str, scenario: str) -> str:
-    """The page `web_extract` is asked for: on loopback (never fetched by Hermes: the web backend extracts it)."""
-    return f"http://127.0.0.1:9/tenancy/{tenant}/{scenario}"
-
-
-def image_path(t: Tenant) -> str:
-    """The picture `vision_analyze` is asked about, in the tenant's terminal cwd (`services.image_name`)."""
-    return str(Path(t.canaries["workdir"]) / image_name(t.name))
-
-
 @dataclass
 class Refs:
     """Identifiers of one tenant's objects, learned after its turn."""
@@ -243,14 +217,8 @@ def lookup_plan(ctx: Context, tenant: str, other: Refs) -> Plan:
         steps += [ToolStep("cronjob", {"action": "list"}),
                   ToolStep("cronjob", {"action": "pause", "job_id": job_name(o, sc)})]
         steps += [ToolStep("cronjob", {"action": "pause", "job_id": j}) for j in other.jobs[:1]]
-    if "mcp" in on:
-        steps += [ToolStep(f"mcp__{server}__recall", {}) for server in mcp_servers(ctx)]
-    if "mem0" in on:
-        steps.append(ToolStep("mem0_search", {"query": COMMON_WORD}))
-    if "web" in on:
-        steps.append(ToolStep("web_search", {"query": f"tenancy lookup by {tenant}"}))
-    if "mem0" in on:  # another tenant's record by id (at an isolated service: not found)
-        steps.append(ToolStep("mem0_delete", {"memory_id": f"{o}-record"}))
+    for service in _services(ctx, on):
+        steps += SERVICES[service].battery.lookups(Turn(t, sc, o))
     if "files" in on:  # another tenant's home, read, searched and written to (by design not a sandbox)
         theirs = home_path(ctx, o)
         mine = f"{theirs}/{FILE_PREFIX}{tenant}-in-{o}.txt"

@@ -16,14 +16,13 @@ from harness.capture.services.base import Service
 from harness.capture.services.provider import StubProvider
 from harness.capture.versions import FileVersions
 from harness.core.findings import Finding
-from harness.core.protocol import TOOL_GROUPS
 from harness.core.record import Phase
 from harness.core.registry import Registry
 from harness.detect.engine.matcher import Matcher, matcher_for
 from harness.drive.backends import RpcLog
-from harness.drive.features import SERVICE_LACKS, Features
+from harness.drive.features import Features
 from harness.drive.hermes import Hermes, Sandbox, TurnResult, gateway_config
-from harness.drive.services import SERVICES
+from harness.drive.services import SERVICES, TOOL_GROUPS
 
 
 @dataclass
@@ -147,10 +146,10 @@ class Context:
         states = {}
         for name in self.opts.services:
             spec = SERVICES[name]
-            if not getattr(self.features, spec.feature):
-                states[name] = f"n/a: {SERVICE_LACKS[spec.feature]}"
-            elif self.proxy.topology == "forward" and spec.forward:
-                states[name] = f"n/a: {spec.forward}"
+            if name not in self.features.services:
+                states[name] = f"n/a: {spec.coverage.lacks}"
+            elif self.proxy.topology == "forward" and spec.coverage.forward:
+                states[name] = f"n/a: {spec.coverage.forward}"
             else:
                 states[name] = "on"
         return states
@@ -158,7 +157,7 @@ class Context:
     def services_to_drive(self) -> list[str]:
         """The services each scenario must drive: those on that every turn drives, or whose battery group ran
         (a service on that none of a scenario's requests reached makes the run inconclusive)."""
-        return [s for s in self.services() if SERVICES[s].passive or SERVICES[s].group in self.opts.tools]
+        return [s for s in self.services() if SERVICES[s].passive or SERVICES[s].battery.group in self.opts.tools]
 
     def extra_config(self, tenant: str) -> dict[str, Any]:
         if tenant == self.sandbox.launch and self.gateway_port:

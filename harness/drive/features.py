@@ -2,8 +2,8 @@
 
 Older releases lack some of what the scenarios drive: `hermes -z --usage-file` (0.16.0 judges a one-shot
 turn by its exit code only), `hermes serve`, the multiplexed gateway (`gateway.multiplex_profiles`), the
-tui backend's per-profile sessions. `missing(features, scenario)` names what a scenario needs and the
-release lacks: the run is then impossible (`run`: one line, exit 2; `matrix`: an `n/a` cell with that reason).
+tui backend's per-profile sessions. `doors.missing(features, scenario)` names what a scenario's door needs
+and the release lacks: the run is then impossible (`run`: one line, exit 2; `matrix`: an `n/a` cell with that reason).
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.drive.hermes import Hermes, HermesError
+from harness.drive.services import SERVICES
 
 #: One child reports what it can import and what the one-shot entry point takes.
 _PROBE = """
@@ -37,21 +38,14 @@ def source_has(mod, text):
         return bool(spec and spec.origin and text in open(spec.origin, encoding="utf-8").read())
     except (ImportError, OSError, ValueError):
         return False
-services = {
-    "mcp": has("tools.mcp_tool") and has("mcp"),
-    "mem0": source_has("plugins.memory.mem0._backend", "class SelfHostedBackend"),
-    "tavily": source_has("plugins.web.tavily.provider", "TAVILY_BASE_URL")
-              or source_has("tools.web_tools", "TAVILY_BASE_URL"),
-    "aux": source_has("agent.auxiliary_client", "key_env"),
-    "delegation": source_has("tools.delegate_tool", "configured_base_url"),
-}
+services = [name for name, offered in {SERVICES}.items() if offered]
 tui = has("tui_gateway.entry") and has("tui_gateway.server")
 if tui:
     from tui_gateway.server import _methods
     create = _methods.get("session.create")
     tui = create is not None and '"profile"' in inspect.getsource(create)
 print(json.dumps({"oneshot": has("hermes_cli.oneshot"), "usage_file": usage, "multiplex": multiplex, "tui": tui,
-                  **services}), file=report, flush=True)
+                  "services": services}), file=report, flush=True)
 os._exit(0)  # no interpreter teardown: 0.16.0's tui_gateway crashes there (SIGSEGV) now and then
 """
 
@@ -65,30 +59,13 @@ class Features:
     serve: bool = True  # `hermes serve`
     multiplex: bool = True  # `hermes gateway run` serving every profile (`gateway.multiplex_profiles`)
     tui: bool = True  # `tui_gateway.entry` with per-profile sessions (`session.create {profile}`)
-    mcp: bool = True  # an MCP client (`tools/mcp_tool.py`) and the `mcp` SDK installed
-    mem0: bool = True  # the mem0 memory provider in self-hosted mode (`plugins/memory/mem0`, `MEM0_HOST`/host)
-    tavily: bool = True  # the Tavily web backend at a configurable `TAVILY_BASE_URL`
-    aux: bool = True  # auxiliary models with their own endpoint and `key_env`
-    delegation: bool = True  # a `delegation:` block with its own `base_url` for subagents
+    services: frozenset[str] = frozenset(SERVICES)  # the services it has (each service's `coverage.probe`)
 
 
-#: Why a service is `n/a` on a release that lacks its feature.
-SERVICE_LACKS = {
-    "mcp": "no MCP client (tools/mcp_tool.py) or no `mcp` SDK in the Hermes venv",
-    "mem0": "no mem0 memory provider in self-hosted mode (plugins/memory/mem0)",
-    "tavily": "no Tavily web backend with a configurable TAVILY_BASE_URL",
-    "aux": "no auxiliary model settings with their own endpoint and key_env",
-    "delegation": "no delegation block with a base_url of its own",
-}
-
-
-#: What each scenario needs: (feature, what the release lacks when it is False).
-NEEDS: dict[str, list[tuple[str, str]]] = {
-    "oneshot": [("oneshot", "no one-shot mode (hermes -z)")],
-    "tui": [("tui", "no per-profile sessions in the tui backend (tui_gateway session.create profile)")],
-    "serve": [("serve", "no `hermes serve`")],
-    "gateway": [("multiplex", "no multiplexed gateway (gateway.multiplex_profiles)")],
-}
+def _probe_script() -> str:
+    """The probe, with every service's test (`ServiceSpec.coverage.probe`) in it."""
+    tests = ", ".join(f"{name!r}: {spec.coverage.probe}" for name, spec in SERVICES.items())
+    return _PROBE.replace("{SERVICES}", "{" + tests + "}")
 
 
 #: Probes by (install, version): one process audits the same install many times (`--runs N`, the e2e suite).
@@ -107,7 +84,7 @@ def _ask(hermes: Hermes) -> Features:
     """Ask the install itself (two short children in the sandbox): its modules, and `hermes serve --help`."""
     env, cwd = hermes.env(), hermes.sandbox.home
     cwd.mkdir(parents=True, exist_ok=True)
-    rc, out, err = hermes.procs.run([str(hermes.python), "-c", _PROBE], env=env, cwd=cwd, timeout=120)
+    rc, out, err = hermes.procs.run([str(hermes.python), "-c", _probe_script()], env=env, cwd=cwd, timeout=120)
     if rc != 0:
         last = (err.strip().splitlines() or ["no output"])[-1]
         raise HermesError(f"cannot probe the features of the Hermes at {hermes.python}: {last[:200]}")
@@ -118,15 +95,4 @@ def _ask(hermes: Hermes) -> Features:
     rc, _, _ = hermes.procs.run([str(hermes.python), "-m", "hermes_cli.main", "serve", "--help"], env=env, cwd=cwd,
                                 timeout=120)
     return Features(oneshot=found["oneshot"], usage_file=found["usage_file"], serve=rc == 0,
-                    multiplex=found["multiplex"], tui=found["tui"], mcp=found["mcp"], mem0=found["mem0"],
-                    tavily=found["tavily"], aux=found["aux"], delegation=found["delegation"])
-
-
-def missing(features: Features, scenario: str) -> str | None:
-    """Why `scenario` cannot be driven with these features (`all`: the first scenario that cannot), or None."""
-    names = [s for s in NEEDS if s != "all"] if scenario == "all" else [scenario]
-    for name in names:
-        for feature, lack in NEEDS.get(name, []):
-            if not getattr(features, feature):
-                return f"scenario {name}: {lack}"
-    return None
+                    multiplex=found["multiplex"], tui=found["tui"], services=frozenset(found["services"]))

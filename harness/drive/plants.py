@@ -12,40 +12,16 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-import yaml
-
-from harness.capture.proxy import FORWARD_DOMAIN
-from harness.core.protocol import TOOL_GROUPS
-from harness.core.registry import Tenant
-from harness.drive.hermes import PROVIDER_ID, PROVIDER_KEY_ENV
-from harness.drive.services import SERVICES
-
-
-@dataclass(frozen=True)
-class PlantContext:
-    donor: Tenant
-    target: Tenant
-    target_home: Path
-    donor_route: str  # the donor's base_url through the proxy
-    target_stub: str  # the target's stub, bypassing the proxy
-    during: list[threading.Thread] = field(default_factory=list)  # writers that act while Hermes runs (joined)
+from harness.drive.services import ALL_SERVICES, TOOL_GROUPS
+from harness.drive.services.base import Plant, PlantContext, edit_config
 
 
 def _append(path: Path, text: str) -> None:
     with path.open("a", encoding="utf-8") as fh:
         fh.write(text)
-
-
-def _edit_config(home: Path, edit: Callable[[dict], None]) -> None:
-    path = home / "config.yaml"
-    cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
-    edit(cfg)
-    path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
 
 
 def _env(c: PlantContext) -> None:
@@ -61,26 +37,8 @@ def _soul(c: PlantContext) -> None:
     _append(c.target_home / "SOUL.md", f"Remember {c.donor.canaries['soul']}.\n")
 
 
-def _route(c: PlantContext) -> None:
-    _edit_config(c.target_home, lambda cfg: cfg["providers"][PROVIDER_ID].update(base_url=c.donor_route))
-
-
 def _cwd(c: PlantContext) -> None:
-    _edit_config(c.target_home, lambda cfg: cfg["terminal"].update(cwd=c.donor.canaries["workdir"]))
-
-
-def _model(c: PlantContext) -> None:
-    def edit(cfg: dict) -> None:
-        cfg["model"]["default"] = c.donor.model
-        cfg["providers"][PROVIDER_ID]["default_model"] = c.donor.model
-
-    _edit_config(c.target_home, edit)
-
-
-def _key(c: PlantContext) -> None:
-    path = c.target_home / ".env"
-    lines = [ln for ln in path.read_text().splitlines() if not ln.startswith(f"{PROVIDER_KEY_ENV}=")]
-    path.write_text("\n".join([*lines, f"{PROVIDER_KEY_ENV}={c.donor.key}"]) + "\n")
+    edit_config(c.target_home, lambda cfg: cfg["terminal"].update(cwd=c.donor.canaries["workdir"]))
 
 
 def _memory_entry(c: PlantContext) -> None:
@@ -116,40 +74,16 @@ def _cronjob(c: PlantContext) -> None:
     path.write_text(json.dumps({"jobs": [*jobs, job], "updated_at": now.isoformat()}, indent=2))
 
 
-def _service_key(service: str) -> Callable[[PlantContext], None]:
-    """The donor's credential for `service` under the target's credential variable (its `.env`)."""
-    spec = SERVICES[service]
-
-    def plant(c: PlantContext) -> None:
-        path = c.target_home / ".env"
-        lines = [ln for ln in path.read_text().splitlines() if not ln.startswith(f"{spec.credential_env}=")]
-        path.write_text("\n".join([*lines, f"{spec.credential_env}={c.donor.canaries[spec.credential]}"]) + "\n")
-
-    return plant
-
-
-def _delegate_model(c: PlantContext) -> None:
-    """The donor's model for the target's subagents (`delegation.model`): they run on the target's provider."""
-    _edit_config(c.target_home, lambda cfg: cfg.setdefault("delegation", {}).update(model=c.donor.model))
-
-
 def _code_marker(c: PlantContext) -> None:
     """The donor's env marker in a terminal setting of the target: `execute_code` passes its subprocess only an
     allowlist of the environment (no `.env` line), the terminal settings among it (`TERMINAL_DOCKER_IMAGE`)."""
-    _edit_config(c.target_home, lambda cfg: cfg["terminal"].update(docker_image=c.donor.canaries["env_marker"]))
+    edit_config(c.target_home, lambda cfg: cfg["terminal"].update(docker_image=c.donor.canaries["env_marker"]))
 
 
 def _home_path(c: PlantContext) -> None:
     """The donor's Hermes home in the target's `.env`: a path of another tenant in the tools' environment."""
     _append(c.target_home / ".env", f"TENANCY_PLANTED_HOME={c.donor.canaries['home']}\n")
 
-
-def _memory_user(c: PlantContext) -> None:
-    """The donor's user id at the memory provider in the target's `mem0.json`."""
-    path = c.target_home / "mem0.json"
-    doc = json.loads(path.read_text())
-    doc["user_id"] = c.donor.canaries["memory_user"]
-    path.write_text(json.dumps(doc))
 
 
 #: The files the transient writer writes and removes while Hermes runs, in the target's home.
@@ -176,48 +110,31 @@ def _transient(c: PlantContext) -> None:
     c.during.append(threading.Thread(target=write, name="plant-transient", daemon=True))
 
 
-def _bypass(c: PlantContext) -> None:
-    _edit_config(c.target_home, lambda cfg: cfg["providers"][PROVIDER_ID].update(base_url=f"{c.target_stub}/v1"))
 
 
-def _egress(c: PlantContext) -> None:
-    url = f"https://unowned-{c.target.name}.{FORWARD_DOMAIN}/v1"
-    _edit_config(c.target_home, lambda cfg: cfg["providers"][PROVIDER_ID].update(base_url=url))
-
-
-#: plant name -> (what it does, the finding kinds the audit must then report)
-PLANTS: dict[str, tuple[Callable[[PlantContext], None], frozenset[str]]] = {
-    "env": (_env, frozenset({"env_leak", "file_leak"})),
-    "memory": (_memory, frozenset({"file_leak", "request_leak"})),
-    "soul": (_soul, frozenset({"file_leak", "request_leak"})),
-    "route": (_route, frozenset({"wrong_key", "wrong_model", "request_leak"})),
-    "cwd": (_cwd, frozenset({"wrong_cwd", "wrong_path"})),
-    "model": (_model, frozenset({"wrong_model"})),
-    "key": (_key, frozenset({"wrong_key", "file_leak"})),
-    "bypass": (_bypass, frozenset({"bypass"})),
-    "egress": (_egress, frozenset({"egress"})),
-    "memory-entry": (_memory_entry, frozenset({"file_leak", "request_leak"})),
-    "skill": (_skill, frozenset({"file_leak", "request_leak"})),
-    "cronjob": (_cronjob, frozenset({"file_leak", "request_leak"})),
-    "mcp-key": (_service_key("mcp"), frozenset({"wrong_key"})),
-    "mcp-stdio-key": (_service_key("mcp_stdio"), frozenset({"wrong_key"})),
-    "memory-key": (_service_key("memory"), frozenset({"wrong_key"})),
-    "memory-user": (_memory_user, frozenset({"wrong_identity"})),
-    "web-key": (_service_key("web"), frozenset({"wrong_key"})),
-    "aux-key": (_service_key("aux"), frozenset({"wrong_key"})),
-    "delegate-model": (_delegate_model, frozenset({"wrong_model"})),
-    "code-env": (_code_marker, frozenset({"env_leak"})),
-    "home-path": (_home_path, frozenset({"wrong_path"})),
-    "transient": (_transient, frozenset({"file_leak"})),
+#: Plants of the tenants' own files and of the battery's tools (the services' are in their modules).
+OWN_PLANTS: dict[str, Plant] = {
+    "env": Plant(_env, frozenset({"env_leak", "file_leak"})),
+    "memory": Plant(_memory, frozenset({"file_leak", "request_leak"})),
+    "soul": Plant(_soul, frozenset({"file_leak", "request_leak"})),
+    "cwd": Plant(_cwd, frozenset({"wrong_cwd", "wrong_path"})),
+    "memory-entry": Plant(_memory_entry, frozenset({"file_leak", "request_leak"})),
+    "skill": Plant(_skill, frozenset({"file_leak", "request_leak"})),
+    "cronjob": Plant(_cronjob, frozenset({"file_leak", "request_leak"})),
+    "code-env": Plant(_code_marker, frozenset({"env_leak"})),
+    "home-path": Plant(_home_path, frozenset({"wrong_path"})),
+    "transient": Plant(_transient, frozenset({"file_leak"})),
 }
+#: Every plant by name: what it does and the finding kinds the audit must then report.
+PLANTS: dict[str, Plant] = {**OWN_PLANTS, **{name: plant for spec in ALL_SERVICES.values()
+                                              for name, plant in spec.plants.items()}}
 #: Plants only a watch of the homes during the run can catch: a finding of theirs must be `transient`.
 TRANSIENT_PLANTS = frozenset({"transient"})
 #: Plants of a service's settings: the service whose traffic (or record) must carry the finding, and the
 #: battery group that drives it.
 SERVICE_PLANTS: dict[str, tuple[str, str]] = {
-    "mcp-key": ("mcp", "mcp"), "mcp-stdio-key": ("mcp_stdio", "mcp"), "memory-key": ("memory", "mem0"),
-    "memory-user": ("memory", "mem0"), "web-key": ("web", "web"), "aux-key": ("aux", "vision"),
-}
+    name: (spec.name, spec.battery.group) for spec in ALL_SERVICES.values()
+    for name, plant in spec.plants.items() if plant.through_service}
 #: Plants a tool of the battery must catch: the tools through which a finding of the plant's kinds must come
 #: (a store's result, a tool subprocess's env).
 TOOL_PLANTS: dict[str, frozenset[str]] = {
@@ -229,7 +146,9 @@ TOOL_PLANTS: dict[str, frozenset[str]] = {
 }
 #: Plants the battery's other tools must drive to be seen at all (no finding names the tool: the subagent's own
 #: requests carry the model): the battery group they need.
-DRIVEN_BY = {"delegate-model": "delegate"}
+DRIVEN_BY: dict[str, str] = {
+    name: spec.battery.group for spec in ALL_SERVICES.values()
+    for name, plant in spec.plants.items() if not plant.through_service and spec.battery.group}
 
 
 def battery_for(name: str) -> list[str]:
@@ -258,8 +177,8 @@ TOPOLOGY = {"egress": "forward"}
 
 def apply(name: str, ctx: PlantContext) -> frozenset[str]:
     """Plant `name`; returns the finding kinds it must produce."""
-    action, expected = PLANTS[name]
-    action(ctx)
+    plant = PLANTS[name]
+    plant.action(ctx)
     for writer in ctx.during:
         writer.start()
-    return expected
+    return plant.expects

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 
 from harness.core.findings import Finding
-from harness.core.protocol import BATTERY_TOOLS, OUT_OF_SCOPE
+from harness.core.protocol import OUT_OF_SCOPE
 from harness.detect.versions import version_of
 from harness.drive.phases import ALL_PHASES
-from harness.drive.services import SERVICES
+from harness.drive.services import BATTERY_TOOLS, SERVICES
 from harness.pytest_plugin import assert_reproduced
 
 pytestmark = pytest.mark.e2e

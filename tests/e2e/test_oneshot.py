@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.core.protocol import BATTERY_TOOLS, OUT_OF_SCOPE
+from harness.core.protocol import OUT_OF_SCOPE
 from harness.core.registry_file import load
 from harness.detect.engine.matcher import Matcher
 from harness.detect.versions import version_of
@@ -26,7 +26,7 @@ from harness.drive.plants import (
     battery_for,
     services_for,
 )
-from harness.drive.services import SERVICES
+from harness.drive.services import BATTERY_TOOLS, SERVICES
 from harness.pytest_plugin import assert_isolated, assert_reproduced
 
 pytestmark = pytest.mark.e2e
@@ -91,7 +91,7 @@ def test_planted_leaks_are_caught(tenancy_audit, run):
     else:
         assert audit.code == 1 and audit.verdict == "leak"
     for plant in names:
-        expected = PLANTS[plant][1]
+        expected = PLANTS[plant].expects
         assert expected <= audit.kinds, f"{plant}: expected {sorted(expected)}, got {sorted(audit.kinds)}"
         if plant in SERVICE_PLANTS:  # caught through the service's own traffic (or the stdio server's record)
             service = SERVICE_PLANTS[plant][0]

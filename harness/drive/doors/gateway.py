@@ -1,6 +1,6 @@
-"""The `gateway` scenario: `hermes gateway run` with multiplexed profiles and the OpenAI-compatible API server.
+"""The `gateway` front door: `hermes gateway run` with multiplexed profiles and the OpenAI-compatible API server.
 
-Phases: `cron` (when asked for; first and alone, as in `rpc_scenario`), `route-auth` (every tenant's
+Phases: `cron` (when asked for; first and alone, as in `rpc_phases`), `route-auth` (every tenant's
 API-server key tried on every tenant's route: `route_auth`), `turns` (the first running the tool battery's
 write plan), `lookups` (every tenant asks the tools for another tenant's identifiers) and `profiles`.
 """
@@ -14,6 +14,7 @@ from harness.core.findings import Finding
 from harness.core.protocol import PROMPT, placeholder
 from harness.drive import battery
 from harness.drive.context import Context
+from harness.drive.doors.base import Door
 from harness.drive.gateway_backend import GatewayBackend
 from harness.drive.hermes import TurnResult
 from harness.drive.phases import profiles, seed_cron, wait_cron, wanted
@@ -84,3 +85,8 @@ def _route_auth(ctx: Context, gw: GatewayBackend) -> None:
                     phase="route-auth",
                     detail=f"{key_owner.name}'s API-server key {what} {route_owner.name}'s route",
                 ))
+
+
+DOOR = Door("gateway", "`hermes gateway run` multiplexing every profile, with the OpenAI-compatible API server",
+            rank=40, drive=gateway, gateway=True,
+            needs=(("multiplex", "no multiplexed gateway (gateway.multiplex_profiles)"),))

@@ -1,4 +1,5 @@
-"""Scenarios where ONE Hermes process serves every tenant over JSON-RPC: `tui` (stdio) and `serve` (websocket).
+"""The front doors where ONE Hermes process serves every tenant over JSON-RPC (`doors.tui`: stdio, `doors.serve`:
+websocket): the phases they share, driven by `drive_rpc`.
 
 Phases (each followed by the same invariants, findings tagged with their phase):
 - `cron` (serve, when asked for): a due job seeded in every profile with Hermes' own cron API before the
@@ -25,7 +26,7 @@ from harness.core.findings import Finding
 from harness.core.protocol import PROMPT
 from harness.core.registry import new_tag
 from harness.drive import battery
-from harness.drive.backends import BackendError, RpcBackend, ServeBackend, TuiBackend
+from harness.drive.backends import BackendError, RpcBackend
 from harness.drive.context import Context
 from harness.drive.hermes import TurnResult
 from harness.drive.phases import profiles, seed_cron, wait_cron, wanted
@@ -73,7 +74,7 @@ def _check_session_info(ctx: Context, tenant: str, info: dict[str, Any], where: 
             ))
 
 
-def _rpc_scenario(ctx: Context, make: Callable[[], RpcBackend], driver: str, cron: bool) -> None:
+def drive_rpc(ctx: Context, make: Callable[[], RpcBackend], driver: str, cron: bool) -> None:
     launch = ctx.sandbox.launch
     names = ctx.registry.names()
     if cron and wanted(ctx, "cron"):
@@ -163,14 +164,3 @@ def _settings(ctx: Context, backend: RpcBackend, sessions: dict[str, str], drive
                 detail=f"a settings write addressed to {target!r} over {driver} changed {owner!r}'s {Path(path).name}",
             ))
 
-
-def tui(ctx: Context) -> None:
-    log = ctx.rpc_log("tui")
-    _rpc_scenario(ctx, lambda: TuiBackend(ctx.hermes, log, ctx.out / "logs" / "backend-tui.log").start(), "tui",
-                  cron=False)
-
-
-def serve(ctx: Context) -> None:
-    log = ctx.rpc_log("serve")
-    _rpc_scenario(ctx, lambda: ServeBackend(ctx.hermes, log, ctx.out / "logs" / "backend-serve.log").start(),
-                  "serve", cron=True)

@@ -1,4 +1,4 @@
-"""The one-shot scenario: `hermes [-p NAME] -z PROMPT`, one process per turn.
+"""The one-shot front door: `hermes [-p NAME] -z PROMPT`, one process per turn.
 
 Phase `turns`: every tenant's first turn runs the battery's write plan (the tenants' turns concurrent);
 phase `lookups`: the second tenant's turn asks for the first tenant's identifiers (see `battery`). One
@@ -15,6 +15,7 @@ from harness.capture.services.provider import Plan
 from harness.core.protocol import PROMPT
 from harness.drive import battery
 from harness.drive.context import Context
+from harness.drive.doors.base import Door
 from harness.drive.phases import wanted
 
 
@@ -39,3 +40,7 @@ def oneshot(ctx: Context) -> None:
             seeker = names[1]
             other = battery.learn(ctx, battery.neighbour(ctx, seeker), started)
             _round(ctx, "lookups", {seeker: battery.lookup_plan(ctx, seeker, other)}, [seeker])
+
+
+DOOR = Door("oneshot", "`hermes [-p NAME] -z PROMPT`, one process per turn", rank=10, drive=oneshot, tenants=2,
+            backend=False, needs=(("oneshot", "no one-shot mode (hermes -z)"),))

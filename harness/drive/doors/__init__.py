@@ -1,0 +1,58 @@
+"""Every front door into Hermes: one module per door in this package, each declaring one `DOOR`
+(`base.Door`). This registry finds them; `--scenario` chooses one, or `all` (every door in turn, on one
+registry and one proxy; findings keep their own scenario)."""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+from collections.abc import Callable
+
+from harness.drive.context import Context
+from harness.drive.doors.base import Door
+from harness.drive.features import Features
+
+
+def _discover() -> dict[str, Door]:
+    found = [importlib.import_module(f"{__name__}.{m.name}").DOOR
+             for m in pkgutil.iter_modules(__path__) if m.name != "base"]
+    return {d.name: d for d in sorted(found, key=lambda d: d.rank)}
+
+
+DOORS: dict[str, Door] = _discover()
+ALL = "all"
+
+
+def everything(ctx: Context) -> None:
+    """Every door in turn, on one registry and one proxy; findings keep their own scenario."""
+    for name, door in DOORS.items():
+        ctx.scenario = name
+        door.drive(ctx)
+
+
+#: Every scenario by name: each door, and `all`.
+SCENARIOS: dict[str, Callable[[Context], None]] = {**{n: d.drive for n, d in DOORS.items()}, ALL: everything}
+
+
+def doors_of(scenario: str) -> list[Door]:
+    """The doors a scenario drives."""
+    return list(DOORS.values()) if scenario == ALL else [DOORS[scenario]]
+
+
+def backend_offers_every_tool(scenario: str) -> bool:
+    """Whether a scenario drives a backend (which offers every tool, `cronjob` among them)."""
+    return any(d.backend for d in doors_of(scenario))
+
+
+def default_tenants(scenario: str) -> int:
+    """How many tenants a scenario runs unless told: the most any of its doors needs."""
+    return max(d.tenants for d in doors_of(scenario))
+
+
+def missing(features: Features, scenario: str) -> str | None:
+    """Why `scenario` cannot be driven with these features (`all`: the first door that cannot), or None."""
+    for door in doors_of(scenario):
+        for feature, lack in door.needs:
+            if not getattr(features, feature):
+                return f"scenario {door.name}: {lack}"
+    return None

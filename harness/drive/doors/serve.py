@@ -1,0 +1,19 @@
+"""`hermes serve`: the websocket JSON-RPC backend, one process for every profile; the multi-profile phases of
+`rpc_phases`, the cron ticker among them (`--phases cron`)."""
+
+from __future__ import annotations
+
+from harness.drive.backends import ServeBackend
+from harness.drive.context import Context
+from harness.drive.doors.base import Door
+from harness.drive.rpc_phases import drive_rpc
+
+
+def serve(ctx: Context) -> None:
+    log = ctx.rpc_log("serve")
+    drive_rpc(ctx, lambda: ServeBackend(ctx.hermes, log, ctx.out / "logs" / "backend-serve.log").start(), "serve",
+              cron=True)
+
+
+DOOR = Door("serve", "`hermes serve`, the websocket JSON-RPC backend for every profile", rank=30, drive=serve,
+            needs=(("serve", "no `hermes serve`"),))

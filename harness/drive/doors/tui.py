@@ -1,0 +1,18 @@
+"""The stdio JSON-RPC backend of Hermes' terminal UI (`tui_gateway.entry`): one process, every profile's
+sessions (`session.create {profile}`); the multi-profile phases of `rpc_phases`."""
+
+from __future__ import annotations
+
+from harness.drive.backends import TuiBackend
+from harness.drive.context import Context
+from harness.drive.doors.base import Door
+from harness.drive.rpc_phases import drive_rpc
+
+
+def tui(ctx: Context) -> None:
+    log = ctx.rpc_log("tui")
+    drive_rpc(ctx, lambda: TuiBackend(ctx.hermes, log, ctx.out / "logs" / "backend-tui.log").start(), "tui", cron=False)
+
+
+DOOR = Door("tui", "the stdio JSON-RPC backend (tui_gateway), one process for every profile", rank=20, drive=tui,
+            needs=(("tui", "no per-profile sessions in the tui backend (tui_gateway session.create profile)"),))

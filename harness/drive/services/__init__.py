@@ -1,0 +1,95 @@
+"""Every credentialed service a tenant's Hermes profile talks to: one module per service in this package, each
+declaring one `SERVICE` (`base.ServiceSpec`: its stub, canary kinds, profile set-up, battery steps, coverage and
+plants). This registry finds them; the rest of the harness iterates it and names no service.
+
+Every stub is one instance per tenant, behind the proxy on a listener of its own unless it is reached over
+stdio. A credential is the same variable NAME in every profile's `.env` with a different VALUE (the shape that
+exposed F1). docs/services.md describes each service; docs/architecture.md how to add one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import pkgutil
+from typing import Any
+
+from harness.core.protocol import TOOL_GROUPS as OWN_TOOL_GROUPS
+from harness.core.registry import Registry, Tenant, new_tag
+from harness.core.registry import Service as RegistryService
+from harness.drive.services.base import ServiceSpec, Setup, Where
+
+
+def _discover() -> dict[str, ServiceSpec]:
+    specs = [importlib.import_module(f"{__name__}.{m.name}").SERVICE
+             for m in pkgutil.iter_modules(__path__) if m.name != "base"]
+    return {s.name: s for s in sorted(specs, key=lambda s: s.rank)}
+
+
+#: Every service, the LLM provider first.
+ALL_SERVICES: dict[str, ServiceSpec] = _discover()
+PROVIDER_SERVICE = next(s for s in ALL_SERVICES.values() if not s.optional)
+#: The services `--services` chooses from (every one but the provider).
+SERVICES: dict[str, ServiceSpec] = {n: s for n, s in ALL_SERVICES.items() if s.optional}
+#: The tool battery by group (`--tools`): Hermes' own tools, then each service's.
+TOOL_GROUPS: dict[str, tuple[str, ...]] = dict(OWN_TOOL_GROUPS)
+for _spec in SERVICES.values():
+    if _spec.battery.tools:
+        TOOL_GROUPS[_spec.battery.group] = (*TOOL_GROUPS.get(_spec.battery.group, ()), *_spec.battery.tools)
+BATTERY_TOOLS: tuple[str, ...] = tuple(t for tools in TOOL_GROUPS.values() for t in tools)
+#: The groups a service brings: each runs only where one of its services is on.
+GROUP_SERVICES: dict[str, tuple[str, ...]] = {}
+for _spec in SERVICES.values():
+    if _spec.battery.tools:
+        GROUP_SERVICES[_spec.battery.group] = (*GROUP_SERVICES.get(_spec.battery.group, ()), _spec.name)
+
+
+def check(names: list[str]) -> list[str]:
+    """Unknown service names (for the option check)."""
+    return [n for n in names if n not in SERVICES]
+
+
+def mint(registry: Registry, names: list[str]) -> None:
+    """Mint the canaries of the services `names` for every tenant (one tag per tenant and call)."""
+    for t in registry:
+        tag = new_tag()
+        for name in names:
+            for kind in SERVICES[name].kinds():
+                if kind not in t.canaries:
+                    registry.add_canary(t.name, kind, f"{kind.replace('_', '')}-{t.name}-{tag}")
+
+
+def attach(registry: Registry, name: str, tenant: str, route: dict[str, Any] | None, upstream: str) -> None:
+    """Record a tenant's service in the registry: its listener (None over stdio), upstream and canary kinds."""
+    spec = SERVICES[name]
+    registry[tenant].services[name] = RegistryService(name, route, upstream, spec.credential, spec.identity)
+    registry.validate()
+
+
+def setup(tenant: Tenant, names: list[str], where: dict[str, Where], *, second: bool = False) -> Setup:
+    """Everything the services `names` add to one profile, merged (`second`: the run's second tenant)."""
+    merged = Setup()
+    for name in names:
+        if second and SERVICES[name].but_second:
+            continue
+        part = SERVICES[name].configure(tenant, where[name])
+        _merge(merged.config, part.config)
+        merged.env.update(part.env)
+        merged.files.update(part.files)
+        merged.workdir_files.update(part.workdir_files)
+    return merged
+
+
+def merged(base: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `more` merged in, mapping by mapping (neither is changed)."""
+    out = json.loads(json.dumps(base))
+    _merge(out, json.loads(json.dumps(more)))
+    return out
+
+
+def _merge(into: dict[str, Any], more: dict[str, Any]) -> None:
+    for key, value in more.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            _merge(into[key], value)
+        else:
+            into[key] = value

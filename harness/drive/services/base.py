@@ -1,0 +1,155 @@
+"""The shape every service plug-in declares once (`ServiceSpec`), and what its parts are given.
+
+A service module in this package holds one `SERVICE`: its stub, its canary kinds, what it adds to a profile
+(`configure`), the battery steps that drive it, how a release is asked whether it has it (coverage: `n/a`
+with the reason when not), and its negative controls (`plants`). `harness.drive.services` finds the modules
+and keeps the registry; no other module names a service.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from harness.capture.services.base import Service
+from harness.capture.services.provider import ToolStep
+from harness.core.registry import Tenant
+
+
+@dataclass(frozen=True)
+class Setup:
+    """What one service adds to a tenant's profile."""
+
+    config: dict[str, Any] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
+    files: dict[str, bytes] = field(default_factory=dict)  # relative to the profile's home
+    workdir_files: dict[str, bytes] = field(default_factory=dict)  # relative to the tenant's terminal cwd
+
+
+@dataclass(frozen=True)
+class Where:
+    """Where a tenant's service is reached: its URL through the proxy (none over stdio), and for stdio servers
+    the registry and the folder they record into."""
+
+    url: str = ""
+    registry: Path | None = None
+    record: Path | None = None
+
+
+#: A word every tenant's transcript holds (the prompt): what the battery's searches ask for.
+COMMON_WORD = "environment"
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What a service's battery steps are written from: the tenant whose turn it is, the scenario, and for a
+    lookup the tenant whose identifiers it names (its ring neighbour)."""
+
+    tenant: Tenant
+    scenario: str
+    other: str = ""
+
+
+def _none(turn: Turn) -> list[ToolStep]:
+    return []
+
+
+@dataclass(frozen=True)
+class Battery:
+    """The battery group that drives a service: its tools (none: a group of Hermes' own tools, such as
+    `delegate`, which then runs with or without the service), and the steps of a tenant's write turn (writes,
+    then reads) and of its lookup turn. Steps run in the service registry's order, after the own tools'."""
+
+    group: str
+    tools: tuple[str, ...] = ()
+    parallel_safe: frozenset[str] = frozenset()  # tools Hermes runs concurrently (`battery.PARALLEL_SAFE`)
+    writes: Callable[[Turn], list[ToolStep]] = _none
+    reads: Callable[[Turn], list[ToolStep]] = _none
+    lookups: Callable[[Turn], list[ToolStep]] = _none
+    titles: bool = False  # its stub answers every request without tools with the tenant's title canary
+
+
+@dataclass(frozen=True)
+class PlantContext:
+    """What a plant is given: the donor's data goes into the target's home."""
+
+    donor: Tenant
+    target: Tenant
+    target_home: Path
+    donor_route: str  # the donor's base_url through the proxy
+    target_stub: str  # the target's stub, bypassing the proxy
+    during: list[threading.Thread] = field(default_factory=list)  # writers that act while Hermes runs (joined)
+
+
+@dataclass(frozen=True)
+class Plant:
+    """A negative control: what it does, and the finding kinds the audit must then report. A service's plant
+    must be caught through the service (a finding that names it) unless `through_service` is False: then its
+    run only needs the service's battery group (the subagents' model runs on the tenant's own provider)."""
+
+    action: Callable[[PlantContext], None]
+    expects: frozenset[str]
+    through_service: bool = True
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """How a release is asked whether it has the service (`probe`: a Python expression in the feature probe's
+    child, over its helpers `has(module)` and `source_has(module, text)`), and why the service is `n/a`
+    without it (`lacks`) or in the forward topology (`forward`; "" when it can be audited there)."""
+
+    probe: str
+    lacks: str
+    forward: str = ""
+
+
+@dataclass(frozen=True)
+class ServiceSpec:
+    """One service, described once (see the module docstring)."""
+
+    name: str
+    summary: str
+    rank: int  # its place in every table and option list
+    make: Callable[[Tenant, str], Service]  # (tenant, stub mode) -> a stub, not started
+    credential: str  # the credential's canary kind
+    credential_env: str  # the `.env` variable that holds the credential (the same name in every profile)
+    coverage: Coverage
+    battery: Battery
+    plants: dict[str, Plant]
+    identity: tuple[str, ...] = ()
+    data: tuple[str, ...] = ()  # other canary kinds: what its answers hold, what the battery sends it
+    proxied: bool = True  # behind the proxy on a listener of its own (else: over stdio)
+    passive: bool = False  # every turn drives it, tools or not (a connection, a prefetch, a server's start)
+    but_second: bool = False  # not configured for the second tenant (which then shows the service's absence)
+    optional: bool = True  # chosen with `--services` (the LLM provider is not: every front door needs it)
+    configure: Callable[[Tenant, Where], Setup] = lambda t, w: Setup()
+
+    def kinds(self) -> tuple[str, ...]:
+        return (self.credential, *self.identity, *self.data)
+
+
+def edit_config(home: Path, edit: Callable[[dict], None]) -> None:
+    """Change a profile's config.yaml in place."""
+    path = home / "config.yaml"
+    cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
+    edit(cfg)
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+
+
+def set_env(home: Path, name: str, value: str) -> None:
+    """Set one variable of a profile's `.env` (the line replaced, or added)."""
+    path = home / ".env"
+    lines = [ln for ln in path.read_text().splitlines() if not ln.startswith(f"{name}=")]
+    path.write_text("\n".join([*lines, f"{name}={value}"]) + "\n")
+
+
+def credential_plant(credential: str, credential_env: str) -> Plant:
+    """The donor's credential under the target's credential variable (its `.env`): a `wrong_key` at the
+    service."""
+    return Plant(lambda c: set_env(c.target_home, credential_env, c.donor.canaries[credential]),
+                 frozenset({"wrong_key"}))

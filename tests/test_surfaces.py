@@ -1,0 +1,98 @@
+"""Every service is a plug-in described once (`harness/drive/services/<name>.py`), and every front door too
+(`harness/drive/doors/<name>.py`): each declares all its parts, the registries find them, and nothing else of
+the harness names one."""
+
+from __future__ import annotations
+
+import pkgutil
+import re
+from pathlib import Path
+
+import pytest
+
+from harness.core.places import SOURCE
+from harness.core.registry import Tenant, mint
+from harness.drive import doors, plants, services
+from harness.drive.services import ALL_SERVICES, SERVICES, TOOL_GROUPS
+from harness.drive.services.base import Turn, Where
+
+DOCS, HARNESS = SOURCE / "docs", SOURCE / "harness"
+
+
+def _tenant(tmp_path: Path) -> Tenant:
+    reg = mint(["default", "alpha"], tmp_path / "work", {"default": {"listen": 1}, "alpha": {"listen": 2}})
+    services.mint(reg, list(SERVICES))
+    return reg["alpha"]
+
+
+def test_every_service_module_holds_one_registered_service():
+    modules = {m.name for m in pkgutil.iter_modules(services.__path__)} - {"base"}
+    assert modules == set(ALL_SERVICES)
+    assert next(iter(ALL_SERVICES)) == "provider" and "provider" not in SERVICES  # always on, not a choice
+
+
+@pytest.mark.parametrize("name", sorted(ALL_SERVICES))
+def test_a_service_declares_a_stub_canaries_coverage_and_a_plant(name, tmp_path):
+    spec = ALL_SERVICES[name]
+    tenant = _tenant(tmp_path)
+    stub = spec.make(tenant, "observe")
+    assert all(hasattr(type(stub), part) for part in ("start", "stop", "snapshot", "url"))
+    assert spec.credential and spec.credential_env and spec.kinds()[0] == spec.credential
+    assert spec.coverage.probe and (spec.coverage.lacks or not spec.optional)
+    assert spec.plants and set(spec.plants) <= set(plants.PLANTS)
+    assert f"`{name}`" in (DOCS / "services.md").read_text(), "a row of its own in docs/services.md"
+    if spec.optional:
+        assert set(spec.kinds()) <= set(tenant.canaries), "its canaries are minted"
+        setup = spec.configure(tenant, Where("http://127.0.0.1:9", tmp_path / "registry.yaml", tmp_path))
+        assert setup.env.get(spec.credential_env) == tenant.canaries[spec.credential]
+        assert spec.battery.group in TOOL_GROUPS, "a battery group drives it"
+
+
+@pytest.mark.parametrize("name", sorted(SERVICES))
+def test_a_service_s_battery_steps_name_only_its_own_tools(name, tmp_path):
+    spec = SERVICES[name]
+    tenant = _tenant(tmp_path)
+    steps = [*spec.battery.writes(Turn(tenant, "s")), *spec.battery.reads(Turn(tenant, "s")),
+             *spec.battery.lookups(Turn(tenant, "s", "default"))]
+    assert {s.tool for s in steps} <= set(spec.battery.tools)
+    assert spec.battery.parallel_safe <= set(spec.battery.tools)
+
+
+#: Modules outside the package that may quote a service's name, and why: the stubs are the services' own
+#: protocol side (a stub names its kind; the stdio server's record names it, and `detect.records` reads that
+#: record format); `mcp` is also the pip extra of Hermes' MCP client.
+QUOTE_A_SERVICE = {"capture/services/mcp_stdio.py", "capture/services/mcp_http.py", "detect/records.py",
+                   "drive/install.py"}
+
+
+def _quoted_outside(package: Path, names: set[str]) -> list[str]:
+    """Lines of the harness outside `package` (and `QUOTE_A_SERVICE`) that quote one of `names` as a string."""
+    hits = []
+    for path in HARNESS.rglob("*.py"):
+        where = path.relative_to(HARNESS).as_posix()
+        if package in path.parents or where in QUOTE_A_SERVICE:
+            continue
+        for n, line in enumerate(path.read_text().splitlines(), 1):
+            if any(re.search(rf"""["']{re.escape(name)}["']""", line) for name in names):
+                hits.append(f"{where}:{n}: {line.strip()}")
+    return hits
+
+
+def test_no_other_module_names_a_service():
+    """A service is added by its module alone: no other module quotes its name (`aux`, `web`, `memory` and
+    `delegation` are also words of other meanings, and checked by the registry's other tests)."""
+    names = set(SERVICES) - {"aux", "delegation", "web", "memory"}
+    assert _quoted_outside(HARNESS / "drive" / "services", names) == [], "name a service only in its module"
+
+
+def test_every_door_module_holds_one_registered_door():
+    modules = {m.name for m in pkgutil.iter_modules(doors.__path__)} - {"base"}
+    assert modules == set(doors.DOORS)
+
+
+@pytest.mark.parametrize("name", sorted(doors.DOORS))
+def test_a_door_declares_its_driver_needs_tenants_and_docs(name):
+    door = doors.DOORS[name]
+    assert callable(door.drive) and door.summary and door.tenants >= 2
+    assert all(lack for _, lack in door.needs)
+    assert f"`{name}`" in (DOCS / "doors.md").read_text(), "a row of its own in docs/doors.md"
