@@ -45,7 +45,7 @@ from typing import Any
 import ab
 import children
 
-from harness import judge, run
+from harness import judge, options, run
 from harness import session as sessions
 from harness.capture import proxy
 from harness.core.procs import ProcessSet
@@ -103,7 +103,7 @@ def _timer(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
 def audit(tenants: int, root: Path) -> float:
     t = time.perf_counter()
     try:
-        verdict = run.run_audit(run.RunOptions(tenants=tenants, out=root / "audit", quiet=True, tools=[],
+        verdict = run.run_audit(options.RunOptions(tenants=tenants, out=root / "audit", quiet=True, tools=[],
                                                services=[])).verdict
     except sessions.Interrupted as exc:  # run_audit's own handlers took the signal and stopped its children
         raise children.Interrupted(signal.Signals[str(exc)]) from None
@@ -129,7 +129,7 @@ def bare(tenants: int, root: Path, procs: ProcessSet) -> float:
         for tenant in registry:
             write_home(tenant, session.sandbox.home_of(tenant.name), f"{stubs[tenant.name].url}/v1",
                        launch=tenant.name == session.sandbox.launch)
-        hermes = Hermes(run.hermes_python(None), session.sandbox, procs, root / "bare" / "logs")
+        hermes = Hermes(options.hermes_python(None), session.sandbox, procs, root / "bare" / "logs")
         with ThreadPoolExecutor(max_workers=tenants) as pool:
             results = list(pool.map(lambda n: hermes.oneshot(n, PROMPT), names))
         procs.close()
@@ -156,7 +156,7 @@ def compare(a: argparse.Namespace, procs: ProcessSet) -> int:
     method reads when nothing differs: a new/old inside its spread is no change."""
     rounds = a.rounds or (3 if a.quick else 5)
     counts = [2] if a.quick else [int(x) for x in a.tenants.split(",")]
-    hermes = str(run.hermes_python(None))
+    hermes = str(options.hermes_python(None))
     print(f"{'tenants':>7} {'round':>5} {'new s':>7} {'new2 s':>7} {'old s':>7} {'new/old':>8} {'new/new2':>9}"
           f"   (old = {a.ref})")
     summary = []

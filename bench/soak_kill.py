@@ -24,7 +24,7 @@ import children
 import psutil
 
 from harness.core.procs import RUN_MARKER, ProcessSet, Stdio, find_run_processes, run_of
-from harness.run import hermes_python
+from harness.options import hermes_python
 
 CLI = [sys.executable, "-m", "harness.cli"]
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness import usecases
 from harness.capture.services.base import MODES
 from harness.capture.services.provider import FAULTS
 from harness.core.files import BASELINE_COPY
@@ -16,29 +16,32 @@ from harness.drive import plants
 from harness.drive.doors import SCENARIOS, default_tenants
 from harness.drive.phases import ALL_PHASES
 from harness.drive.services import SERVICES, TOOL_GROUPS
-from harness.matrix import MatrixOptions, parse_releases, parse_scenarios, parse_shard
-from harness.run import RunOptions, UsageError
+from harness.options import MatrixOptions, RunOptions, UsageError, parse_releases, parse_scenarios, parse_shard
 
 FAIL_ON = ("leak", "inconclusive", "never")
 DESCRIPTION = ("`tenancy-audit`: run, reconcile, scan, selftest, baseline, matrix, merge, export, cleanup.\n"
                "Exit 0 clean, 1 leak, 2 error, 3 inconclusive.")
 
 
-class _Version(argparse.Action):
-    """`--version`: this tool, mitmproxy, and the Hermes a `run` would audit ($TENANCY_HERMES_PYTHON or the pin)."""
+def _version_action(text: Callable[[], str]) -> type[argparse.Action]:
+    """`--version`: prints `text()` (this tool, mitmproxy, and the Hermes a `run` would audit), then exits."""
 
-    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
-        super().__init__(option_strings, dest, nargs=0, help="print the versions of tenancy-audit, mitmproxy and "
-                         "the Hermes a run would audit, then exit")
+    class Version(argparse.Action):
+        def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+            super().__init__(option_strings, dest, nargs=0, help="print the versions of tenancy-audit, mitmproxy "
+                             "and the Hermes a run would audit, then exit")
 
-    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
-        print(usecases.version_text())
-        parser.exit()
+        def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+            print(text())
+            parser.exit()
+
+    return Version
 
 
-def parser() -> argparse.ArgumentParser:
+def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argparse.ArgumentParser:
+    """The parser; `version_text` is what `--version` prints (the command line's `usecases.version_text`)."""
     p = argparse.ArgumentParser(prog="tenancy-audit", description=DESCRIPTION)
-    p.add_argument("--version", action=_Version)
+    p.add_argument("--version", action=_version_action(version_text))
     sub = p.add_subparsers(dest="command", required=True)
     fail_on = argparse.ArgumentParser(add_help=False)
     fail_on.add_argument("--fail-on", choices=FAIL_ON, default="inconclusive",

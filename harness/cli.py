@@ -23,11 +23,12 @@ from harness.core.registry import RegistryError
 from harness.drive import plants
 from harness.drive.hermes import HermesError
 from harness.matrix import merge_dirs, repeat, run_matrix
+from harness.options import UsageError
 from harness.report import console
 from harness.report.baseline import BaselineError
 from harness.report.matrix import MatrixError
 from harness.report.policy import PolicyError
-from harness.run import UsageError, run_audit
+from harness.run import run_audit
 from harness.session import Interrupted
 
 ERRORS = (RegistryError, EvidenceError, HermesError, UsageError, BaselineError, MatrixError, ServiceError,
@@ -64,7 +65,7 @@ def _print_matrix(doc: dict[str, Any], fail_on: str, out: Path) -> int:
 def cmd_run(a: argparse.Namespace) -> int:
     opts = arguments.run_options(a)
     if a.runs > 1:
-        doc, _ = repeat(opts, a.runs)
+        doc, _ = repeat(run_audit, opts, a.runs)
         _show(console.matrix_lines(doc))
         return _failing(MATRIX_EXIT[doc["status"]], a.fail_on)
     result = run_audit(opts)
@@ -75,7 +76,7 @@ def cmd_run(a: argparse.Namespace) -> int:
 
 def cmd_matrix(a: argparse.Namespace) -> int:
     opts = arguments.matrix_options(a)
-    return _print_matrix(run_matrix(opts), a.fail_on, opts.out)
+    return _print_matrix(run_matrix(run_audit, opts), a.fail_on, opts.out)
 
 
 def cmd_merge(a: argparse.Namespace) -> int:
@@ -135,7 +136,7 @@ def cmd_cleanup(_: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     """Exit 0 clean, 1 leak (and nothing else), 2 error (one line on stderr), 3 inconclusive."""
-    args = arguments.parser().parse_args(argv)
+    args = arguments.parser(usecases.version_text).parse_args(argv)
     handler = {"run": cmd_run, "reconcile": cmd_reconcile, "scan": cmd_scan, "selftest": cmd_selftest,
                "baseline": cmd_baseline, "matrix": cmd_matrix, "merge": cmd_merge, "export": cmd_export,
                "cleanup": cmd_cleanup}[args.command]

@@ -11,16 +11,15 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import re
 import sys
 import tempfile
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
 from harness.capture.proxy import ProxyError
 from harness.core.evidence import EvidenceFolder
@@ -32,88 +31,15 @@ from harness.core.registry import RegistryError
 from harness.core.registry_file import load
 from harness.detect.engine.matcher import matcher_for
 from harness.drive import features, install
-from harness.drive.doors import SCENARIOS, default_tenants, missing
+from harness.drive.doors import default_tenants, missing
 from harness.drive.hermes import Hermes, HermesError, Sandbox
-from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
-from harness.drive.services import SERVICES
+from harness.options import MatrixOptions, RunOptions, UsageError, check_matrix_options, check_options, plan_of
 from harness.report import matrix
-from harness.report.matrix import NA, Cell, MatrixError, Plan, class_of, incident_of
+from harness.report.matrix import NA, Cell, MatrixError, class_of, incident_of
 from harness.report.matrix_pages import render_html, render_markdown
 from harness.report.result import AuditResult
-from harness.run import RunOptions, UsageError, check_options, run_audit
 
 FILES = ("matrix.json", "matrix.md", "matrix.html")
-_SHARD = re.compile(r"(\d+)/(\d+)")
-
-
-@dataclass
-class MatrixOptions:
-    releases: dict[str, Path | None]  # version -> a python to use, or None to install it into the cache
-    scenarios: list[str]
-    runs: int
-    out: Path
-    tools: list[str] | None = None
-    phases: list[str] = field(default_factory=list)  # none: each scenario's default phases
-    services: list[str] | None = None  # None: every service
-    shard: tuple[int, int] | None = None
-    timeout: float = 180.0
-    force: bool = False
-    quiet: bool = False
-
-    @property
-    def plan(self) -> Plan:
-        return plan_of(list(self.releases), self.scenarios, self.runs, self.tools, self.phases, self.services)
-
-
-def plan_of(releases: list[str], scenarios: list[str], runs: int, tools: list[str] | None,
-            phases: list[str], services: list[str] | None = None) -> Plan:
-    """The plan of these runs. Phases are recorded in run order, each once, and the default as None, so that
-    two spellings of the same runs merge; services in their table's order, every one as None."""
-    ordered = tuple(p for p in ALL_PHASES if p in phases)
-    chosen = None if services is None else tuple(s for s in SERVICES if s in services)
-    return Plan(tuple(releases), tuple(scenarios), runs, None if tools is None else tuple(tools),
-                None if not ordered or ordered == DEFAULT_PHASES else ordered,
-                None if chosen == tuple(SERVICES) else chosen)
-
-
-def parse_releases(spec: str) -> dict[str, Path | None]:
-    """`0.16.0,0.19.0=/path/to/python`: versions (PEP 440), each optionally with the python of an install."""
-    releases: dict[str, Path | None] = {}
-    for item in (i.strip() for i in spec.split(",")):
-        version, _, python = item.partition("=")
-        version = version.strip()
-        try:
-            Version(version)
-        except InvalidVersion:
-            raise UsageError(f"--hermes: {item!r} is not a release version (e.g. 0.19.0 or 0.19.0=/path/to/python)"
-                             ) from None
-        if version in releases:
-            raise UsageError(f"--hermes: {version} is listed twice")
-        if python and not Path(python).exists():
-            raise UsageError(f"--hermes: the python {python} given for {version} does not exist")
-        releases[version] = Path(python).absolute() if python else None
-    return releases
-
-
-def parse_shard(spec: str) -> tuple[int, int]:
-    """`I/N` with 1 <= I <= N."""
-    m = _SHARD.fullmatch(spec.strip())
-    if not m or not 1 <= int(m[1]) <= int(m[2]):
-        raise UsageError(f"--shard {spec!r}: expected I/N with 1 <= I <= N (e.g. 1/4)")
-    return int(m[1]), int(m[2])
-
-
-def parse_scenarios(spec: str) -> list[str]:
-    """A scenario, a comma-separated list, or `all` (every scenario, each as its own audit)."""
-    if spec.strip() == "all":
-        return [s for s in SCENARIOS if s != "all"]
-    names = [s.strip() for s in spec.split(",") if s.strip()]
-    for name in names:
-        if name not in SCENARIOS or name == "all":
-            raise UsageError(f"--scenario: unknown scenario {name!r} (choose from {', '.join(SCENARIOS)})")
-    if not names:
-        raise UsageError("--scenario: name at least one scenario")
-    return names
 
 
 def progress(quiet: bool, msg: str) -> None:
@@ -194,7 +120,11 @@ def prepare_release(version: str, given: Path | None, say: Callable[[str], None]
     return Release(version, python, offered)
 
 
-def run_audits(opts: RunOptions, runs: Iterable[int], *, failed: tuple[type[Exception], ...] = ()
+#: What runs one audit (`run.run_audit`; the use cases hand it in, so the matrix never reaches into an audit).
+Audit = Callable[[RunOptions], AuditResult]
+
+
+def run_audits(audit: Audit, opts: RunOptions, runs: Iterable[int], *, failed: tuple[type[Exception], ...] = ()
                ) -> Iterator[tuple[int, AuditResult | Exception]]:
     """The audit `opts` once per run number `i`, into `opts.out / f"run-{i}"` (replaced if there): `run --runs`,
     `baseline` and every cell of the matrix. Each result comes as soon as its run ends; an exception of `failed`
@@ -202,12 +132,12 @@ def run_audits(opts: RunOptions, runs: Iterable[int], *, failed: tuple[type[Exce
     assert opts.out is not None, "the runs need a folder"
     for i in runs:
         try:
-            yield i, run_audit(replace(opts, out=opts.out / f"run-{i}", force=True))
+            yield i, audit(replace(opts, out=opts.out / f"run-{i}", force=True))
         except failed as exc:
             yield i, exc
 
 
-def _cells(opts: MatrixOptions, rel: Release, scenario: str, runs: list[int]) -> Iterator[Cell]:
+def _cells(audit: Audit, opts: MatrixOptions, rel: Release, scenario: str, runs: list[int]) -> Iterator[Cell]:
     """The cells of one release and scenario (n/a, with the reason, if the release cannot drive it)."""
     lack = missing(rel.offered, scenario) if rel.offered else None
     if rel.python is None or lack:
@@ -217,23 +147,14 @@ def _cells(opts: MatrixOptions, rel: Release, scenario: str, runs: list[int]) ->
     run_opts = RunOptions(scenario=scenario, tenants=default_tenants(scenario), hermes_python=rel.python,
                           out=opts.out / rel.version / scenario, quiet=True, timeout=opts.timeout, tools=opts.tools,
                           phases=list(opts.phases), services=opts.services)
-    for run, got in run_audits(run_opts, runs, failed=(HermesError, ProxyError, EvidenceError)):
+    for run, got in run_audits(audit, run_opts, runs, failed=(HermesError, ProxyError, EvidenceError)):
         if isinstance(got, Exception):
             yield Cell(rel.version, scenario, run, NA, f"the run failed: {got}")
         else:
             yield cell_of(got, rel.version, scenario, run, opts.out)
 
 
-def check_matrix_options(opts: MatrixOptions) -> None:
-    """UsageError unless every run of the matrix would accept its options."""
-    if opts.runs < 1:
-        raise UsageError("--runs must be at least 1")
-    for scenario in opts.scenarios:
-        check_options(RunOptions(scenario=scenario, tenants=default_tenants(scenario), tools=opts.tools,
-                                 phases=list(opts.phases), services=opts.services))
-
-
-def run_matrix(opts: MatrixOptions) -> dict[str, Any]:
+def run_matrix(audit: Audit, opts: MatrixOptions) -> dict[str, Any]:
     """Run this shard's cells (every cell without a shard), write matrix.json/.md/.html, return the document."""
     check_matrix_options(opts)  # every option valid before anything is installed or written
     plan = opts.plan
@@ -255,7 +176,7 @@ def run_matrix(opts: MatrixOptions) -> dict[str, Any]:
     cells: list[Cell] = []
     doc = matrix.document(plan, cells, shard)
     for (version, scenario), group in itertools.groupby(keys, key=lambda k: k[:2]):
-        for cell in _cells(opts, releases[version], scenario, [run for _, _, run in group]):
+        for cell in _cells(audit, opts, releases[version], scenario, [run for _, _, run in group]):
             cells.append(cell)  # the matrix is rewritten after every cell: an interrupted one is kept
             detail = f": {cell.reason}" if cell.status == NA else f", {len(cell.classes)} class(es)"
             say(f"{version} {scenario} run {cell.run}/{opts.runs}: {cell.status}{detail}")
@@ -281,14 +202,14 @@ def merge_dirs(dirs: list[Path], out: Path) -> dict[str, Any]:
     return doc
 
 
-def repeat(opts: RunOptions, runs: int) -> tuple[dict[str, Any], list[AuditResult]]:
+def repeat(audit: Audit, opts: RunOptions, runs: int) -> tuple[dict[str, Any], list[AuditResult]]:
     """`run --runs N`: N audits into `out/run-<i>` and a one-release matrix of them in `out`."""
     if runs < 1:
         raise UsageError("--runs must be at least 1")
     check_options(opts)
     root = prepare_dir(opts.out or evidence_root() / datetime.now(UTC).strftime("%Y%m%dT%H%M%S-runs"), opts.force)
     results = []
-    for i, result in run_audits(replace(opts, out=root), range(1, runs + 1)):
+    for i, result in run_audits(audit, replace(opts, out=root), range(1, runs + 1)):
         assert isinstance(result, AuditResult)
         results.append(result)
         progress(opts.quiet, f"run {i}/{runs}: {result.verdict.status}")

@@ -44,9 +44,10 @@ from harness.core.record import RunRecord
 from harness.core.registry import Registry
 from harness.detect.reconcile import LogSource, Reconciliation, reconcile
 from harness.drive.hermes import Hermes, Sandbox, TurnResult, write_home
+from harness.options import RunOptions
+from harness.options import hermes_python as resolve_hermes_python
 from harness.report.result import groups
-from harness.run import RunOptions, run_audit
-from harness.run import hermes_python as resolve_hermes_python
+from harness.run import run_audit
 from harness.session import AuditSession, tenant_names
 
 

@@ -9,10 +9,8 @@ The reader can follow an audit top to bottom in `run_audit`; its resources are s
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,23 +19,24 @@ from typing import Any
 import yaml
 
 from harness.capture.proxy import free_port
-from harness.capture.services.base import MODES
 from harness.capture.versions import FileVersions, keep_only
 from harness.core.distributions import current
-from harness.core.evidence import EvidenceFolder, UsageError
+from harness.core.evidence import EvidenceFolder
 from harness.core.files import write_private
 from harness.core.findings import Verdict
 from harness.core.record import RunRecord
 from harness.detect.versions import version_of
-from harness.drive import battery, features, plants, services
+from harness.drive import battery, features
 from harness.drive.backends import BackendError
-from harness.drive.context import Context, ScenarioOptions
-from harness.drive.doors import DOORS, SCENARIOS, backend_offers_every_tool, doors_of, missing
-from harness.drive.hermes import Hermes, HermesError, require_python, write_home
-from harness.drive.install import default_python, venv_record
-from harness.drive.phases import ALL_PHASES
-from harness.drive.services import SERVICES, TOOL_GROUPS
+from harness.drive.context import Context
+from harness.drive.doors import SCENARIOS, doors_of, missing
+from harness.drive.hermes import Hermes, HermesError, require_python
+from harness.drive.homes import write_homes
+from harness.drive.install import venv_record
+from harness.drive.plants import plant_all
+from harness.drive.services import TOOL_GROUPS
 from harness.judge import evaluate, result_of, versions
+from harness.options import RunOptions, check_options, hermes_python
 from harness.report import baseline as baselines
 from harness.report import policy as policies
 from harness.report.redact import write_redacted
@@ -46,84 +45,9 @@ from harness.report.writer import write_reports
 from harness.session import AuditSession, Guard, Interrupted, Setup, tenant_names
 
 
-@dataclass
-class RunOptions:
-    scenario: str = "oneshot"
-    tenants: int = 2  # the command line's default depends on the scenario: `default_tenants`
-    topology: str = "reverse"
-    plants: list[str] = field(default_factory=list)
-    baseline: Path | None = None
-    out: Path | None = None
-    hermes_python: Path | None = None
-    force: bool = False
-    quiet: bool = False
-    turns: int = 1
-    timeout: float = 180.0
-    stub_fault: str = ""
-    redact: bool = False  # also write redacted/: flows, ledger, reports with every secret as <tenant:kind>
-    phases: list[str] = field(default_factory=list)  # multi-profile phases to run (default: all but cron)
-    cron_wait: float = 75.0
-    tools: list[str] | None = None  # tool battery groups (None: every group; []: the env probe only)
-    stubs: str = "observe"  # "strict": a stub answers a foreign key with 401
-    policy: str = policies.DEFAULT  # the isolation policy: `hermes`, `strict` or a policy file
-    services: list[str] | None = None  # services besides the provider (None: every one; []: the provider only)
-
-    def tool_groups(self) -> list[str]:
-        return list(TOOL_GROUPS) if self.tools is None else list(self.tools)
-
-    def service_names(self) -> list[str]:
-        return list(SERVICES) if self.services is None else list(self.services)
-
-    def scenario_options(self) -> ScenarioOptions:
-        return ScenarioOptions(turns=self.turns, timeout=self.timeout, phases=list(self.phases),
-                               cron_wait=self.cron_wait, tools=self.tool_groups(), services=self.service_names())
-
-
-def hermes_python(opt: Path | None, say: Callable[[str], None] | None = None) -> Path:
-    """--hermes-python, else $TENANCY_HERMES_PYTHON, else the default (`install.default_python`: installed first
-    when `say` is given); absolute, links kept (a venv's python is a symlink, and resolving it would leave the
-    venv)."""
-    if opt is not None:
-        return Path(os.path.abspath(opt))
-    if env := os.environ.get("TENANCY_HERMES_PYTHON"):
-        return Path(os.path.abspath(env))
-    return default_python(say)
-
-
 def progress(quiet: bool, msg: str) -> None:
     if not quiet:
         print(f"[tenancy] {msg}", file=sys.stderr, flush=True)
-
-
-def check_options(opts: RunOptions) -> None:
-    """Every option is valid before anything is written (UsageError otherwise)."""
-    if opts.scenario not in SCENARIOS:
-        raise UsageError(f"unknown scenario {opts.scenario!r} (choose from {', '.join(SCENARIOS)})")
-    for p in opts.plants:
-        if p not in plants.PLANTS:
-            raise UsageError(f"unknown plant {p!r} (choose from {', '.join(plants.PLANTS)})")
-        if plants.TOPOLOGY.get(p, opts.topology) != opts.topology:
-            raise UsageError(f"plant {p!r} needs --topology {plants.TOPOLOGY[p]}")
-        if p in plants.SCENARIO and not backend_offers_every_tool(opts.scenario):
-            choices = ", ".join(n for n, d in DOORS.items() if d.backend)
-            raise UsageError(f"plant {p!r} needs a scenario whose Hermes offers its tool (--scenario {choices} "
-                             "or all)")
-    for ph in opts.phases:
-        if ph not in ALL_PHASES:
-            raise UsageError(f"unknown phase {ph!r} (choose from {', '.join(ALL_PHASES)})")
-    unknown = battery.check_groups(opts.tool_groups())
-    if unknown:
-        raise UsageError(f"unknown tool group {unknown[0]!r} (choose from {', '.join(TOOL_GROUPS)}, or none)")
-    unknown = services.check(opts.service_names())
-    if unknown:
-        raise UsageError(f"unknown service {unknown[0]!r} (choose from {', '.join(SERVICES)}, or none)")
-    for p in opts.plants:
-        if p in plants.SERVICE_PLANTS and plants.SERVICE_PLANTS[p][0] not in opts.service_names():
-            raise UsageError(f"plant {p!r} needs the service {plants.SERVICE_PLANTS[p][0]!r} (--services)")
-    if opts.stubs not in MODES:
-        raise UsageError(f"unknown stub mode {opts.stubs!r} (choose from {', '.join(MODES)})")
-    if opts.tenants < 2:
-        raise UsageError("--tenants must be at least 2")
 
 
 @dataclass
@@ -262,33 +186,3 @@ def _drive(audit: RunState, session: AuditSession, hermes: Hermes) -> None:
                 writer.join()
             ctx.versions_kept = ctx.versions.stop()
         coming_up.result()  # ProxyError if it never came up: nothing was recorded
-
-
-def write_homes(ctx: Context) -> None:
-    """Every tenant's Hermes home: its provider, and every service the release supports (`ctx.services()`)."""
-    active = ctx.services()
-    for t in ctx.registry:
-        where = {s: services.Where(ctx.proxy.service_url(t.name, s) if SERVICES[s].proxied else "",
-                                   ctx.registry_path, EvidenceFolder(ctx.out).service_records) for s in active}
-        extra = services.setup(t, active, where, second=t.name == ctx.registry.names()[1])
-        home = ctx.sandbox.home_of(t.name)
-        write_home(t, home, ctx.proxy.base_url(t.name), launch=t.name == ctx.sandbox.launch,
-                   extra_config=services.merged(ctx.extra_config(t.name), extra.config), extra_env=extra.env)
-        for rel, data in extra.files.items():
-            write_private(home / rel, data)
-        for rel, data in extra.workdir_files.items():
-            (Path(t.canaries["workdir"]) / rel).write_bytes(data)
-
-
-def plant_all(ctx: Context, names: list[str]) -> dict[str, frozenset[str]]:
-    """Plant every named negative control (the first tenant's data into the second's home)."""
-    tenants = ctx.registry.names()
-    donor, target = ctx.registry[tenants[0]], ctx.registry[tenants[1]]
-    planted = {}
-    for name in names:
-        pc = plants.PlantContext(donor, target, ctx.sandbox.home_of(target.name), ctx.proxy.base_url(donor.name),
-                                 ctx.stubs[target.name].url)
-        planted[name] = plants.apply(name, pc)
-        ctx.during += pc.during
-        ctx.say(f"planted {name}: {donor.name} -> {target.name}")
-    return planted

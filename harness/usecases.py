@@ -30,11 +30,12 @@ from harness.drive import plants
 from harness.drive.doors import default_tenants
 from harness.judge import evaluate, result_of, venv_warnings, versions
 from harness.matrix import run_audits
+from harness.options import RunOptions, UsageError, hermes_python
 from harness.report import baseline, baseline_classes, export
 from harness.report import policy as policies
 from harness.report.result import AuditResult
 from harness.report.writer import write_reports
-from harness.run import RunOptions, UsageError, hermes_python, run_audit
+from harness.run import run_audit
 
 
 def hermes_version(python: Path) -> str:
@@ -207,7 +208,7 @@ def make_baseline(scenario: str, runs: int, phases: list[str], python: Path | No
     with tempfile.TemporaryDirectory(prefix="tenancy-baseline-") as tmp:
         opts = RunOptions(scenario=scenario, tenants=default_tenants(scenario), hermes_python=python,
                           out=evidence or Path(tmp), quiet=True, phases=phases)
-        for i, result in run_audits(opts, range(1, runs + 1)):
+        for i, result in run_audits(run_audit, opts, range(1, runs + 1)):
             assert isinstance(result, AuditResult) and result.out is not None
             version = result.versions.get("hermes-agent", "?")
             found.append(result.verdict.findings)

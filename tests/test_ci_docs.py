@@ -16,8 +16,7 @@ import pytest
 import yaml
 
 from harness import arguments
-from harness.matrix import check_matrix_options
-from harness.run import UsageError, check_options
+from harness.options import UsageError, check_matrix_options, check_options
 
 REPO = Path(__file__).resolve().parent.parent
 DOC = REPO / "docs" / "ci.md"

@@ -23,8 +23,8 @@ from harness.core.findings import Finding, Verdict
 from harness.core.record import RunRecord
 from harness.core.registry import Registry, mint
 from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
+from harness.options import UsageError
 from harness.report import baseline, baseline_classes
-from harness.run import UsageError
 
 CLI = [sys.executable, "-m", "harness.cli"]
 ROOT = Path(__file__).resolve().parent.parent

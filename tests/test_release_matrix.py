@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli
+from harness import cli, options
 from harness import matrix as runner
 from harness.core.findings import Finding, Verdict
 from harness.detect.incidents import build
@@ -21,12 +21,12 @@ from harness.drive import features, install
 from harness.drive.doors import missing
 from harness.drive.features import Features
 from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
+from harness.options import UsageError
 from harness.report import matrix
 from harness.report.baseline import load, write
 from harness.report.matrix import NA, Cell, MatrixError, Plan, cell_text, class_of, wilson
 from harness.report.matrix_pages import render_html, render_markdown
 from harness.report.result import AuditResult
-from harness.run import UsageError
 
 CLI = [sys.executable, "-m", "harness.cli"]
 RELEASES = ("0.19.0", "0.16.0", "0.18.2", "0.17.0")  # not in version order on purpose
@@ -234,19 +234,19 @@ def test_merge_refuses_a_missing_a_duplicated_or_a_foreign_shard(tmp_path):
 @pytest.mark.parametrize("spec", ["3/2", "0/2", "a/b", "1/0", "1", "1/2/3", "-1/2", " "])
 def test_a_bad_shard_spec_is_refused(spec):
     with pytest.raises(UsageError, match="--shard"):
-        runner.parse_shard(spec)
+        options.parse_shard(spec)
 
 
 def test_shard_and_release_specs():
-    assert runner.parse_shard("2/3") == (2, 3)
-    assert runner.parse_releases("0.16.0, 0.19.0") == {"0.16.0": None, "0.19.0": None}
-    assert runner.parse_releases(f"0.19.0={sys.executable}") == {"0.19.0": Path(sys.executable).absolute()}
+    assert options.parse_shard("2/3") == (2, 3)
+    assert options.parse_releases("0.16.0, 0.19.0") == {"0.16.0": None, "0.19.0": None}
+    assert options.parse_releases(f"0.19.0={sys.executable}") == {"0.19.0": Path(sys.executable).absolute()}
     for bad in ("0.19.0;rm", "", "0.19.0,0.19.0", "latest", "0.19.0=/nonexistent/python"):
         with pytest.raises(UsageError, match="--hermes"):
-            runner.parse_releases(bad)
-    assert runner.parse_scenarios("all") == ["oneshot", "tui", "serve", "gateway"]
+            options.parse_releases(bad)
+    assert options.parse_scenarios("all") == ["oneshot", "tui", "serve", "gateway"]
     with pytest.raises(UsageError, match="unknown scenario"):
-        runner.parse_scenarios("oneshot,nope")
+        options.parse_scenarios("oneshot,nope")
 
 
 # --- reports ------------------------------------------------------------------------------------------------
@@ -356,7 +356,7 @@ def test_run_runs_n_reports_seen_k_of_n_per_incident_and_class(tmp_path, monkeyp
         return AuditResult(Verdict(seen_in[run]), ["default", "alpha"], opts.scenario, {"hermes-agent": "0.19.0"},
                            timeline=[{"ok": True}], out=opts.out)
 
-    monkeypatch.setattr(runner, "run_audit", fake_run_audit)
+    monkeypatch.setattr(cli, "run_audit", fake_run_audit)
     code = cli.main(["run", "--runs", "3", "--out", str(tmp_path / "rate")])
     out = capsys.readouterr().out
     assert code == 1  # a run leaked
@@ -390,7 +390,7 @@ def test_matrix_phases_reach_every_run_and_the_plan(tmp_path, monkeypatch):
         return AuditResult(Verdict([]), ["default", "alpha"], opts.scenario, {"hermes-agent": "0.19.0"},
                            timeline=[{"ok": True}], out=opts.out)
 
-    monkeypatch.setattr(runner, "run_audit", fake_run_audit)
+    monkeypatch.setattr(cli, "run_audit", fake_run_audit)
     monkeypatch.setattr(runner, "prepare_release", lambda v, *_: runner.Release(v, Path(sys.executable), Features()))
     out = tmp_path / "m"
     assert cli.main(["matrix", "--hermes", "0.19.0", "--scenario", "serve,gateway", "--phases", "all",
@@ -407,7 +407,7 @@ def test_matrix_phases_reach_every_run_and_the_plan(tmp_path, monkeypatch):
 
 def test_phases_spelt_otherwise_make_the_same_plan_and_an_old_shard_merges():
     def plan(*phases: str) -> Plan:
-        return runner.MatrixOptions({"0.19.0": None}, ["serve"], 1, Path("m"), phases=list(phases)).plan
+        return options.MatrixOptions({"0.19.0": None}, ["serve"], 1, Path("m"), phases=list(phases)).plan
 
     assert plan("cron", "turns", "turns").phases == ("turns", "cron") == plan("turns", "cron").phases
     assert plan(*DEFAULT_PHASES).phases is None and plan(*reversed(DEFAULT_PHASES)).phases is None

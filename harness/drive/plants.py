@@ -15,6 +15,7 @@ import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from harness.drive.context import Context
 from harness.drive.services import ALL_SERVICES, TOOL_GROUPS
 from harness.drive.services.base import Plant, PlantContext, edit_config
 
@@ -182,3 +183,17 @@ def apply(name: str, ctx: PlantContext) -> frozenset[str]:
     for writer in ctx.during:
         writer.start()
     return plant.expects
+
+
+def plant_all(ctx: Context, names: list[str]) -> dict[str, frozenset[str]]:
+    """Plant every named negative control (the first tenant's data into the second's home)."""
+    tenants = ctx.registry.names()
+    donor, target = ctx.registry[tenants[0]], ctx.registry[tenants[1]]
+    planted = {}
+    for name in names:
+        pc = PlantContext(donor, target, ctx.sandbox.home_of(target.name), ctx.proxy.base_url(donor.name),
+                                 ctx.stubs[target.name].url)
+        planted[name] = apply(name, pc)
+        ctx.during += pc.during
+        ctx.say(f"planted {name}: {donor.name} -> {target.name}")
+    return planted

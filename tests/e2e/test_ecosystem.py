@@ -22,7 +22,8 @@ from harness.core.registry_file import load
 from harness.detect.engine import stream
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.reconcile import read_flows
-from harness.run import RunOptions, run_audit
+from harness.options import RunOptions
+from harness.run import run_audit
 
 pytestmark = pytest.mark.e2e
 

@@ -24,8 +24,8 @@ from harness.core.registry_file import load
 from harness.detect.engine.matcher import Matcher
 from harness.drive import install
 from harness.matrix import FILES
+from harness.options import hermes_python
 from harness.report.matrix import NA
-from harness.run import hermes_python
 
 pytestmark = pytest.mark.e2e
 OLD = "0.16.0"  # no `hermes -z --usage-file`, no `hermes serve`, no multiplexed gateway

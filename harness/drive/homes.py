@@ -1,0 +1,28 @@
+"""Every tenant's Hermes home as an audit lays it down: its provider, and what each service the run drives adds."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.core.evidence import EvidenceFolder
+from harness.core.files import write_private
+from harness.drive import services
+from harness.drive.context import Context
+from harness.drive.hermes import write_home
+from harness.drive.services import SERVICES
+
+
+def write_homes(ctx: Context) -> None:
+    """Every tenant's Hermes home: its provider, and every service the release supports (`ctx.services()`)."""
+    active = ctx.services()
+    for t in ctx.registry:
+        where = {s: services.Where(ctx.proxy.service_url(t.name, s) if SERVICES[s].proxied else "",
+                                   ctx.registry_path, EvidenceFolder(ctx.out).service_records) for s in active}
+        extra = services.setup(t, active, where, second=t.name == ctx.registry.names()[1])
+        home = ctx.sandbox.home_of(t.name)
+        write_home(t, home, ctx.proxy.base_url(t.name), launch=t.name == ctx.sandbox.launch,
+                   extra_config=services.merged(ctx.extra_config(t.name), extra.config), extra_env=extra.env)
+        for rel, data in extra.files.items():
+            write_private(home / rel, data)
+        for rel, data in extra.workdir_files.items():
+            (Path(t.canaries["workdir"]) / rel).write_bytes(data)
