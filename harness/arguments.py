@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from harness.capture.services.base import MODES
-from harness.capture.services.provider import FAULTS
+from harness.capture.stubs.base import MODES
+from harness.capture.stubs.provider import FAULTS
 from harness.core.files import BASELINE_COPY
 from harness.detect.engine import stream
 from harness.drive import plants

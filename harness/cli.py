@@ -15,7 +15,7 @@ from typing import Any
 
 from harness import arguments, usecases
 from harness.capture.proxy import ProxyError
-from harness.capture.services.base import ServiceError
+from harness.capture.stubs.base import ServiceError
 from harness.core.findings import EXIT_CLEAN, EXIT_ERROR, EXIT_INCONCLUSIVE, EXIT_LEAK, Verdict
 from harness.core.procs import reap_stale
 from harness.core.record import EvidenceError
@@ -93,7 +93,7 @@ def cmd_reconcile(a: argparse.Namespace) -> int:
 
 
 def cmd_scan(a: argparse.Namespace) -> int:
-    result = usecases.scan_paths(a.registry, a.paths, a.owner, arguments.limits(a), a.json_out)
+    result = usecases.scan_command(a.registry, a.paths, a.owner, arguments.limits(a), a.json_out)
     _show(console.finding_lines(result.findings) + [f"unreadable: {p}" for p in result.unreadable])
     _show(console.not_inspected_lines([n for n in result.not_inspected if not n.reason.startswith("unreadable")]))
     return usecases.scan_verdict(result).exit_code

@@ -28,7 +28,7 @@ from harness.report.policy import Policy
 from harness.report.result import AuditResult
 
 
-def versions(hermes: str | None = None, venv: dict[str, Any] | None = None) -> dict[str, str]:
+def release_versions(hermes: str | None = None, venv: dict[str, Any] | None = None) -> dict[str, str]:
     """The versions a result names: Hermes' (when known) and the lock its venv was installed from (file and
     sha256, `made` when no lock was committed for it), mitmproxy's and this tool's."""
     lock = (venv or {}).get("lock")
@@ -113,7 +113,8 @@ def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *
         warnings=[*venv_warnings(record, base), *(f"service {name} was not audited, {state}"
                                                   for name, state in record.services.items() if state != "on")],
         tenants=registry.names(), scenario=scenario,
-        versions=versions(record.hermes_agent or "?", record.hermes_venv), timeline=record.turns, seconds=seconds,
+        versions=release_versions(record.hermes_agent or "?", record.hermes_venv), timeline=record.turns,
+        seconds=seconds,
         out=out, plants=sorted(record.plants),
         coverage=rec.coverage.table(record.tools, kept, OUT_OF_SCOPE, allowed),
         services=service_coverage, policy=policy.to_dict())

@@ -12,7 +12,7 @@ from pathlib import Path
 
 from packaging.version import InvalidVersion, Version
 
-from harness.capture.services.base import MODES
+from harness.capture.stubs.base import MODES
 from harness.core.evidence import UsageError
 from harness.drive import battery, plants, services
 from harness.drive.context import ScenarioOptions

@@ -36,7 +36,7 @@ from typing import Any
 import pytest
 
 from harness.capture.proxy import Proxy
-from harness.capture.services.provider import StubProvider
+from harness.capture.stubs.provider import StubProvider
 from harness.core.files import STUB_LOG
 from harness.core.findings import Finding
 from harness.core.procs import ProcessSet

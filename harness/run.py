@@ -18,14 +18,14 @@ from typing import Any
 
 import yaml
 
+from harness.capture.file_versions import FileVersions, keep_only
 from harness.capture.proxy import free_port
-from harness.capture.versions import FileVersions, keep_only
 from harness.core.distributions import current
 from harness.core.evidence import EvidenceFolder
 from harness.core.files import write_private
 from harness.core.findings import Verdict
 from harness.core.record import RunRecord
-from harness.detect.versions import version_of
+from harness.detect.file_versions import version_of
 from harness.drive import battery, features
 from harness.drive.backends import BackendError
 from harness.drive.context import Context
@@ -35,7 +35,7 @@ from harness.drive.homes import write_homes
 from harness.drive.install import venv_record
 from harness.drive.plants import plant_all
 from harness.drive.services import TOOL_GROUPS
-from harness.judge import evaluate, result_of, versions
+from harness.judge import evaluate, release_versions, result_of
 from harness.options import RunOptions, check_options, hermes_python
 from harness.report import baseline as baselines
 from harness.report import policy as policies
@@ -114,7 +114,7 @@ def _report_interrupted(audit: RunState, exc: Interrupted) -> None:
         return
     reason = f"interrupted ({exc}): the run was stopped before it finished; nothing was reconciled"
     result = result_of(None, Verdict([], reasons=[reason]), tenants=tenant_names(audit.opts.tenants),
-                       scenario=audit.opts.scenario, versions=versions("?"),
+                       scenario=audit.opts.scenario, versions=release_versions("?"),
                        timeline=audit.ctx.timeline if audit.ctx else [], seconds=time.monotonic() - audit.started,
                        out=audit.out, plants=list(audit.opts.plants))
     folder = EvidenceFolder(audit.out)

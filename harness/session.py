@@ -21,8 +21,8 @@ from types import FrameType, TracebackType
 from typing import Any, Self
 
 from harness.capture.proxy import FORWARD_DOMAIN, Proxy, bind_listener, port_of
-from harness.capture.services.base import Service, stop_all
-from harness.capture.services.provider import StubProvider
+from harness.capture.stubs.base import Service, stop_all
+from harness.capture.stubs.provider import StubProvider
 from harness.core.evidence import EvidenceFolder
 from harness.core.files import SERVICE_RECORDS, write_private
 from harness.core.procs import ProcessSet, reap_stale

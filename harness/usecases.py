@@ -28,7 +28,7 @@ from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
 from harness.detect.reconcile import LogSource, Reading, read_flows, reconcile
 from harness.drive import plants
 from harness.drive.doors import default_tenants
-from harness.judge import evaluate, result_of, venv_warnings, versions
+from harness.judge import evaluate, release_versions, result_of, venv_warnings
 from harness.matrix import run_audits
 from harness.options import RunOptions, UsageError, hermes_python
 from harness.report import baseline, baseline_classes, export
@@ -124,7 +124,8 @@ def _reconcile_files(opts: ReconcileOptions, registry_path: Path, flows: Path, s
                     reading=Reading(limits=opts.limits))
     return result_of(rec, Verdict([f.labelled(opts.scenario, opts.phase) for f in rec.findings], reasons=rec.reasons),
                      base=baseline.load(opts.baseline) if opts.baseline else None, tenants=registry.names(),
-                     scenario=opts.scenario or "reconcile", versions=versions(), seconds=time.monotonic() - started)
+                     scenario=opts.scenario or "reconcile", versions=release_versions(),
+                     seconds=time.monotonic() - started)
 
 
 def step_summary(out: Path | None) -> None:
@@ -140,7 +141,7 @@ def step_summary(out: Path | None) -> None:
         fh.write(text + "\n")
 
 
-def scan_paths(registry_path: Path, paths: list[Path], owner: str | None, limits: Limits,
+def scan_command(registry_path: Path, paths: list[Path], owner: str | None, limits: Limits,
                json_out: Path | None) -> scan.TreeScan:
     """The canaries of the registry in files and trees (`json_out`: also written there as JSON)."""
     registry = load(registry_path)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from mitmproxy import io
 
-from harness.capture.services.provider import StubProvider
+from harness.capture.stubs.provider import StubProvider
 from harness.core.protocol import FLOW_HEADER
 from harness.core.registry import Registry, mint
 from harness.detect.engine.matcher import Matcher

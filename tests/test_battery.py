@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.capture.services.provider import StubProvider, ToolStep, answer_for, fit, probe_step
+from harness.capture.stubs.provider import StubProvider, ToolStep, answer_for, fit, probe_step
 from harness.core.findings import Finding
 from harness.core.protocol import PROBE_BEGIN, PROMPT, probe_code
 from harness.core.registry import Registry, mint

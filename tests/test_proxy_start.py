@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from harness.capture.proxy import Proxy, ProxyError, bind_listener, free_port, port_of
-from harness.capture.services.provider import StubProvider
+from harness.capture.stubs.provider import StubProvider
 from harness.core.procs import ProcessSet
 from harness.core.registry import Registry, mint
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from harness.capture.services.mcp_http import McpHttpStub
-from harness.capture.services.mcp_stdio import log_name
-from harness.capture.services.provider import StubProvider
+from harness.capture.stubs.mcp_http import McpHttpStub
+from harness.capture.stubs.mcp_stdio import log_name
+from harness.capture.stubs.provider import StubProvider
 from harness.core.registry import Registry, RegistryError, mint
 from harness.core.registry_file import load, parse
 from harness.detect import records
@@ -317,7 +317,7 @@ def test_the_mcp_stdio_server_records_itself_for_the_mcp_client(tmp_path, hermes
     a = reg["alpha"]
     folder = tmp_path / "services"
     folder.mkdir()
-    args = ["-m", "harness.capture.services.mcp_stdio", "--registry", str(tmp_path / "registry.yaml"),
+    args = ["-m", "harness.capture.stubs.mcp_stdio", "--registry", str(tmp_path / "registry.yaml"),
             "--tenant", "alpha", "--log", str(folder)]
     got = run_in_hermes(hermes_python, tmp_path, f"""
         import asyncio, json
@@ -353,7 +353,7 @@ def test_a_stub_that_cannot_start_is_one_line_and_exit_2(tmp_path, monkeypatch, 
     import uvicorn
 
     from harness import cli
-    from harness.capture.services.base import ServiceError
+    from harness.capture.stubs.base import ServiceError
 
     reg = registry_with_services(tmp_path)
     with monkeypatch.context() as m:

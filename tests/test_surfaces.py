@@ -61,7 +61,7 @@ def test_a_service_s_battery_steps_name_only_its_own_tools(name, tmp_path):
 #: Modules outside the package that may quote a service's name, and why: the stubs are the services' own
 #: protocol side (a stub names its kind; the stdio server's record names it, and `detect.records` reads that
 #: record format); `mcp` is also the pip extra of Hermes' MCP client.
-QUOTE_A_SERVICE = {"capture/services/mcp_stdio.py", "capture/services/mcp_http.py", "detect/records.py",
+QUOTE_A_SERVICE = {"capture/stubs/mcp_stdio.py", "capture/stubs/mcp_http.py", "detect/records.py",
                    "drive/install.py"}
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from harness.core.record import VERSION, RunRecord
 from harness.drive import install
-from harness.judge import venv_warnings, versions
+from harness.judge import release_versions, venv_warnings
 from harness.report.baseline import Baseline
 
 PINNED = {"hermes-agent": "0.19.0", "openai": "2.21.0", "ripgrep": "14.1.0"}
@@ -26,7 +26,7 @@ def lock(committed: bool = True, differs: str | None = None) -> dict:
 def test_a_venv_exactly_its_committed_lock_and_its_baselines_says_nothing():
     base = Baseline(Path("b.json"), made_with={"installed": dict(PINNED)})
     assert venv_warnings(record(dict(PINNED), lock()), base) == []
-    assert versions("0.19.0", record(PINNED, lock()).hermes_venv)["hermes-lock"] == "hermes-0.19.0.txt 2c31dc677ec2"
+    assert release_versions("0.19.0", record(PINNED, lock()).hermes_venv)["hermes-lock"] == "hermes-0.19.0.txt 2c31dc677ec2"
 
 
 def test_each_way_a_venv_is_not_its_lock_is_one_line():
@@ -34,7 +34,7 @@ def test_each_way_a_venv_is_not_its_lock_is_one_line():
     assert venv_warnings(record(PINNED, lock(differs=differs)), None) == [differs]
     made = venv_warnings(record(PINNED, lock(committed=False)), None)
     assert len(made) == 1 and "has no committed lock: one was made on its first install" in made[0]
-    assert versions("0.19.0", record(PINNED, lock(committed=False)).hermes_venv)["hermes-lock"].endswith("(made)")
+    assert release_versions("0.19.0", record(PINNED, lock(committed=False)).hermes_venv)["hermes-lock"].endswith("(made)")
     assert venv_warnings(record(PINNED, None), None) == [
         "hermes-agent 0.19.0 was audited without a lock: its venv's versions are recorded, not pinned"]
     assert venv_warnings(record({}, None, problem="cannot run /x/python: No such file"), None) == [

@@ -20,7 +20,7 @@ from harness.core.files import SERVICE_RECORDS
 from harness.core.findings import Finding, dedupe
 from harness.core.record import EvidenceError, Phase, RunRecord
 from harness.core.registry import PROVIDER, Registry
-from harness.detect import records, scan, snapshots, versions
+from harness.detect import file_versions, records, scan, snapshots
 from harness.detect.decode import loads
 from harness.detect.engine import stream
 from harness.detect.engine.matcher import Matcher, matcher_for
@@ -232,7 +232,7 @@ def _versions(ev: Evidence, rec: Reconciliation) -> None:
         return
     ends = [f for f in rec.findings if f.channel == "file"]
     try:
-        transient, rec.inspected["version"], skipped = versions.scan_versions(
+        transient, rec.inspected["version"], skipped = file_versions.scan_versions(
             ev.kept_versions, ev.matcher, ev.homes, ends, ev.limits, stretch=lambda t: _phase_before(t, ev.phases))
     except ValueError as exc:
         raise EvidenceError(f"versions: {exc}") from None

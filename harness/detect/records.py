@@ -1,6 +1,6 @@
 """Servers that are not behind the proxy record themselves: a tenant's MCP server over stdio writes, one JSON
 line each, how it was started (argv, whole environment, cwd) and every tool call with its arguments and
-result (`harness.capture.services.mcp_stdio`). This reads those records and checks them like any other
+result (`harness.capture.stubs.mcp_stdio`). This reads those records and checks them like any other
 evidence of the tenant's service:
 
 - its start: another tenant's canary in its environment, argv or cwd is an `env_leak` (the server is a

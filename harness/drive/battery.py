@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harness.capture.services.provider import Plan, StubProvider, ToolStep, probe_step
+from harness.capture.stubs.provider import Plan, StubProvider, ToolStep, probe_step
 from harness.core.protocol import SUBAGENT_TASK, probe_code
 from harness.core.registry import TAG_MARKER, new_tag
 from harness.detect.decode import loads

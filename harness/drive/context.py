@@ -11,10 +11,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from harness.capture.file_versions import FileVersions
 from harness.capture.proxy import Proxy
-from harness.capture.services.base import Service
-from harness.capture.services.provider import StubProvider
-from harness.capture.versions import FileVersions
+from harness.capture.stubs.base import Service
+from harness.capture.stubs.provider import StubProvider
 from harness.core.findings import Finding
 from harness.core.record import Phase
 from harness.core.registry import Registry

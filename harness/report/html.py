@@ -19,8 +19,8 @@ from harness.report.result import (
     Group,
     IncidentRow,
     coverage_tools,
+    crossing_grid,
     groups,
-    matrix,
     reasons_of,
 )
 
@@ -70,7 +70,7 @@ def _cell(victim: str, seen: str, counts: dict[str, int], known: int) -> str:
 
 def _matrix(result: AuditResult) -> str:
     v = result.verdict
-    cells, known = matrix(v.findings, result.tenants), matrix(v.known, result.tenants)
+    cells, known = crossing_grid(v.findings, result.tenants), crossing_grid(v.known, result.tenants)
     head = "".join(f"<th>{escape(t)}</th>" for t in result.tenants)
     rows = []
     for victim in result.tenants:

@@ -14,8 +14,8 @@ from harness.report.result import (
     Group,
     IncidentRow,
     coverage_tools,
+    crossing_grid,
     groups,
-    matrix,
     reasons_of,
 )
 
@@ -67,7 +67,7 @@ def _banner(result: AuditResult) -> list[str]:
 
 def _matrix(result: AuditResult) -> list[str]:
     v = result.verdict
-    new, known = matrix(v.findings, result.tenants), matrix(v.known, result.tenants)
+    new, known = crossing_grid(v.findings, result.tenants), crossing_grid(v.known, result.tenants)
     lines = ["## Who leaked into whom", "",
              "Row: whose canary or key. Column: whose channel carried it. New findings per channel; known ones "
              "(in the baseline) in parentheses.", "",

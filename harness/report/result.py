@@ -169,7 +169,7 @@ def groups(findings: list[Finding]) -> list[Group]:
     return sorted(by_fp.values(), key=lambda g: rank(g.severity))
 
 
-def matrix(findings: list[Finding], tenants: list[str]) -> dict[tuple[str, str], Counter[str]]:
+def crossing_grid(findings: list[Finding], tenants: list[str]) -> dict[tuple[str, str], Counter[str]]:
     """(victim, seen_in) -> findings per channel: who leaked into whom."""
     cells: dict[tuple[str, str], Counter[str]] = {(v, s): Counter() for v in tenants for s in tenants}
     for f in findings:

@@ -14,7 +14,7 @@ import pytest
 
 from harness.core.findings import Finding
 from harness.core.protocol import OUT_OF_SCOPE
-from harness.detect.versions import version_of
+from harness.detect.file_versions import version_of
 from harness.drive.phases import ALL_PHASES
 from harness.drive.services import BATTERY_TOOLS, SERVICES
 from harness.pytest_plugin import assert_reproduced

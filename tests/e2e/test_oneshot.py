@@ -14,7 +14,7 @@ import pytest
 from harness.core.protocol import OUT_OF_SCOPE
 from harness.core.registry_file import load
 from harness.detect.engine.matcher import Matcher
-from harness.detect.versions import version_of
+from harness.detect.file_versions import version_of
 from harness.drive.plants import (
     NEAR_MISS_FILE,
     PLANTS,

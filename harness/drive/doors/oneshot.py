@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from harness.capture.services.provider import Plan
+from harness.capture.stubs.provider import Plan
 from harness.core.protocol import PROMPT
 from harness.drive import battery
 from harness.drive.context import Context

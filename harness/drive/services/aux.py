@@ -8,7 +8,7 @@ from __future__ import annotations
 import base64
 from pathlib import Path
 
-from harness.capture.services.provider import StubProvider, ToolStep
+from harness.capture.stubs.provider import StubProvider, ToolStep
 from harness.core.registry import Tenant
 from harness.drive.services.base import Battery, Coverage, ServiceSpec, Setup, Turn, Where, credential_plant
 

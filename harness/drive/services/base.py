@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from harness.capture.services.base import Service
-from harness.capture.services.provider import ToolStep
+from harness.capture.stubs.base import Service
+from harness.capture.stubs.provider import ToolStep
 from harness.core.registry import Tenant
 
 

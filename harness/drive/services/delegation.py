@@ -5,7 +5,7 @@ the provider's kind; Hermes' own `delegate_task` (the battery's `delegate` group
 
 from __future__ import annotations
 
-from harness.capture.services.provider import StubProvider
+from harness.capture.stubs.provider import StubProvider
 from harness.core.registry import Tenant
 from harness.drive.services.base import Battery, Coverage, Plant, PlantContext, ServiceSpec, Setup, Where, edit_config
 

@@ -4,9 +4,9 @@ client's `initialize` and `tools/list` reach it on every start, tools or not."""
 
 from __future__ import annotations
 
-from harness.capture.services.mcp_http import PATH, McpHttpStub
-from harness.capture.services.mcp_tools import SERVER_NAME
-from harness.capture.services.provider import ToolStep
+from harness.capture.stubs.mcp_http import PATH, McpHttpStub
+from harness.capture.stubs.mcp_tools import SERVER_NAME
+from harness.capture.stubs.provider import ToolStep
 from harness.core.registry import Tenant
 from harness.drive.services.base import Battery, Coverage, ServiceSpec, Setup, Where, credential_plant
 

@@ -1,4 +1,4 @@
-"""An MCP server over stdio (the same tools as `mcp`; the program `python -m harness.capture.services.mcp_stdio`,
+"""An MCP server over stdio (the same tools as `mcp`; the program `python -m harness.capture.stubs.mcp_stdio`,
 which records what it receives): the profile's `mcp_servers.tenancy_stdio`, its credential
 `TENANCY_MCP_STDIO_KEY` passed in the server's env; tools `mcp__tenancy_stdio__remember`/`recall`. Its start
 (env, argv, cwd) is checked on every turn."""
@@ -8,8 +8,8 @@ from __future__ import annotations
 import sys
 from dataclasses import dataclass
 
-from harness.capture.services.mcp_stdio import SERVER_NAME, TOKEN_ENV
-from harness.capture.services.provider import ToolStep
+from harness.capture.stubs.mcp_stdio import SERVER_NAME, TOKEN_ENV
+from harness.capture.stubs.provider import ToolStep
 from harness.core.places import SOURCE
 from harness.core.registry import Tenant
 from harness.drive.services.base import Battery, Coverage, ServiceSpec, Setup, Turn, Where, credential_plant
@@ -19,7 +19,7 @@ REMEMBER, RECALL = f"mcp__{SERVER_NAME}__remember", f"mcp__{SERVER_NAME}__recall
 
 
 def configure(t: Tenant, where: Where) -> Setup:
-    args = ["-m", "harness.capture.services.mcp_stdio", "--registry", str(where.registry), "--tenant", t.name,
+    args = ["-m", "harness.capture.stubs.mcp_stdio", "--registry", str(where.registry), "--tenant", t.name,
             "--log", str(where.record)]
     # Hermes gives the server a filtered env: PYTHONPATH names this very harness (a checkout, a worktree, a wheel)
     env = {TOKEN_ENV: "${" + TOKEN_ENV + "}", "PYTHONPATH": str(SOURCE)}

@@ -20,8 +20,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from harness.capture.services.base import JsonApiStub
-from harness.capture.services.provider import ToolStep
+from harness.capture.stubs.base import JsonApiStub
+from harness.capture.stubs.provider import ToolStep
 from harness.core.registry import Tenant
 from harness.drive.services.base import (
     COMMON_WORD,

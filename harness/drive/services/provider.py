@@ -7,7 +7,7 @@ another tenant, a bypass of the proxy, an unowned host."""
 from __future__ import annotations
 
 from harness.capture.proxy import FORWARD_DOMAIN
-from harness.capture.services.provider import StubProvider
+from harness.capture.stubs.provider import StubProvider
 from harness.core.registry import PROVIDER
 from harness.drive.hermes import PROVIDER_ID, PROVIDER_KEY_ENV
 from harness.drive.services.base import Battery, Coverage, Plant, PlantContext, ServiceSpec, edit_config, set_env

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from harness.capture.services.base import JsonApiStub
-from harness.capture.services.provider import ToolStep
+from harness.capture.stubs.base import JsonApiStub
+from harness.capture.stubs.provider import ToolStep
 from harness.core.registry import Tenant
 from harness.drive.services.base import Battery, Coverage, ServiceSpec, Setup, Turn, Where, credential_plant
 

@@ -22,7 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from harness.capture.services.base import HttpStub, JsonHandler
+from harness.capture.stubs.base import HttpStub, JsonHandler
 from harness.core.protocol import LOCAL_PROBES, PROMPT, SUBAGENT_TASK, probe_command
 from harness.core.registry import Tenant
 

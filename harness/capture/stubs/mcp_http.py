@@ -16,8 +16,8 @@ from typing import Any, ClassVar, Self
 
 import uvicorn
 
-from harness.capture.services import mcp_tools
-from harness.capture.services.base import Recorder, ServiceError
+from harness.capture.stubs import mcp_tools
+from harness.capture.stubs.base import Recorder, ServiceError
 
 PATH = "/mcp"
 Scope = dict[str, Any]

@@ -1,7 +1,7 @@
 """A tenant's MCP server over stdio: the program Hermes starts from a profile's `mcp_servers` entry
 (`command` + `args` + `env`), and the harness's reading of what it recorded.
 
-    python -m harness.capture.services.mcp_stdio --registry REGISTRY --tenant NAME --log FOLDER
+    python -m harness.capture.stubs.mcp_stdio --registry REGISTRY --tenant NAME --log FOLDER
 
 The server (`mcp_tools.server`) is not behind the proxy: a pipe has no flows. It records itself instead,
 one JSON line each, to `FOLDER/mcp_stdio-NAME-PID.jsonl` (0600): first how it was started (its argv, its
@@ -48,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tenant", required=True)
     parser.add_argument("--log", required=True, help="the folder of the server's record")
     args = parser.parse_args(argv)
-    from harness.capture.services import mcp_tools  # the SDK loads after the arguments are known good
+    from harness.capture.stubs import mcp_tools  # the SDK loads after the arguments are known good
     from harness.core.registry_file import load
 
     tenant = load(args.registry)[args.tenant]

@@ -5,7 +5,7 @@ end (a checkpoint, a lock, a temporary export) would leave no evidence. `FileVer
 with inotify (`watchdog`) and copies each distinct content a file takes into `versions/` of the evidence
 folder, with when it was seen; `sweep()` (called at every phase boundary) copies what changed since,
 so a machine without inotify still keeps one version per phase. The detection core later scans the copies
-(`harness.detect.versions`); the run then keeps only those that carried a finding.
+(`harness.detect.file_versions`); the run then keeps only those that carried a finding.
 
 Bounds, stated in the record: a version larger than `MAX_BYTES` is not copied (the end-of-run scan still
 reads the file's last content in full); a file is copied at most once per `SETTLE` seconds (a database's
@@ -34,7 +34,7 @@ from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
 from harness.core.files import write_private
-from harness.detect.versions import FOLDER, INDEX, read_index
+from harness.detect.file_versions import FOLDER, INDEX, read_index
 
 #: A version larger than this is not copied (a database's every page write would be copied whole).
 MAX_BYTES = 1 << 20

@@ -1,4 +1,4 @@
-"""The versions of home files kept during a run (`harness.capture.versions`), scanned like the homes.
+"""The versions of home files kept during a run (`harness.capture.file_versions`), scanned like the homes.
 
 A kept version is attributed to the tenant whose home holds its path (the deepest one: a launch profile's
 home holds the other profiles') and scanned as that home's file would be. A finding the end-of-run scan of

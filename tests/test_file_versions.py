@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from harness.capture import versions as capture
+from harness.capture import file_versions as capture
 from harness.core.registry import Registry, mint
-from harness.detect import versions
+from harness.detect import file_versions as versions
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.scan import scan_tree
 
