@@ -1,4 +1,4 @@
-"""Which documented Hermes finding (F1-F17 of docs/hermes-findings.md) an incident is.
+"""Which documented Hermes finding (F1-F18 of docs/hermes-findings.md) an incident is.
 
 Each F-number has an incident signature: clauses over an incident's crossings (entry point, kind, canary kind,
 scenario, phase, direction). An incident links to every F-number one of its crossings matches; one that matches
@@ -55,7 +55,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F2": (Clause(("tool terminal",), ("wrong_cwd",)), Clause(("tool terminal",), scenarios=("gateway",)),
            Clause(("request",), ("request_leak",), ("workdir*",))),
     "F3": (Clause(("rpc",), ("profile_bleed",)),
-           Clause(("rpc",), ("text_leak",), ("model", "profile_name"), direction="launch -> other")),
+           Clause(("rpc",), ("text_leak",), ("model", "profile_name"), ("tui", "serve"), direction="launch -> other")),
     "F4": (Clause(("route",), ("route_auth",)),),
     "F5": (Clause(("file logs/*", "file state.db*"), ("file_leak",), direction="other -> launch"),),
     "F6": (Clause(("shortfall",), phases=("cron",)),),
@@ -72,6 +72,9 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
             Clause(("request",), ("request_leak",), ("skill_*",), direction="launch -> other")),
     "F16": (Clause(("tool execute_code",), ("wrong_path", "env_leak"), direction="launch -> other"),),
     "F17": (Clause(("file processes.json",), ("file_leak",), direction="other -> launch"),),
+    "F18": (Clause(("request", "tool *"), ("request_leak",), scenarios=("api_server",), phases=("lookups",)),
+            Clause(("rpc",), ("text_leak",), scenarios=("api_server",), phases=("lookups",)),
+            Clause(("file response_store.db*",), ("file_leak",))),
 }
 
 

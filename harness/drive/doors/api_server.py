@@ -1,0 +1,144 @@
+"""The `api_server` front door: the OpenAI-compatible API server of `hermes gateway run` with multiplexed profiles,
+beyond chat completions: its stored responses, named conversations, runs and sessions, each an object with an id
+that one tenant creates and another can name on its own route (`/p/<tenant>/...`).
+
+Phases:
+- `turns`: every tenant's turn as a stored response (`POST /v1/responses`, `store: true`, a conversation named
+  after the tenant) running the tool battery's write plan; then every tenant's run (`POST /v1/runs`, polled
+  until it ends);
+- `lookups`: every tenant names its ring neighbour's objects on its own route: the stored response by id
+  (`GET /v1/responses/{id}`), a response continuing it (`previous_response_id`) and one continuing its named
+  conversation, its run by id (`GET /v1/runs/{id}`), its sessions (`GET /api/sessions/{id}/messages`) and the
+  session list, each answer in the RPC log under the asking tenant. Whatever of the neighbour comes back (in a
+  reply, or in the asking tenant's provider request when Hermes rebuilds the conversation) is a finding.
+
+Hermes has no per-profile API-server key (F4): a tenant's own key that is refused is retried with the launch
+profile's, as the `gateway` door does.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from harness.core.protocol import PROMPT
+from harness.drive import battery
+from harness.drive.context import Context
+from harness.drive.doors.base import Door
+from harness.drive.gateway_backend import GatewayBackend
+from harness.drive.hermes import TurnResult
+from harness.drive.phases import wanted
+
+DRIVER = "api-server"
+#: How long a run may take to end, polled every half second.
+RUN_WAIT = 120.0
+
+
+@dataclass
+class Objects:
+    """What one tenant created through the API server: its stored response, conversation, run and sessions."""
+
+    response: str = ""
+    conversation: str = ""
+    run: str = ""
+    sessions: list[str] = field(default_factory=list)
+
+
+def conversation_name(tenant: str) -> str:
+    return f"tenancy-{tenant}"
+
+
+def _call(ctx: Context, gw: GatewayBackend, tenant: str, method: str, path: str,
+          body: dict[str, Any] | None = None) -> tuple[int, Any]:
+    """One request on the tenant's route with its own key, retried with the launch profile's when refused."""
+    route = gw.route(tenant, ctx.sandbox.launch, path)
+    own = ctx.registry[tenant].canaries["api_server_key"]
+    status, payload = gw.request(method, route, own, body, tenant=tenant, timeout=ctx.opts.timeout)
+    if status == 401 and tenant != ctx.sandbox.launch:
+        launch = ctx.registry[ctx.sandbox.launch].canaries["api_server_key"]
+        status, payload = gw.request(method, route, launch, body, tenant=tenant, timeout=ctx.opts.timeout)
+    return status, payload
+
+
+def _respond(ctx: Context, gw: GatewayBackend, tenant: str, phase: str, extra: dict[str, Any]) -> str:
+    """A stored response of the tenant (one agent turn, the env probe at least); its id, "" if it failed."""
+    started = time.monotonic()
+    body = {"model": ctx.registry[tenant].model, "input": PROMPT, "store": True, **extra}
+    status, payload = _call(ctx, gw, tenant, "POST", "/v1/responses", body)
+    ok = status == 200 and isinstance(payload, dict)
+    detail = "" if ok else f"HTTP {status}: {json.dumps(payload)[:160]}"
+    ctx.record(TurnResult(tenant, f"{DRIVER}-responses", ok, time.monotonic() - started, detail), phase)
+    return str(payload.get("id") or "") if ok else ""
+
+
+def _run(ctx: Context, gw: GatewayBackend, tenant: str, phase: str) -> str:
+    """A run of the tenant (`POST /v1/runs`), polled until it ends; its id, "" if it did not start."""
+    started = time.monotonic()
+    status, payload = _call(ctx, gw, tenant, "POST", "/v1/runs", {"model": ctx.registry[tenant].model,
+                                                                  "input": PROMPT})
+    run_id = str(payload.get("run_id") or payload.get("id") or "") if isinstance(payload, dict) else ""
+    state = ""
+    while run_id and time.monotonic() - started < RUN_WAIT:
+        _, polled = _call(ctx, gw, tenant, "GET", f"/v1/runs/{run_id}")
+        state = str(polled.get("status") or "") if isinstance(polled, dict) else ""
+        if state in ("completed", "failed", "cancelled"):
+            break
+        time.sleep(0.5)
+    ok = state == "completed"
+    detail = "" if ok else f"run {run_id or '(none)'}: HTTP {status}, status {state or 'unknown'}"
+    ctx.record(TurnResult(tenant, f"{DRIVER}-runs", ok, time.monotonic() - started, detail), phase)
+    return run_id
+
+
+def _look(ctx: Context, gw: GatewayBackend, tenant: str, method: str, path: str) -> None:
+    """A lookup that runs no agent turn: recorded as driven when the server answered at all."""
+    status, _ = _call(ctx, gw, tenant, method, path)
+    ok = status in (200, 404)
+    ctx.record(TurnResult(tenant, f"{DRIVER}-lookup", ok, 0.0, "" if ok else f"{method} {path}: HTTP {status}"),
+               "lookups", snapshot=False)
+
+
+def _lookups(ctx: Context, gw: GatewayBackend, seeker: str, theirs: Objects) -> None:
+    """`seeker` names another tenant's objects on its own route."""
+    if theirs.response:
+        _look(ctx, gw, seeker, "GET", f"/v1/responses/{theirs.response}")
+        _respond(ctx, gw, seeker, "lookups", {"previous_response_id": theirs.response})
+    if theirs.conversation:
+        _respond(ctx, gw, seeker, "lookups", {"conversation": theirs.conversation})
+    if theirs.run:
+        _look(ctx, gw, seeker, "GET", f"/v1/runs/{theirs.run}")
+    _look(ctx, gw, seeker, "GET", "/api/sessions")
+    for sid in theirs.sessions[:1]:
+        _look(ctx, gw, seeker, "GET", f"/api/sessions/{sid}/messages")
+
+
+def api_server(ctx: Context) -> None:
+    names = ctx.registry.names()
+    gw = GatewayBackend(ctx.hermes, ctx.gateway_port, ctx.rpc_log(DRIVER),
+                        ctx.out / "logs" / "backend-api-server.log").start()
+    started = time.time()
+    made = {name: Objects() for name in names}
+    try:
+        with ctx.phase("turns"):
+            def respond(name: str) -> None:
+                made[name].conversation = conversation_name(name)
+                made[name].response = _respond(ctx, gw, name, "turns", {"conversation": made[name].conversation})
+
+            battery.write_turns(ctx, respond)
+            for name in names:
+                made[name].run = _run(ctx, gw, name, "turns")
+        if wanted(ctx, "lookups"):
+            with ctx.phase("lookups"):
+                for name in names:
+                    made[name].sessions = battery.learn(ctx, name, started).sessions
+                for name in names:
+                    _lookups(ctx, gw, name, made[battery.neighbour(ctx, name)])
+    finally:
+        gw.close()
+
+
+DOOR = Door("api_server", "the gateway's OpenAI-compatible API server: stored responses, conversations, runs, "
+            "sessions", rank=50, drive=api_server, gateway=True,
+            needs=(("multiplex", "no multiplexed gateway (gateway.multiplex_profiles)"),))
