@@ -21,6 +21,7 @@ from harness.core.record import EvidenceError, RunRecord
 from harness.core.registry_file import load
 from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
 from harness.detect.reconcile import LogSource, Reading, Reconciliation, reconcile
+from harness.detect.tools import door_table
 from harness.drive import plants
 from harness.report import baseline as baselines
 from harness.report import policy as policies
@@ -103,6 +104,7 @@ def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *
     policy = policy or evidence_policy(out)
     kept, allowed = policy.apply(found, record.launch or registry.names()[0])
     service_coverage = rec.coverage.service_table(record.services, kept, allowed)
+    door_coverage = door_table(record.doors, record.turns, kept, allowed)
     reasons = [*record.reasons, *rec.reasons, *check_plants(record.plants, found)]
     reasons += [f"service {s} was not driven in scenario {sc}: none of its requests reached its stub"
                 for sc, row in service_coverage.items() for s in record.services_to_drive
@@ -117,7 +119,7 @@ def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *
         seconds=seconds,
         out=out, plants=sorted(record.plants),
         coverage=rec.coverage.table(record.tools, kept, OUT_OF_SCOPE, allowed),
-        services=service_coverage, policy=policy.to_dict())
+        services=service_coverage, doors=door_coverage, policy=policy.to_dict())
 
 
 def evidence_policy(out: Path) -> Policy:

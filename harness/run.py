@@ -29,7 +29,7 @@ from harness.detect.file_versions import version_of
 from harness.drive import battery, features
 from harness.drive.backends import BackendError
 from harness.drive.context import Context
-from harness.drive.doors import SCENARIOS, doors_of, missing
+from harness.drive.doors import SCENARIOS, door_states, doors_of, missing
 from harness.drive.hermes import Hermes, HermesError, require_python
 from harness.drive.homes import write_homes
 from harness.drive.install import venv_record
@@ -138,7 +138,7 @@ def _record(audit: RunState) -> RunRecord:
         homes={t.name: Path(t.home).resolve().relative_to(out).as_posix() for t in ctx.registry if t.home},
         tools=[t for g in ctx.opts.tools for t in TOOL_GROUPS[g]], services=ctx.service_states(),
         services_to_drive=ctx.services_to_drive(), launch=ctx.sandbox.launch, file_versions=ctx.versions_kept,
-        hermes_venv=audit.venv, harness_venv=current())
+        hermes_venv=audit.venv, harness_venv=current(), doors=door_states(audit.opts.scenario))
     record.write(out)
     return record
 

@@ -32,14 +32,14 @@ def full_record() -> RunRecord:
         plants={"memory": frozenset({"file_leak", "request_leak"})}, homes={"alpha": "sandbox/alpha"},
         tools=["terminal"], services={"mcp": "on", "web": "n/a: no tavily"}, services_to_drive=["mcp"],
         launch="default", file_versions={"mode": "inotify", "versions": 3}, hermes_venv={"installed": {"x": "1"}},
-        harness_venv={"installed": {"y": "2"}})
+        harness_venv={"installed": {"y": "2"}}, doors={"tui": "on", "kanban": "out of scope: not yet"})
 
 
 def test_a_record_round_trips_through_json_with_every_v1_key_and_its_version(tmp_path):
     record = full_record()
     record.write(tmp_path)
     data = json.loads((tmp_path / "timeline.json").read_text())
-    assert list(data) == ["version", *V1_KEYS] and data["version"] == VERSION == 2
+    assert list(data) == ["version", *V1_KEYS, "doors"] and data["version"] == VERSION == 2
     assert data["plants"] == {"memory": ["file_leak", "request_leak"]}  # sorted, as before
     assert data["phases"] == [{"scenario": "tui", "name": "turns", "start": 1.0, "end": 2.0}]
     assert data["findings"][0]["fingerprint"] == record.findings[0].fingerprint()

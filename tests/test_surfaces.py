@@ -96,3 +96,19 @@ def test_a_door_declares_its_driver_needs_tenants_and_docs(name):
     assert callable(door.drive) and door.summary and door.tenants >= 2
     assert all(lack for _, lack in door.needs)
     assert f"`{name}`" in (DOCS / "doors.md").read_text(), "a row of its own in docs/doors.md"
+
+
+def test_door_coverage_says_what_each_door_did_and_what_no_door_drives():
+    from harness.core.findings import Finding
+    from harness.detect.tools import door_table
+
+    states = doors.door_states("tui")
+    assert states["tui"] == "on" and states["oneshot"] == "not driven: --scenario oneshot or all"
+    assert all(states[n].startswith("out of scope: ") for n in doors.NOT_DRIVEN)
+    assert {n for n, s in doors.door_states("all").items() if s == "on"} == set(doors.DOORS)
+    turns = [{"scenario": "tui", "ok": True}, {"scenario": "serve", "ok": False}]
+    states = {"tui": "on", "serve": "on", "gateway": "on", "kanban": "out of scope: not yet"}
+    leak = Finding("request_leak", "default", "alpha", "memory", "request", "flow", scenario="gateway")
+    short = Finding("shortfall", "alpha", None, None, "env", "run", scenario="tui")  # proves nothing leaked
+    assert door_table(states, turns, [leak, short]) == {
+        "tui": "driven", "serve": "failed", "gateway": "leak", "kanban": "out of scope: not yet"}

@@ -24,7 +24,8 @@ VERSION = 2
 SHAPES: dict[str, type] = {
     "scenario": str, "hermes-agent": str, "phases": list, "turns": list, "findings": list, "reasons": list,
     "expect_snapshots": dict, "log_owners": dict, "plants": dict, "homes": dict, "tools": list, "services": dict,
-    "services_to_drive": list, "launch": str, "file_versions": dict, "hermes_venv": dict, "harness_venv": dict}
+    "services_to_drive": list, "launch": str, "file_versions": dict, "hermes_venv": dict, "harness_venv": dict,
+    "doors": dict}
 
 
 class EvidenceError(ValueError):
@@ -64,6 +65,7 @@ class RunRecord:
     file_versions: dict[str, Any] = field(default_factory=dict)  # how the homes were watched
     hermes_venv: dict[str, Any] = field(default_factory=dict)  # `install.venv_record` of the audited Hermes
     harness_venv: dict[str, Any] = field(default_factory=dict)  # the harness venv's distributions
+    doors: dict[str, str] = field(default_factory=dict)  # front door -> `on`, `not driven: ...`, `out of scope: ...`
     version: int = VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -76,7 +78,7 @@ class RunRecord:
             "plants": {name: sorted(kinds) for name, kinds in self.plants.items()}, "homes": self.homes,
             "tools": self.tools, "services": self.services, "services_to_drive": self.services_to_drive,
             "launch": self.launch, "file_versions": self.file_versions, "hermes_venv": self.hermes_venv,
-            "harness_venv": self.harness_venv}
+            "harness_venv": self.harness_venv, "doors": self.doors}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = RECORD) -> RunRecord:
@@ -99,7 +101,8 @@ class RunRecord:
         return cls(got["scenario"], got["hermes-agent"], phases, got["turns"] or [], findings, got["reasons"] or [],
                    got["expect_snapshots"] or {}, got["log_owners"] or {}, plants, got["homes"] or {},
                    got["tools"] or [], got["services"] or {}, got["services_to_drive"] or [], got["launch"],
-                   got["file_versions"] or {}, got["hermes_venv"] or {}, got["harness_venv"] or {}, version)
+                   got["file_versions"] or {}, got["hermes_venv"] or {}, got["harness_venv"] or {},
+                   got["doors"] or {}, version)
 
     @classmethod
     def read(cls, out: Path) -> RunRecord:

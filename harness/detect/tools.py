@@ -258,3 +258,23 @@ class Coverage:
                     row[service] = "not driven"
             out[scenario] = row
         return out
+
+
+def door_table(states: dict[str, str], turns: Sequence[dict], findings: Sequence[Finding],
+               allowed: Sequence[Finding] = ()) -> dict[str, str]:
+    """front door -> `leak`, `allowed`, `driven`, `failed`, or the run's state of it (`not driven: ...`,
+    `out of scope: ...`): `states` is what the run recorded (`on` for the doors its scenario drove)."""
+    leaks = {f.scenario for f in findings if f.kind not in ("shortfall", "bypass")}
+    shared = {f.scenario for f in allowed}
+    ran = {t.get("scenario") for t in turns if t.get("ok")}
+    out = {}
+    for door, state in states.items():
+        if state != "on":
+            out[door] = state
+        elif door in leaks:
+            out[door] = "leak"
+        elif door in shared:
+            out[door] = "allowed"
+        else:
+            out[door] = "driven" if door in ran else "failed"
+    return out

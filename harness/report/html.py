@@ -14,6 +14,7 @@ from html import escape
 from harness.core.findings import Finding
 from harness.core.severity import docs_url
 from harness.report.result import (
+    DOOR_STATES_TEXT,
     SERVICE_STATES_TEXT,
     AuditResult,
     Group,
@@ -52,7 +53,7 @@ code{font:12px/1.4 ui-monospace,monospace;background:#f0f2f5;padding:1px 4px;bor
 .kind,.fp{font-weight:600;white-space:nowrap}
 .muted{color:#6b7383}
 ul.reasons{margin:8px 0 0;padding-left:20px}
-#coverage td,#service-coverage td{text-align:center}
+#coverage td,#service-coverage td,#door-coverage td{text-align:center}
 td.driven{color:#1f7a3d}td.leak{background:#fde4e1;color:#8c1d18;font-weight:600}
 td.failed{background:#fff4d6;color:#9a6700}td.not-offered,td.not-driven,td.na{color:#8a93a3}
 """
@@ -175,6 +176,13 @@ def _coverage(result: AuditResult) -> str:
             "scope: offered, not driven, for the reason given.</p>")
 
 
+def _door_coverage(result: AuditResult) -> str:
+    if not result.doors:
+        return ""
+    return ('<h2>Front-door coverage</h2>' + _table("door-coverage", "door", {"state": result.doors})
+            + f'<p class="muted">{DOOR_STATES_TEXT}</p>')
+
+
 def _service_coverage(result: AuditResult) -> str:
     if not result.services:
         return '<p class="muted">No service besides the providers ran.</p>'
@@ -274,6 +282,7 @@ findings per channel; known ones (in the baseline) in grey.</p>
 {_coverage(result)}
 <h2>Service coverage</h2>
 {_service_coverage(result)}
+{_door_coverage(result)}
 <h2>Findings ({len(v.findings)} new in {len(groups(v.findings))} class(es))</h2>
 <p class="muted">One row per class (fingerprint), the most severe first. What each kind means and how to fix it:
 <a href="{escape(docs_url())}">docs/findings.md</a>.</p>

@@ -9,6 +9,7 @@ from __future__ import annotations
 from harness.core.findings import Finding
 from harness.core.severity import docs_url
 from harness.report.result import (
+    DOOR_STATES_TEXT,
     SERVICE_STATES_TEXT,
     AuditResult,
     Group,
@@ -162,6 +163,9 @@ def markdown(result: AuditResult) -> str:
                   "in the last column).", "", *_coverage_table(result.coverage, "tool")]
     if result.services:
         lines += ["", "## Service coverage", "", SERVICE_STATES_TEXT, "", *_coverage_table(result.services, "service")]
+    if result.doors:
+        lines += ["", "## Front-door coverage", "", DOOR_STATES_TEXT, "",
+                  *_coverage_table({"state": result.doors}, "front door")]
     new, known = groups(v.findings), groups(v.known)
     lines += ["", f"## Findings ({len(v.findings)} new in {len(new)} class(es), {len(v.known)} known)", "",
               f"What each kind means and how to fix it: [docs/findings.md]({docs_url()}).", ""]

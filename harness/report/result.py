@@ -33,6 +33,7 @@ class AuditResult:
     out: Path | None = None  # the evidence folder the reports were written to (not part of findings.json)
     coverage: dict[str, dict[str, str]] = field(default_factory=dict)  # scenario -> tool -> status
     services: dict[str, dict[str, str]] = field(default_factory=dict)  # scenario -> service -> status
+    doors: dict[str, str] = field(default_factory=dict)  # front door -> status
     plants: list[str] = field(default_factory=list)  # negative controls planted (a leak is the expected outcome)
     warnings: list[str] = field(default_factory=list)  # e.g. a version-1 baseline
     policy: dict[str, Any] = field(default_factory=dict)  # the isolation policy it was judged by (`Policy.to_dict`)
@@ -77,6 +78,7 @@ class AuditResult:
             "timeline": self.timeline,
             "coverage": self.coverage,
             "service_coverage": self.services,
+            "door_coverage": self.doors,
             "fingerprint_version": FINGERPRINT_VERSION,
             "plants": list(self.plants),
             "warnings": list(self.warnings),
@@ -195,6 +197,7 @@ def summary_table(result: AuditResult) -> str:
     v = result.verdict
     lines += coverage_lines(result.coverage)
     lines += coverage_lines(result.services, "services")
+    lines += coverage_lines({"state": result.doors} if result.doors else {}, "front doors")
     incidents = sum(row.new for row in result.incidents)
     allowed = f", {len(v.allowed)} allowed by the policy {result.policy.get('name')}" if v.allowed else ""
     return "\n".join([*lines, f"verdict {v.status}: {incidents} new incident(s); {len(v.findings)} new, "
@@ -203,6 +206,9 @@ def summary_table(result: AuditResult) -> str:
 
 #: The statuses of the coverage tables, as the reports name them (a service a release lacks: `n/a: <why>`).
 COVERAGE_STATES = ("driven", "leak", "allowed", "failed", "not offered", "not driven")
+DOOR_STATES_TEXT = ("driven: the door's turns ran; leak: a finding came through it; failed: none of its turns ran; "
+                    "not driven: another scenario's run (the command follows); out of scope: no door drives it "
+                    "yet (why follows).")
 SERVICE_STATES_TEXT = ("driven: the service answered the tenant's requests; leak: a finding names the service; failed: "
                        "every request was answered with an error; not driven: nothing reached it; n/a: this Hermes "
                        "cannot use it (the reason follows).")

@@ -33,3 +33,7 @@ def test_api_server_objects_cross_profiles_and_every_incident_is_documented(tena
     # every profile's conversations stored in the launch profile's home
     stored = {f["victim"] for f in doc["findings"] if f["location"].startswith("response_store.db")}
     assert {"alpha", "beta"} <= stored, stored
+    # the door's own coverage row, and every way in it does not drive said so
+    coverage = doc["door_coverage"]
+    assert coverage["api_server"] == "leak" and coverage["oneshot"] == "not driven: --scenario oneshot or all"
+    assert coverage["kanban"].startswith("out of scope: "), coverage
