@@ -19,8 +19,8 @@ from harness.drive.services import SERVICES, TOOL_GROUPS
 from harness.options import MatrixOptions, RunOptions, UsageError, parse_releases, parse_scenarios, parse_shard
 
 FAIL_ON = ("leak", "inconclusive", "never")
-DESCRIPTION = ("`tenancy-audit`: run, reconcile, scan, selftest, baseline, matrix, merge, export, cleanup.\n"
-               "Exit 0 clean, 1 leak, 2 error, 3 inconclusive.")
+DESCRIPTION = ("`tenancy-audit`: run, reconcile, scan, selftest, baseline, matrix, merge, export, patch-check, "
+               "cleanup.\nExit 0 clean, 1 leak, 2 error, 3 inconclusive.")
 
 
 def _version_action(text: Callable[[], str]) -> type[argparse.Action]:
@@ -155,6 +155,16 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     ex.add_argument("--har", type=Path, help="write a HAR 1.2 file here")
     ex.add_argument("--flows", type=Path, help="write a redacted flow file here (mitmweb -r, reconcile)")
 
+    pc = sub.add_parser("patch-check", help="audit a Hermes install and a copy of it with PATCH applied, side by "
+                        "side: which incident hops the patch removed, which remain, which are new")
+    pc.add_argument("patch", type=Path, help="a unified diff with paths under site-packages (a/PATH, b/PATH)")
+    pc.add_argument("--scenario", default="oneshot", choices=sorted(SCENARIOS))
+    pc.add_argument("--tenants", type=int, default=0, help="tenants (default: the scenario's)")
+    pc.add_argument("--tools", help="tool battery groups, as for run ('none': the env probe only)")
+    pc.add_argument("--services", help="services, as for run ('none': the providers only)")
+    pc.add_argument("--phases", help="multi-profile phases, as for run")
+    pc.add_argument("--hermes-python", type=Path, help="the install to patch a copy of (default: as for run)")
+    pc.add_argument("--out", type=Path, help="a new or empty folder for both runs, the copy and patch-check.json")
     sub.add_parser("cleanup", help="reap processes a killed run left behind")
     return p
 
@@ -213,3 +223,10 @@ def matrix_options(a: argparse.Namespace) -> MatrixOptions:
                          services=parse_tools(a.services),
                          shard=parse_shard(a.shard) if a.shard else None,
                          timeout=a.timeout, force=a.force, quiet=a.quiet)
+
+
+def patch_check_options(a: argparse.Namespace) -> RunOptions:
+    """`patch-check`'s audit options (the same for both runs)."""
+    return RunOptions(scenario=a.scenario, tenants=a.tenants or default_tenants(a.scenario), out=a.out,
+                      hermes_python=a.hermes_python, quiet=True, phases=phases(a.phases), tools=parse_tools(a.tools),
+                      services=parse_tools(a.services))

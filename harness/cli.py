@@ -23,7 +23,7 @@ from harness.core.registry import RegistryError
 from harness.drive import plants
 from harness.drive.hermes import HermesError
 from harness.matrix import merge_dirs, repeat, run_matrix
-from harness.options import UsageError
+from harness.options import UsageError, check_options
 from harness.report import console
 from harness.report.baseline import BaselineError
 from harness.report.matrix import MatrixError
@@ -129,6 +129,15 @@ def cmd_export(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_patch_check(a: argparse.Namespace) -> int:
+    """Exit 1 when the patched install shows a hop the unpatched one did not (the patch made a leak)."""
+    opts = arguments.patch_check_options(a)
+    check_options(opts)
+    doc = usecases.patch_check(a.patch, opts, _say)
+    _show(console.patch_check_lines(doc))
+    return EXIT_LEAK if doc["new"] else EXIT_CLEAN
+
+
 def cmd_cleanup(_: argparse.Namespace) -> int:
     print(f"reaped {reap_stale()} process(es)")
     return 0
@@ -139,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     args = arguments.parser(usecases.version_text).parse_args(argv)
     handler = {"run": cmd_run, "reconcile": cmd_reconcile, "scan": cmd_scan, "selftest": cmd_selftest,
                "baseline": cmd_baseline, "matrix": cmd_matrix, "merge": cmd_merge, "export": cmd_export,
-               "cleanup": cmd_cleanup}[args.command]
+               "patch-check": cmd_patch_check, "cleanup": cmd_cleanup}[args.command]
     try:
         return handler(args)
     except ERRORS as exc:

@@ -10,7 +10,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,11 +28,13 @@ from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
 from harness.detect.reconcile import LogSource, Reading, read_flows, reconcile
 from harness.drive import plants
 from harness.drive.doors import default_tenants
+from harness.drive.patched import patched_copy
 from harness.judge import evaluate, release_versions, result_of, venv_warnings
 from harness.matrix import run_audits
 from harness.options import RunOptions, UsageError, hermes_python
 from harness.report import baseline, baseline_classes, export
 from harness.report import policy as policies
+from harness.report.comparison import compare
 from harness.report.result import AuditResult
 from harness.report.writer import write_reports
 from harness.run import run_audit
@@ -284,3 +286,25 @@ def upgrade_baseline(path: Path, dest: Path, say: Callable[[str], None]) -> str:
             f"and are taken to have none, so a class that had one is new now; {regenerate}")
     return (f"wrote {dest}: {done.written} entries (version {baseline_classes.VERSION}, from version {old})"
             + (f", {done.dropped} dropped (no direction named, or malformed)" if done.dropped else ""))
+
+
+def patch_check(patch: Path, opts: RunOptions, say: Callable[[str], None]) -> dict[str, Any]:
+    """Audit the install and a copy of it with `patch` applied (`drive.patched`), one after the other with the
+    same options, and compare their incidents hop by hop (`report.comparison`); the result is also written to
+    `patch-check.json` in the folder (`opts.out`) that holds both runs' evidence and the copy."""
+    python = hermes_python(opts.hermes_python, say)
+    folder = EvidenceFolder.for_run(opts.out, opts.force)
+    try:
+        copy = patched_copy(python, patch, folder.path / "patched-venv")
+    except UsageError:
+        folder.discard()
+        raise
+    runs = {}
+    for name, which in (("unpatched", python), ("patched", copy)):
+        say(f"patch-check: auditing the {name} install ({which})")
+        runs[name] = run_audit(replace(opts, out=folder.path / name, hermes_python=which, force=True, quiet=True))
+    doc = {"patch": str(patch), "scenario": opts.scenario,
+           "verdicts": {name: r.verdict.status for name, r in runs.items()},
+           **compare(runs["unpatched"].verdict.findings, runs["patched"].verdict.findings)}
+    write_private(folder.path / "patch-check.json", json.dumps(doc, indent=2).encode())
+    return doc

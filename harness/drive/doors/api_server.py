@@ -63,14 +63,17 @@ def _call(ctx: Context, gw: GatewayBackend, tenant: str, method: str, path: str,
 
 
 def _respond(ctx: Context, gw: GatewayBackend, tenant: str, phase: str, extra: dict[str, Any]) -> str:
-    """A stored response of the tenant (one agent turn, the env probe at least); its id, "" if it failed."""
+    """A stored response of the tenant (one agent turn, the env probe at least); its id, "" if it failed. In
+    `lookups` (naming another tenant's object) a refusal (400, 404) is the isolated answer, not a failure."""
     started = time.monotonic()
     body = {"model": ctx.registry[tenant].model, "input": PROMPT, "store": True, **extra}
     status, payload = _call(ctx, gw, tenant, "POST", "/v1/responses", body)
-    ok = status == 200 and isinstance(payload, dict)
+    ran = status == 200 and isinstance(payload, dict)
+    ok = ran or (phase == "lookups" and status in (400, 404))
     detail = "" if ok else f"HTTP {status}: {json.dumps(payload)[:160]}"
-    ctx.record(TurnResult(tenant, f"{DRIVER}-responses", ok, time.monotonic() - started, detail), phase)
-    return str(payload.get("id") or "") if ok else ""
+    ctx.record(TurnResult(tenant, f"{DRIVER}-responses", ok, time.monotonic() - started, detail), phase,
+               snapshot=ran)
+    return str(payload.get("id") or "") if ran else ""
 
 
 def _run(ctx: Context, gw: GatewayBackend, tenant: str, phase: str) -> str:

@@ -1,0 +1,72 @@
+"""A copy of a Hermes install with a patch applied, beside the original: what `patch-check` and `mutants` audit.
+
+The patch is a unified diff whose paths are relative to the install's site-packages (`a/gateway/...`,
+`b/gateway/...`, as `diff -ru` of two site-packages writes them); it is applied with `git apply -p1`, checked
+first, so a patch that does not apply leaves nothing behind. The copy hard-links every file of the venv but
+the ones the patch changes, which get files of their own before it is applied: the original is never touched.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+from harness.core.evidence import UsageError
+
+#: The files a unified diff changes: its `+++ b/PATH` lines (and `--- a/PATH` for a deletion).
+_TARGET = re.compile(r"^(?:\+\+\+ b/|--- a/)(\S+)", re.MULTILINE)
+
+
+def site_packages(venv: Path) -> Path:
+    """The venv's site-packages (UsageError if it is not a venv)."""
+    found = sorted(venv.glob("lib/python3*/site-packages"))
+    if not (venv / "pyvenv.cfg").is_file() or not found:
+        raise UsageError(f"{venv} is not a Python venv (no pyvenv.cfg or no lib/python3*/site-packages)")
+    return found[0]
+
+
+def targets(patch: Path) -> list[str]:
+    """The paths a patch changes, relative to site-packages (UsageError if it is unreadable or changes none)."""
+    try:
+        text = patch.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise UsageError(f"patch {patch} is not readable ({getattr(exc, 'strerror', None) or type(exc).__name__})"
+                         ) from None
+    paths = sorted({p for p in _TARGET.findall(text) if p != "/dev/null"})
+    if not paths or any(".." in Path(p).parts or p.startswith("/") for p in paths):
+        raise UsageError(f"patch {patch} names no file under site-packages (paths must be a/PATH, b/PATH)")
+    return paths
+
+
+def _git_apply(site: Path, patch: Path, *, check: bool) -> None:
+    argv = ["git", "apply", "-p1", *(["--check"] if check else []), str(patch.absolute())]
+    # never inside a repository (a venv in a checkout): as GNU patch, relative to site-packages
+    env = {**os.environ, "GIT_CEILING_DIRECTORIES": str(site.parent)}
+    done = subprocess.run(argv, cwd=site, env=env, capture_output=True, text=True, timeout=60, check=False)
+    if done.returncode != 0:
+        first = (done.stderr.strip().splitlines() or ["git apply failed"])[0]
+        raise UsageError(f"patch {patch} does not apply to {site}: {first}")
+
+
+def patched_copy(python: Path, patch: Path, dest: Path) -> Path:
+    """Copy the venv of `python` to `dest` with `patch` applied; the copy's python. The patch is checked against
+    the original first (UsageError, nothing written, if it does not apply)."""
+    venv = python.parent.parent
+    site = site_packages(venv)
+    changed = targets(patch)
+    _git_apply(site, patch, check=True)
+    if dest.exists():
+        shutil.rmtree(dest)
+    shutil.copytree(venv, dest, symlinks=True, copy_function=os.link)
+    copy_site = dest / site.relative_to(venv)
+    for rel in changed:  # a file of its own before the patch writes it: the original keeps its inode
+        path = copy_site / rel
+        if path.is_file():
+            data = path.read_bytes()
+            path.unlink()
+            path.write_bytes(data)
+    _git_apply(copy_site, patch, check=False)
+    return dest / "bin" / python.name

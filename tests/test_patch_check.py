@@ -1,0 +1,98 @@
+"""`patch-check`'s parts without Hermes: the patched copy of a venv (the original untouched, a patch that does not
+apply refused before anything is written) and the hop-by-hop comparison of two audits."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from harness import cli
+from harness.core.evidence import UsageError
+from harness.core.findings import Finding
+from harness.drive.patched import patched_copy, targets
+from harness.report.comparison import compare
+
+PATCH = textwrap.dedent("""\
+    --- a/pkg/mod.py
+    +++ b/pkg/mod.py
+    @@ -1,2 +1,2 @@
+     SHARED = True
+    -STORE = "one for every profile"
+    +STORE = "one per profile"
+    """)
+
+
+def _venv(root: Path) -> Path:
+    """A venv's shape: pyvenv.cfg, bin/python (a link to this interpreter), site-packages with one module."""
+    site = root / "lib" / "python3.13" / "site-packages" / "pkg"
+    site.mkdir(parents=True)
+    (site / "mod.py").write_text('SHARED = True\nSTORE = "one for every profile"\n')
+    (site / "other.py").write_text("x = 1\n")
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (root / "bin").mkdir()
+    (root / "bin" / "python").symlink_to(os.path.realpath("/proc/self/exe"))
+    return root / "bin" / "python"
+
+
+def test_the_copy_is_patched_and_the_original_untouched(tmp_path):
+    python = _venv(tmp_path / "venv")
+    (tmp_path / "fix.patch").write_text(PATCH)
+    copy = patched_copy(python, tmp_path / "fix.patch", tmp_path / "copy")
+    site = "lib/python3.13/site-packages/pkg"
+    assert copy == tmp_path / "copy" / "bin" / "python" and copy.is_symlink()
+    assert (tmp_path / "copy" / site / "mod.py").read_text().endswith('"one per profile"\n')
+    assert (tmp_path / "venv" / site / "mod.py").read_text().endswith('"one for every profile"\n')
+    # the files the patch leaves alone are the original's (hard links), the patched one a file of its own
+    def inode(root: str, name: str) -> int:
+        return (tmp_path / root / site / name).stat().st_ino
+
+    assert inode("copy", "other.py") == inode("venv", "other.py") and inode("copy", "mod.py") != inode("venv", "mod.py")
+
+
+def test_a_patch_that_does_not_apply_is_refused_before_anything_is_written(tmp_path):
+    python = _venv(tmp_path / "venv")
+    (tmp_path / "stale.patch").write_text(PATCH.replace("one for every profile", "something else"))
+    with pytest.raises(UsageError, match=r"does not apply to .*site-packages") as err:
+        patched_copy(python, tmp_path / "stale.patch", tmp_path / "copy")
+    assert "\n" not in str(err.value) and not (tmp_path / "copy").exists()
+    (tmp_path / "empty.patch").write_text("not a diff\n")
+    with pytest.raises(UsageError, match="names no file under site-packages"):
+        targets(tmp_path / "empty.patch")
+    (tmp_path / "escape.patch").write_text(PATCH.replace("pkg/mod.py", "../../etc/passwd"))
+    with pytest.raises(UsageError, match="names no file under site-packages"):
+        targets(tmp_path / "escape.patch")
+
+
+def test_patch_check_exits_2_with_one_line_on_bad_input(tmp_path, capsys):
+    python = _venv(tmp_path / "venv")
+    code = cli.main(["patch-check", str(tmp_path / "missing.patch"), "--hermes-python", str(python),
+                     "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "\n" not in err and "missing.patch is not readable" in err, err
+    assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def _leak(victim: str, recipient: str, tool: str, phase: str = "lookups") -> Finding:
+    return Finding("request_leak", victim, recipient, "tool_memory", "request", f"flow:{tool}", tool=tool,
+                   scenario="api_server", phase=phase, time=1.0)
+
+
+def test_the_comparison_names_removed_remaining_and_new_hops_and_each_findings_fate():
+    before = [_leak("beta", "default", "memory"), _leak("default", "alpha", "memory"),
+              Finding("wrong_key", "default", "alpha", "memory_key", "request", "flow:m", service="memory",
+                      scenario="api_server", phase="turns", time=0.5)]
+    varied = Finding("file_leak", "beta", "default", "model", "file", "logs/agent.log@1", scenario="api_server",
+                     phase="end", time=2.0)  # F5 in the second run only: its spread, not a regression
+    after = [before[2], _leak("alpha", "beta", "todo", phase="turns"), varied]  # F18's hops gone; a new one
+    logged = Finding("file_leak", "alpha", "default", "model", "file", "logs/agent.log@1", scenario="api_server",
+                     phase="end", time=2.0)
+    doc = compare([*before, logged], after)
+    assert doc["removed"] == {"file logs/agent.log | alpha -> default": ["F5"],
+                              "tool memory | beta -> default": ["F18"], "tool memory | default -> alpha": ["F18"]}
+    assert list(doc["remaining"]) == ["service memory | default -> alpha"]
+    assert doc["new"] == {"tool todo | alpha -> beta": []}
+    assert doc["varied"] == {"file logs/agent.log | beta -> default": ["F5"]}
+    assert doc["documented"] == {"F5": "gone", "F12": "kept", "F18": "gone"}
