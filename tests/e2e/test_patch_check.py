@@ -1,0 +1,34 @@
+"""`patch-check` against real Hermes: a copy of the install with a patch that changes no behaviour (a comment in
+Hermes' CLI package) runs the same audit as the install; nothing is removed or new, and the install is untouched."""
+
+from __future__ import annotations
+
+import difflib
+import json
+
+import pytest
+
+from harness import cli
+from harness.drive.patched import site_packages
+
+pytestmark = pytest.mark.e2e
+
+TARGET = "hermes_cli/__init__.py"
+
+
+def test_a_patch_that_changes_nothing_changes_no_incident(tmp_path, hermes_python, capsys):
+    original = site_packages(hermes_python.parent.parent) / TARGET
+    before = original.read_text()
+    lines = before.splitlines(keepends=True)
+    diff = difflib.unified_diff(lines, ["# patched by tenancy-audit's test\n", *lines], f"a/{TARGET}", f"b/{TARGET}")
+    (tmp_path / "noop.patch").write_text("".join(diff))
+    code = cli.main(["patch-check", str(tmp_path / "noop.patch"), "--tools", "none", "--services", "none",
+                     "--hermes-python", str(hermes_python), "--out", str(tmp_path / "pc")])
+    out = capsys.readouterr().out
+    doc = json.loads((tmp_path / "pc" / "patch-check.json").read_text())
+    assert code == 0 and doc["new"] == {} and doc["removed"] == {}, out
+    assert doc["verdicts"]["patched"] == doc["verdicts"]["unpatched"] in ("clean", "leak"), doc["verdicts"]
+    copied = site_packages(tmp_path / "pc" / "patched-venv") / TARGET
+    assert copied.read_text().startswith("# patched by") and original.read_text() == before
+    assert (tmp_path / "pc" / "patch-check.json").stat().st_mode & 0o777 == 0o600
+    assert "0 hop(s) removed" in out and "0 new" in out
