@@ -244,7 +244,7 @@ def test_shard_and_release_specs():
     for bad in ("0.19.0;rm", "", "0.19.0,0.19.0", "latest", "0.19.0=/nonexistent/python"):
         with pytest.raises(UsageError, match="--hermes"):
             options.parse_releases(bad)
-    assert options.parse_scenarios("all") == ["oneshot", "tui", "serve", "gateway"]
+    assert options.parse_scenarios("all") == ["oneshot", "tui", "serve", "gateway", "api_server"]
     with pytest.raises(UsageError, match="unknown scenario"):
         options.parse_scenarios("oneshot,nope")
 
