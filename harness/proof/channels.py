@@ -92,4 +92,4 @@ CHANNELS: tuple[Channel, ...] = (
 #: The flow channels' cases judged again from the saved flow file (not seeded on their own).
 SAVED = Channel("saved-flows", RECONCILE, REQUEST | RESPONSE, "the flow channels, judged from flows.mitm")
 BY_NAME = {c.name: c for c in (*CHANNELS, SAVED)}
-FLOW_CHANNELS = tuple(c.name for c in CHANNELS if c.reader == LIVE) + ("env",)
+FLOW_CHANNELS = (*(c.name for c in CHANNELS if c.reader == LIVE), "env")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import bz2
 import io
+import itertools
 import json
 import lzma
 import tarfile
@@ -91,7 +92,7 @@ def _json_bytes(data: bytes) -> bytes:
 def _chunked(data: bytes) -> bytes:
     """A saved HTTP response whose chunked body is cut in three chunks (a canary split over two of them)."""
     cut = [0, len(data) // 3, 2 * len(data) // 3, len(data)]
-    parts = [data[a:b] for a, b in zip(cut, cut[1:], strict=False)]
+    parts = [data[a:b] for a, b in itertools.pairwise(cut)]
     chunks = b"".join(b"%x\r\n%s\r\n" % (len(p), p) for p in parts if p) + b"0\r\n\r\n"
     return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks
 
