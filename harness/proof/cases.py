@@ -31,10 +31,12 @@ def tag(rng: random.Random) -> str:
     return TAG_MARKER + f"{rng.getrandbits(48):012x}"
 
 
-def mint(rng: random.Random, sandbox: Path, routes: dict[str, dict[str, Any]]) -> Registry:
-    """Two tenants with every kind of canary the audit mints, their homes and workdirs under `sandbox`; `routes`:
-    (tenant or `tenant.service`) -> its listener."""
-    root = sandbox / f"home-{tag(rng)}" / ".hermes" / "profiles"
+def mint(rng: random.Random, routes: dict[str, dict[str, Any]]) -> Registry:
+    """Two tenants with every kind of canary the audit mints, their homes and workdirs (paths of a sandbox that is
+    nowhere, so a seed gives the same values wherever the scorecard runs); `routes`: (tenant or `tenant.service`)
+    -> its listener."""
+    sandbox = Path("/sandbox") / f"scorecard-{tag(rng)}"
+    root = sandbox / "home" / ".hermes" / "profiles"
     tenants = {}
     for name in TENANTS:
         t, s = tag(rng), tag(rng)

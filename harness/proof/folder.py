@@ -82,8 +82,8 @@ class Written:
 
 
 def write(out: Path, registry: Registry, cases: Iterable[Case]) -> Written:
-    """Every file case in the evidence folder `out` (homes inside it)."""
-    homes = {t.name: Path(t.home) for t in registry if t.home}
+    """Every file case in the evidence folder `out`, the tenants' homes in its `homes/`."""
+    homes = {t.name: out / "homes" / t.name for t in registry}
     for home in homes.values():
         home.mkdir(parents=True, exist_ok=True)
     (out / "logs").mkdir(exist_ok=True)

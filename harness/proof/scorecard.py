@@ -64,7 +64,7 @@ def _run(opts: Options, out: Path, say: Callable[[str], None], started: float) -
     rng = random.Random(opts.seed)
     names = [*TENANTS, *(f"{t}.{s}" for t in TENANTS for s in SERVICES)]
     listeners = {name: bind_listener() for name in names}
-    registry = mint(rng, out / "sandbox", {n: {"listen": port_of(s)} for n, s in listeners.items()})
+    registry = mint(rng, {n: {"listen": port_of(s)} for n, s in listeners.items()})
     cases = cases_of(rng, opts, registry)
     flow_cases = [c for c in cases if c.channel in FLOW_CHANNELS]
     requests = [traffic.request_of(c, registry, rng) for c in flow_cases]
