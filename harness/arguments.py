@@ -17,10 +17,11 @@ from harness.drive import plants, scenarios
 from harness.drive.phases import ALL_PHASES
 from harness.drive.services import SERVICES
 from harness.matrix import MatrixOptions, parse_releases, parse_scenarios, parse_shard
+from harness.proof import command as scorecard
 from harness.run import RunOptions, UsageError, default_tenants
 
 FAIL_ON = ("leak", "inconclusive", "never")
-DESCRIPTION = ("`tenancy-audit`: run, reconcile, scan, selftest, baseline, matrix, merge, export, cleanup.\n"
+DESCRIPTION = ("`tenancy-audit`: run, reconcile, scan, selftest, scorecard, baseline, matrix, merge, export, cleanup.\n"
                "Exit 0 clean, 1 leak, 2 error, 3 inconclusive.")
 
 
@@ -109,6 +110,8 @@ def parser() -> argparse.ArgumentParser:
     st = sub.add_parser("selftest", help="plant every kind of leak in real Hermes and prove each is caught")
     st.add_argument("--hermes-python", type=Path)
     st.add_argument("--out", type=Path)
+
+    scorecard.add_parser(sub)
 
     bl = sub.add_parser("baseline", help="run a scenario N times (or judge saved runs, --from) and write its "
                                          "incidents as a baseline (or --upgrade an older baseline)")
