@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import random
 import shutil
+import socket
 import tempfile
 import time
 from collections.abc import Callable
@@ -69,6 +70,23 @@ def _run(opts: Options, out: Path, say: Callable[[str], None], started: float) -
     flow_cases = [c for c in cases if c.channel in FLOW_CHANNELS]
     requests = [traffic.request_of(c, registry, rng) for c in flow_cases]
     say(f"scorecard: {len(cases)} cases ({sum(c.positive for c in cases)} positives), {len(requests)} flows")
+    registry.save(out / REGISTRY)
+    written = folder.write(out, registry, (c for c in cases if c.channel not in FLOW_CHANNELS))
+    if requests:
+        _send(registry, out, listeners, requests)
+    else:
+        for sock in listeners.values():
+            sock.close()
+    say("scorecard: flows sent; reconciling the evidence folder")
+    card = Scorecard(opts.seed, opts.quick)
+    _count(card, cases, out, registry, written)
+    card.seconds = time.monotonic() - started
+    return card
+
+
+def _send(registry: Registry, out: Path, listeners: dict[str, socket.socket],
+          requests: list[traffic.Request]) -> None:
+    """Every request through a live mitmdump with the addon, in front of one upstream answering every case."""
     upstream = traffic.Upstream({r.case: r.answer for r in requests})
     url = upstream.start()
     for t in registry:
@@ -76,7 +94,6 @@ def _run(opts: Options, out: Path, say: Callable[[str], None], started: float) -
         for s in t.services.values():
             s.upstream = url
     registry.save(out / REGISTRY)
-    written = folder.write(out, registry, (c for c in cases if c.channel not in FLOW_CHANNELS))
     procs = ProcessSet()
     proxy = Proxy(registry, out / REGISTRY, out, procs, listeners=list(listeners.values()))
     try:
@@ -86,11 +103,6 @@ def _run(opts: Options, out: Path, say: Callable[[str], None], started: float) -
         proxy.stop()
         procs.close()
         upstream.stop()
-    say("scorecard: flows sent; reconciling the evidence folder")
-    card = Scorecard(opts.seed, opts.quick)
-    _count(card, cases, out, registry, written)
-    card.seconds = time.monotonic() - started
-    return card
 
 
 def _count(card: Scorecard, cases: list[Case], out: Path, registry: Registry, written: folder.Written) -> None:

@@ -173,9 +173,9 @@ def send_all(requests: Iterable[Request], workers: int = 4) -> None:
 
 
 def ledger(path: Path) -> dict[str, list[dict]]:
-    """The addon's findings by flow id, from its ledger."""
+    """The addon's findings by flow id, from its ledger (none: no flow was sent)."""
     out: dict[str, list[dict]] = {}
-    for line in path.read_text().splitlines():
+    for line in path.read_text().splitlines() if path.exists() else []:
         entry = json.loads(line)
         out.setdefault(entry["flow"], []).extend(entry["findings"])
     return out
