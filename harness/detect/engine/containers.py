@@ -115,18 +115,12 @@ def layer_starts(window: bytes, *, top: bool, min_bytes: int) -> list[Start]:
 
 #: Joins values that `may_start` looks at together: no layer, run or string holds it.
 SEPARATOR = b"\x01"
-#: Every byte that is no text (but tab and line breaks) as SEPARATOR: what a binary window's text runs stop at.
-_TEXT_ONLY = bytes(c if 0x20 <= c < 0x7F or c in b"\t\n\r" else SEPARATOR[0] for c in range(256))
-#: The layers a run of text shows, which a binary window does not look for (`layer_starts`).
-_RUN_CODECS = frozenset({"base64", "hex", "url"})
-
-
 def island_starts(window: bytes, min_bytes: int) -> list[Start]:
-    """The runs (base64, hex, percent-encoded) and wrapped base64 blocks in the stretches of text of a binary
-    window: a database's raw pages, where a deleted row's text is no value any more, so no cell's stream holds it.
-    The window is looked at as text, every other byte a SEPARATOR (same offsets)."""
-    return [s for s in layer_starts(window.translate(_TEXT_ONLY), top=False, min_bytes=min_bytes)
-            if s.codec in _RUN_CODECS]
+    """The runs (base64, hex, percent-encoded) and wrapped base64 blocks of a binary window, which `layer_starts`
+    looks for in text only: for a database's raw pages, where a deleted row's text is no value any more, so no
+    cell's stream holds it. A run stops at the first byte that is none of its characters, a NUL byte too."""
+    starts = _runs(window, min_bytes) + _wrapped_blocks(window)
+    return starts + _url_runs(window, min_bytes) if b"%" in window else starts
 
 
 def may_start(values: list[bytes], min_bytes: int) -> bool:
