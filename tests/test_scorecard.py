@@ -13,8 +13,8 @@ import pytest
 from harness import cli
 from harness.detect import scan
 from harness.detect.engine import codecs
-from harness.proof.cases import DECOYS, KINDS, mint
-from harness.proof.channels import CHANNELS
+from harness.proof.cases import KINDS, mint
+from harness.proof.channels import CHANNELS, DECOYS
 from harness.proof.encodings import BY_NAME
 from harness.proof.score import Tally
 from harness.proof.scorecard import Options, cases_of, run

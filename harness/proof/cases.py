@@ -1,7 +1,7 @@
 """The scorecard's registry and cases, all drawn from one seed: a positive is one tenant's canary in another
 tenant's channel, a decoy a value of the same shape that must not be reported.
 
-Decoys (`DECOYS`): a canary without its last character (`prefix`) or its first (`suffix`), cut in its tag
+Decoys (`channels.DECOYS`): a canary without its last character (`prefix`) or its first (`suffix`), cut in its tag
 (`truncated`), one character away (`flipped`), with another tag (`retagged`: a canary of no tenant of the run),
 of a tenant not in the run (`stranger`), the tenant's own canary in its own channel (`own`), a hash of a canary
 (`hash`), a random string of the canary's alphabet and length (`random`); in a log every tenant shares, a canary
@@ -17,13 +17,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.registry import TAG_MARKER, Registry, Service, Tenant, is_secret_kind
+from harness.proof.channels import Channel
 from harness.proof.encodings import Encoding
 
 TENANTS = ("alpha", "beta")
 #: Every service of a scorecard tenant besides its provider: (credential kind, identity kinds).
 SERVICES = {"mcp": ("mcp_key", ()), "memory": ("memory_key", ("memory_user", "memory_agent")),
             "web": ("web_key", ()), "aux": ("aux_key", ("aux_model",))}
-DECOYS = ("prefix", "suffix", "truncated", "flipped", "retagged", "stranger", "own", "hash", "random")
 
 
 def tag(rng: random.Random) -> str:
@@ -109,8 +109,10 @@ def decoy_value(rng: random.Random, registry: Registry, decoy: str, seen_in: str
         return value.replace(tagged, tag(rng))
     if decoy == "stranger":
         return value.replace(tagged, tag(rng)).replace(other(seen_in), "gamma")
-    if decoy == "own" or decoy == "public":
-        return value_of(registry, seen_in, kind) if decoy == "own" else value
+    if decoy == "own":
+        return value_of(registry, seen_in, kind)
+    if decoy == "public":  # a canary that is no secret, whole: `plan` draws its kind
+        return value
     if decoy == "hash":
         return rng.choice([hashlib.sha256, hashlib.md5, hashlib.sha1])(value.encode()).hexdigest()
     if decoy == "random":
@@ -128,9 +130,9 @@ class Sample:
     decoys: int = 4
 
 
-def plan(rng: random.Random, registry: Registry, channel: Any, encodings: tuple[Encoding, ...], sample: Sample,
+def plan(rng: random.Random, registry: Registry, channel: Channel, encodings: tuple[Encoding, ...], sample: Sample,
          first: int) -> Iterator[Case]:
-    """The cases of one channel (`channels.Channel`): for every encoding it carries, `sample.positives` kinds and
+    """The cases of one channel: for every encoding it carries, `sample.positives` kinds and
     `sample.decoys` decoy types, drawn in turn so every kind and type comes up; ids from `first`."""
     n = first
     kinds = list(SECRET_KINDS if channel.secrets_only else KINDS)

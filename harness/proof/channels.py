@@ -11,10 +11,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.proof.cases import DECOYS
 from harness.proof.encodings import at_start
 
 LIVE, RECONCILE = "live", "reconcile"
+#: The decoys every channel gets (`cases.decoy_value`).
+DECOYS = ("prefix", "suffix", "truncated", "flipped", "retagged", "stranger", "own", "hash", "random")
 REQUEST = frozenset({"request_leak", "wrong_identity", "wrong_key"})
 RESPONSE = frozenset({"response_leak"})
 FILE = frozenset({"file_leak"})
