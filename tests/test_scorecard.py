@@ -59,6 +59,7 @@ def test_a_small_run_through_the_live_addon_and_reconcile(tmp_path: Path) -> Non
     assert (card.misses, card.false_positives) == ([], [])
     assert card.overall.youden == 1.0 and card.overall.tp > 20 and card.overall.tn > 20
     assert (tmp_path / "ev" / "flows.mitm").exists() and (tmp_path / "ev" / "registry.yaml").exists()
+    assert {stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "ev").rglob("*")} == {0o600, 0o700}
     card.write(tmp_path / "card.json")
     doc = json.loads((tmp_path / "card.json").read_text())
     assert doc["seed"] == 11 and doc["overall"]["youden"] == 1.0

@@ -135,10 +135,6 @@ class Encoding:
             data = STEPS[step](data)
         return data
 
-    @property
-    def outer(self) -> str | None:
-        return self.steps[-1] if self.steps else None
-
 
 def _enc(name: str, *steps: str) -> Encoding:
     return Encoding(name, steps)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from harness.capture.proxy import Proxy, bind_listener, port_of
-from harness.core.files import FLOWS, REGISTRY
+from harness.core.files import FLOWS, REGISTRY, seal
 from harness.core.findings import Finding
 from harness.core.procs import ProcessSet
 from harness.core.registry import Registry
@@ -59,6 +59,8 @@ def run(opts: Options, say: Callable[[str], None] = lambda _: None) -> Scorecard
     finally:
         if opts.out is None:
             shutil.rmtree(out, ignore_errors=True)
+        else:
+            seal(out)  # evidence: every file 0600, every folder 0700
 
 
 def _run(opts: Options, out: Path, say: Callable[[str], None], started: float) -> Scorecard:
