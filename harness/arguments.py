@@ -17,10 +17,11 @@ from harness.drive.doors import SCENARIOS, default_tenants
 from harness.drive.phases import ALL_PHASES
 from harness.drive.services import SERVICES, TOOL_GROUPS
 from harness.options import MatrixOptions, RunOptions, UsageError, parse_releases, parse_scenarios, parse_shard
+from harness.proof import command as scorecard
 
 FAIL_ON = ("leak", "inconclusive", "never")
-DESCRIPTION = ("`tenancy-audit`: run, reconcile, scan, selftest, baseline, matrix, merge, export, patch-check, "
-               "cleanup.\nExit 0 clean, 1 leak, 2 error, 3 inconclusive.")
+DESCRIPTION = ("`tenancy-audit`: run, reconcile, scan, selftest, scorecard, baseline, matrix, merge, export, "
+               "patch-check, cleanup.\nExit 0 clean, 1 leak, 2 error, 3 inconclusive.")
 
 
 def _version_action(text: Callable[[], str]) -> type[argparse.Action]:
@@ -112,6 +113,8 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     st = sub.add_parser("selftest", help="plant every kind of leak in real Hermes and prove each is caught")
     st.add_argument("--hermes-python", type=Path)
     st.add_argument("--out", type=Path)
+
+    scorecard.add_parser(sub)
 
     bl = sub.add_parser("baseline", help="run a scenario N times (or judge saved runs, --from) and write its "
                                          "incidents as a baseline (or --upgrade an older baseline)")

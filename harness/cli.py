@@ -24,6 +24,7 @@ from harness.drive import plants
 from harness.drive.hermes import HermesError
 from harness.matrix import merge_dirs, repeat, run_matrix
 from harness.options import UsageError, check_options
+from harness.proof import command as scorecard
 from harness.report import console
 from harness.report.baseline import BaselineError
 from harness.report.matrix import MatrixError
@@ -109,6 +110,10 @@ def cmd_selftest(a: argparse.Namespace) -> int:
     return 0 if failures == 0 else 1
 
 
+def cmd_scorecard(a: argparse.Namespace) -> int:
+    return scorecard.main(a, print, _say)
+
+
 def cmd_baseline(a: argparse.Namespace) -> int:
     if a.upgrade is not None:
         print(usecases.upgrade_baseline(a.upgrade, a.out or a.upgrade, _say))
@@ -147,8 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     """Exit 0 clean, 1 leak (and nothing else), 2 error (one line on stderr), 3 inconclusive."""
     args = arguments.parser(usecases.version_text).parse_args(argv)
     handler = {"run": cmd_run, "reconcile": cmd_reconcile, "scan": cmd_scan, "selftest": cmd_selftest,
-               "baseline": cmd_baseline, "matrix": cmd_matrix, "merge": cmd_merge, "export": cmd_export,
-               "patch-check": cmd_patch_check, "cleanup": cmd_cleanup}[args.command]
+               "scorecard": cmd_scorecard, "baseline": cmd_baseline, "matrix": cmd_matrix, "merge": cmd_merge,
+               "export": cmd_export, "patch-check": cmd_patch_check, "cleanup": cmd_cleanup}[args.command]
     try:
         return handler(args)
     except ERRORS as exc:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field, replace
 from harness.core.findings import Finding
 from harness.core.protocol import FLOW_HEADER
 from harness.detect.decode import KEY_HEADERS, Body, Headers
+from harness.detect.engine.containers import may_start
 from harness.detect.engine.matcher import SEPARATOR, Hit, Matcher
 from harness.detect.engine.stream import NotInspected, ScanHit, scan_bytes
 
@@ -68,10 +69,23 @@ class FlowScan:
         )
 
     def headers(self, headers: Headers, prefix: str, skip: frozenset[tuple[str, str]] = frozenset()) -> None:
-        """Scan every header line as if alone (`skip` applies to the credential headers), in one call: the
-        lines are joined by SEPARATOR, which no pattern holds, so no match can cross from one line into the
-        next (with a canary that holds it, every line is scanned alone)."""
+        """Scan every header line as if alone (`skip` applies to the credential headers): for the canaries' forms
+        in one call (`_forms`), then every line where a layer may start (a base64 block, a compressed stream in
+        one, a hex or percent-encoded run) through its layers, for the canaries not already seen."""
         lines = [(name.lower(), f"{name}: {value}") for name, value in headers if name.lower() != FLOW_HEADER]
+        self._forms(lines, prefix, skip)
+        encoded = [text.encode("utf-8", "surrogateescape") for _, text in lines]
+        if not may_start(encoded, self.matcher.shortest):
+            return
+        for (name, _), line in zip(lines, encoded, strict=True):
+            if may_start([line], self.matcher.shortest):
+                self.layered(line, f"{prefix}.headers.{name}", skip=skip if name in KEY_HEADERS else frozenset(),
+                             only_new=True, offsets=False)
+
+    def _forms(self, lines: list[tuple[str, str]], prefix: str, skip: frozenset[tuple[str, str]]) -> None:
+        """The canaries' forms in every header line, in one call: the lines are joined by SEPARATOR, which no
+        pattern holds, so no match can cross from one line into the next (with a canary that holds it, every line
+        is scanned alone)."""
         if not self.matcher.separable:
             for name, text in lines:
                 self.scan(text.encode("utf-8", "surrogateescape"), f"{prefix}.headers.{name}",

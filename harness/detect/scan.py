@@ -20,6 +20,8 @@ from pathlib import Path
 
 from harness.core.findings import Finding
 from harness.core.registry import Registry, is_secret_kind
+from harness.detect.engine.containers import may_start
+from harness.detect.engine.hits import where
 from harness.detect.engine.matcher import Hit, Matcher, matcher_for
 from harness.detect.engine.stream import DEFAULT_LIMITS, Limits, NotInspected, ScanHit, scan_bytes, scan_file
 
@@ -193,17 +195,32 @@ def redacted_path(matcher: Matcher, label: str) -> str:
 def _scan_name(rel: str, matcher: Matcher, owner: str | None, result: TreeScan, *, what: str = "name",
                text: str | None = None) -> None:
     """A canary in the last component of the path `rel` (or in `text`, a symlink's target): a `file_leak`
-    at `PATH:name@OFFSET`, OFFSET in the path. Earlier components were scanned as their own entries."""
+    at `PATH:name@OFFSET`, OFFSET in the path; one inside a layer of the component (a base64 block of a
+    compressed stream, a hex run, ...) at `PATH:name@OFFSET:LAYER@...`. Earlier components were scanned as their
+    own entries."""
     data = (rel if text is None else text).encode("utf-8", "surrogateescape")
     first = 0 if text is not None else len(rel) - len(rel.rsplit("/", 1)[-1])
+    label = f"{redacted_path(matcher, rel)}:{what}"
     for hit in matcher.find(data):
         if hit.end <= first or not _counts(hit, owner):
             continue
         result.findings.append(Finding(
             kind="file_leak", victim=hit.tenant, seen_in=owner, canary=hit.kind, channel="file",
-            location=f"{redacted_path(matcher, rel)}:{what}@{hit.start}",
+            location=f"{label}@{hit.start}",
             encoding=what if hit.encoding == "plain" else f"{what}/{hit.encoding}",
             evidence=matcher.snippet(data, hit),
+        ))
+    component = data[first:]
+    if not may_start([component], matcher.shortest):
+        return
+    for layered in scan_bytes(component, matcher, headerless=False):
+        if not layered.layers or not _counts(layered, owner):
+            continue  # a form the matcher found above
+        (name, at), *inner = layered.layers
+        result.findings.append(Finding(
+            kind="file_leak", victim=layered.tenant, seen_in=owner, canary=layered.kind, channel="file",
+            location=f"{label}{where([(name, first + (at or 0)), *inner])}@{layered.offset}",
+            encoding=f"{what}/{layered.encoding}", evidence=layered.evidence,
         ))
 
 

@@ -19,6 +19,7 @@ from harness.core.findings import Finding
 from harness.core.protocol import PROBE_BEGIN, PROBE_END
 from harness.core.registry import Registry, Tenant, is_path_kind
 from harness.detect.engine.matcher import Matcher
+from harness.detect.engine.stream import scan_bytes
 from harness.detect.tools import call_names
 
 #: The tools whose results hold the probe's output: the shell command and its Python twin (`probe_code`).
@@ -106,14 +107,15 @@ def check(snapshot: EnvSnapshot, registry: Registry, matcher: Matcher, **where: 
         ))
     seen: set[tuple[str, str]] = set()
     for data, encoding in ((snapshot.decoded, "base64"), (snapshot.plain.encode(), None)):
-        for hit in matcher.find(data, exclude=tenant.name):
+        for hit in scan_bytes(data, matcher, exclude=tenant.name):  # a variable may hold layers (gzip in base64)
             if (hit.tenant, hit.kind) in seen:
                 continue
             seen.add((hit.tenant, hit.kind))
+            label = hit.encoding if encoding is None else encoding if hit.encoding == "plain" else \
+                f"{encoding}/{hit.encoding}"
             findings.append(Finding(
                 "wrong_path" if is_path_kind(hit.kind) else "env_leak", hit.tenant, tenant.name, hit.kind, "env",
-                snapshot.location,
-                encoding or hit.encoding, matcher.snippet(data, hit), detail=f"{snapshot.origin} tool subprocess",
+                snapshot.location, label, hit.evidence, detail=f"{snapshot.origin} tool subprocess",
                 tool=snapshot.tool, **where,
             ))
     return findings

@@ -47,8 +47,10 @@ def plausible(codec: str, head: bytes | memoryview) -> bool:
             zlib.decompressobj(wbits).decompress(head, 1 << 16)
         else:
             brotli.Decompressor().process(head, output_buffer_limit=1 << 16)
-    except (zlib.error, brotli.error):
+    except zlib.error:
         return False
+    except brotli.error:  # unless a whole stream ends in the head, other bytes after it
+        return _brotli_end(bytes(head)) is not None
     return True
 
 
@@ -133,21 +135,85 @@ def _longest_good_prefix(d: zlib._Decompress, data: memoryview) -> int:
     return lo
 
 
+#: Input of a brotli stream kept so that, when other bytes follow it, it can be decoded again up to its end (brotli's
+#: decoder fails on them and keeps nothing of the step); a longer stream is not decoded again.
+BROTLI_RETRY = 1 << 16
+#: Output `_brotli_ok` decodes before it takes a prefix for good (a bomb is cut by the caller's limits later).
+_BROTLI_PROBE = 4 << 20
+
+
 def _brotli(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
+    """brotli. A stream followed by other bytes (a value padded after it, data appended to a file) is decoded again
+    up to its end, found by bisection, when it is short (`BROTLI_RETRY`); the output already given is not repeated."""
     d = brotli.Decompressor()
+    fed, emitted = bytearray(), 0
     for step in steps:
-        out = d.process(step, output_buffer_limit=PIECE)
-        while True:
-            if out:
+        if len(fed) <= BROTLI_RETRY:
+            fed += step
+        try:
+            for out in _brotli_step(d, step):
+                emitted += len(out)
                 yield out
-            if d.is_finished():
-                progress.consumed += len(step)  # brotli does not say how much of the last step it used
-                progress.eof = True
-                return
-            if d.can_accept_more_data():
-                break
-            out = d.process(b"", output_buffer_limit=PIECE)
+        except brotli.error:
+            end = _brotli_end(bytes(fed)) if len(fed) <= BROTLI_RETRY else None
+            if end is None:
+                raise
+            skip = emitted
+            for out in _brotli_step(brotli.Decompressor(), memoryview(fed)[:end]):
+                if len(out) > skip:
+                    yield out[skip:]
+                skip = max(0, skip - len(out))
+            progress.consumed += end - (len(fed) - len(step))
+            progress.eof = True
+            return
+        if d.is_finished():
+            progress.consumed += len(step)  # brotli does not say how much of the last step it used
+            progress.eof = True
+            return
         progress.consumed += len(step)
+
+
+def _brotli_step(d: brotli.Decompressor, data: bytes | memoryview) -> Iterator[bytes]:
+    out = d.process(data, output_buffer_limit=PIECE)
+    while True:
+        if out:
+            yield out
+        if d.is_finished() or d.can_accept_more_data():
+            return
+        out = d.process(b"", output_buffer_limit=PIECE)
+
+
+def _brotli_ok(data: bytes) -> bool:
+    """Whether `data` decodes without an error (a prefix of a stream, or a whole one)."""
+    d, produced = brotli.Decompressor(), 0
+    try:
+        for out in _brotli_step(d, data):
+            produced += len(out)
+            if produced > _BROTLI_PROBE:
+                return True
+    except brotli.error:
+        return False
+    return True
+
+
+def _brotli_end(data: bytes) -> int | None:
+    """Where the whole brotli stream `data` starts with ends, when other bytes follow it (None: no whole stream,
+    or a damaged one). Decoding fails on every prefix longer than the stream and on none shorter."""
+    lo, hi = 0, len(data) - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if _brotli_ok(data[:mid]):
+            lo = mid
+        else:
+            hi = mid - 1
+    d = brotli.Decompressor()
+    try:
+        for _ in _brotli_step(d, data[:lo]):
+            if not lo:
+                break
+    except brotli.error:
+        return None
+    return lo if lo and d.is_finished() else None
 
 
 def decode(codec: str, steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:

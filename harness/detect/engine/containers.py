@@ -115,6 +115,12 @@ def layer_starts(window: bytes, *, top: bool, min_bytes: int) -> list[Start]:
 
 #: Joins values that `may_start` looks at together: no layer, run or string holds it.
 SEPARATOR = b"\x01"
+def island_starts(window: bytes, min_bytes: int) -> list[Start]:
+    """The runs (base64, hex, percent-encoded) and wrapped base64 blocks of a binary window, which `layer_starts`
+    looks for in text only: for a database's raw pages, where a deleted row's text is no value any more, so no
+    cell's stream holds it. A run stops at the first byte that is none of its characters, a NUL byte too."""
+    starts = _runs(window, min_bytes) + _wrapped_blocks(window)
+    return starts + _url_runs(window, min_bytes) if b"%" in window else starts
 
 
 def may_start(values: list[bytes], min_bytes: int) -> bool:

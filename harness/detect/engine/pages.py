@@ -1,6 +1,7 @@
 """Where a SQLite database's raw bytes (or its write-ahead log's) are cut: the page grid, and the bytes that end a
 cell's first part (its overflow page's number follows). `harness.detect.engine.walk` leaves a raw hit of a path
-that such a cut may have shortened to the database's cells.
+that such a cut may have shortened to the database's cells. And where its pages hold what may be in no cell
+(`free_spans`): the text runs of a deleted row are looked for there.
 """
 
 from __future__ import annotations
@@ -40,3 +41,39 @@ def page_grid(header: bytes) -> tuple[int, int] | None:
         size = int.from_bytes(header[8:12], "big")
         return (WAL_HEADER, size + WAL_FRAME_HEADER) if size >= 512 else None
     return None
+
+
+#: The b-tree page types (interior index, interior table, leaf index, leaf table) and their header's length.
+_BTREE = {2: 12, 5: 12, 10: 8, 13: 8}
+
+
+def free_spans(window: bytes, base: int, grid: tuple[int, int]) -> list[tuple[int, int]]:
+    """Where a database's (or a WAL's) raw window, its first byte at absolute offset `base`, holds what may be in no
+    cell: in each page, a b-tree page's unallocated space and freeblocks (where a deleted row's bytes stay until
+    they are reused), any other page whole (a freelist trunk page, an overflow page); a page cut by the window's
+    edge whole too. (start, end) in the window."""
+    first, stride = grid
+    size = stride - (WAL_FRAME_HEADER if first == WAL_HEADER else 0)
+    n = max(0, -(-(base - first) // stride))
+    page = first + n * stride - base + stride - size
+    spans = [(0, min(page, len(window)))]
+    while page < len(window):
+        if page + size > len(window):
+            spans.append((page, len(window)))
+            break
+        head = page + (100 if first == 0 and n == 0 else 0)
+        length = _BTREE.get(window[head])
+        if length is None:
+            spans.append((page, page + size))
+        else:
+            cells = int.from_bytes(window[head + 3 : head + 5], "big")
+            content = int.from_bytes(window[head + 5 : head + 7], "big") or 65536
+            spans.append((head + length + 2 * cells, page + min(content, size)))
+            block, hops = int.from_bytes(window[head + 1 : head + 3], "big"), 0
+            while 0 < block < size - 4 and hops < size // 4:  # the freeblock chain (a bad one ends: hops)
+                end = int.from_bytes(window[page + block + 2 : page + block + 4], "big")
+                spans.append((page + block + 4, page + min(block + end, size)))
+                block, hops = int.from_bytes(window[page + block : page + block + 2], "big"), hops + 1
+        n += 1
+        page += stride
+    return [(a, b) for a, b in spans if b > a]

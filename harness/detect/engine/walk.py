@@ -37,7 +37,7 @@ from harness.detect.engine import codecs, containers
 from harness.detect.engine.containers import BARE, MAGIC, RUN, Start
 from harness.detect.engine.hits import Layer, Limits, NotInspected, ScanHit, Snippet, where
 from harness.detect.engine.matcher import Matcher
-from harness.detect.engine.pages import SQLITE_MAGIC, cut_extension, page_grid
+from harness.detect.engine.pages import SQLITE_MAGIC, cut_extension, free_spans, page_grid
 
 #: Bytes read per window (each window also holds the last `Matcher.longest` bytes of the one before).
 WINDOW = 4 << 20
@@ -62,6 +62,7 @@ class LayerWalk:
         self.late = False  # the time budget is spent (and listed once)
         self.min_bytes = max(matcher.shortest, 1)  # no layer shorter than a canary holds one
         self.hits: list[ScanHit] = []
+        self.paged: dict[tuple[Layer, ...], tuple[int, int]] = {}  # a database's (or WAL's) raw stream -> its grid
         self.skipped: list[tuple[tuple[Layer, ...], str, int]] = []  # (layers, reason, bytes read)
         # A hit must lie whole in one window with the base64 character on either side of it, and a wrapped
         # block's line (up to `containers.LINE_LOOKBACK` bytes) with the break after it.
@@ -79,6 +80,8 @@ class LayerWalk:
         skip: dict[str, int] = {}  # by codec ("*": every codec): where the layers decoded so far ended
         if type(chunks) is tuple and len(chunks) == 1:  # one buffer (a SQLite cell, a body): one window
             (window,) = chunks
+            if (grid := page_grid(window[:100])) is not None:
+                self.paged[layers] = grid
             first = len(self.hits)
             self._window(window, 0, (0, len(window)), skip, layers, reopen, top)
             self._drop_cut_paths(window, layers, first)
@@ -95,6 +98,8 @@ class LayerWalk:
             limit = base + len(window) - (0 if last else 1)
             if base == 0:
                 header = window[:100]
+                if (grid := page_grid(header)) is not None:
+                    self.paged[layers] = grid
             self._window(window, base, (owned_from, limit), skip, layers, reopen, top and base == 0)
             owned_from = limit
             if last:
@@ -137,11 +142,22 @@ class LayerWalk:
         decode (`codecs.KEEPING`), every start; inside a base64 or hex run, one of the same codec."""
         owned_from, limit = owns
         self._hits(window, base, owned_from, limit, layers)
-        for start in containers.layer_starts(window, top=top, min_bytes=self.min_bytes):
+        starts = containers.layer_starts(window, top=top, min_bytes=self.min_bytes)
+        islands: set[Start] = set()  # the runs in a database's free space (a deleted row's text: no cell holds it)
+        grid = self.paged.get(layers)
+        if grid is not None and window.count(0, 0, 4096) >= 4:
+            known = {(s.pos, s.codec) for s in starts}
+            for a, b in free_spans(window, base, grid):
+                islands |= {s._replace(pos=s.pos + a, seen=s.seen + a) for s in
+                            containers.island_starts(window[a:b], self.min_bytes) if (s.pos + a, s.codec) not in known}
+        for start in sorted([*starts, *islands], key=lambda s: s.pos):
             at = base + start.pos
             if not owned_from < base + start.seen <= limit or at < max(skip.get(start.codec, 0), skip.get("*", 0)):
                 continue
+            first = len(self.hits)
             end = self._layer(window, start, layers, reopen, base + len(window), at)
+            if start in islands:  # a path a page boundary may have cut is the cells' to judge (`_drop_cut_paths`)
+                self.hits[first:] = [h for h in self.hits[first:] if (h.tenant, h.kind) not in self.matcher.extended]
             if end is not None:
                 key = "*" if start.codec in codecs.KEEPING else start.codec
                 skip[key] = max(skip.get(key, 0), end)
