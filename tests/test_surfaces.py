@@ -60,9 +60,10 @@ def test_a_service_s_battery_steps_name_only_its_own_tools(name, tmp_path):
 
 #: Modules outside the package that may quote a service's name, and why: the stubs are the services' own
 #: protocol side (a stub names its kind; the stdio server's record names it, and `detect.records` reads that
-#: record format); `mcp` is also the pip extra of Hermes' MCP client.
+#: record format); `mcp` is also the pip extra of Hermes' MCP client; the scorecard seeds a registry of its own
+#: (services and the paths their requests take), beside `drive` and not built from it.
 QUOTE_A_SERVICE = {"capture/stubs/mcp_stdio.py", "capture/stubs/mcp_http.py", "detect/records.py",
-                   "drive/install.py"}
+                   "drive/install.py", "proof/cases.py", "proof/traffic.py"}
 
 
 def _quoted_outside(package: Path, names: set[str]) -> list[str]:
