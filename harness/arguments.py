@@ -21,7 +21,7 @@ from harness.proof import command as scorecard
 
 FAIL_ON = ("leak", "inconclusive", "never")
 DESCRIPTION = ("`tenancy-audit`: run, reconcile, scan, selftest, scorecard, baseline, matrix, merge, export, "
-               "patch-check, cleanup.\nExit 0 clean, 1 leak, 2 error, 3 inconclusive.")
+               "patch-check, mutants, cleanup.\nExit 0 clean, 1 leak, 2 error, 3 inconclusive.")
 
 
 def _version_action(text: Callable[[], str]) -> type[argparse.Action]:
@@ -168,6 +168,14 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     pc.add_argument("--phases", help="multi-profile phases, as for run")
     pc.add_argument("--hermes-python", type=Path, help="the install to patch a copy of (default: as for run)")
     pc.add_argument("--out", type=Path, help="a new or empty folder for both runs, the copy and patch-check.json")
+    mu = sub.add_parser("mutants", help="plant each isolation regression of the mutant set in a copy of Hermes and "
+                        "audit it beside the unmutated install: caught, missed or not exercised")
+    mu.add_argument("--only", help="comma-separated mutant names (default: every one)")
+    mu.add_argument("--scenario", default="oneshot", choices=sorted(SCENARIOS))
+    mu.add_argument("--tools", help="tool battery groups, as for run ('none': the env probe only)")
+    mu.add_argument("--services", help="services, as for run ('none': the providers only)")
+    mu.add_argument("--hermes-python", type=Path, help="the install to mutate copies of (default: as for run)")
+    mu.add_argument("--out", type=Path, help="a new or empty folder for the runs, the patches and mutants.json")
     sub.add_parser("cleanup", help="reap processes a killed run left behind")
     return p
 
@@ -229,7 +237,7 @@ def matrix_options(a: argparse.Namespace) -> MatrixOptions:
 
 
 def patch_check_options(a: argparse.Namespace) -> RunOptions:
-    """`patch-check`'s audit options (the same for both runs)."""
-    return RunOptions(scenario=a.scenario, tenants=a.tenants or default_tenants(a.scenario), out=a.out,
-                      hermes_python=a.hermes_python, quiet=True, phases=phases(a.phases), tools=parse_tools(a.tools),
-                      services=parse_tools(a.services))
+    """The audit options of `patch-check` and `mutants` (the same for every run they make)."""
+    return RunOptions(scenario=a.scenario, tenants=getattr(a, "tenants", 0) or default_tenants(a.scenario),
+                      out=a.out, hermes_python=a.hermes_python, quiet=True, phases=phases(getattr(a, "phases", None)),
+                      tools=parse_tools(a.tools), services=parse_tools(a.services))

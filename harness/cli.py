@@ -143,6 +143,15 @@ def cmd_patch_check(a: argparse.Namespace) -> int:
     return EXIT_LEAK if doc["new"] else EXIT_CLEAN
 
 
+def cmd_mutants(a: argparse.Namespace) -> int:
+    """Exit 1 when a mutant whose code ran and computed another value was not caught."""
+    opts = arguments.patch_check_options(a)
+    check_options(opts)
+    doc = usecases.mutant_run(opts, [n for n in (a.only or "").split(",") if n], _say)
+    _show(console.mutant_lines(doc))
+    return EXIT_LEAK if any(row["state"] == "missed" for row in doc["mutants"]) else EXIT_CLEAN
+
+
 def cmd_cleanup(_: argparse.Namespace) -> int:
     print(f"reaped {reap_stale()} process(es)")
     return 0
@@ -153,7 +162,8 @@ def main(argv: list[str] | None = None) -> int:
     args = arguments.parser(usecases.version_text).parse_args(argv)
     handler = {"run": cmd_run, "reconcile": cmd_reconcile, "scan": cmd_scan, "selftest": cmd_selftest,
                "scorecard": cmd_scorecard, "baseline": cmd_baseline, "matrix": cmd_matrix, "merge": cmd_merge,
-               "export": cmd_export, "patch-check": cmd_patch_check, "cleanup": cmd_cleanup}[args.command]
+               "export": cmd_export, "patch-check": cmd_patch_check, "mutants": cmd_mutants,
+               "cleanup": cmd_cleanup}[args.command]
     try:
         return handler(args)
     except ERRORS as exc:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -28,10 +29,11 @@ from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
 from harness.detect.reconcile import LogSource, Reading, read_flows, reconcile
 from harness.drive import plants
 from harness.drive.doors import default_tenants
-from harness.drive.patched import patched_copy
+from harness.drive.patched import patched_copy, site_packages
 from harness.judge import evaluate, release_versions, result_of, venv_warnings
 from harness.matrix import run_audits
 from harness.options import RunOptions, UsageError, hermes_python
+from harness.proof import mutants
 from harness.report import baseline, baseline_classes, export
 from harness.report import policy as policies
 from harness.report.comparison import compare
@@ -307,4 +309,46 @@ def patch_check(patch: Path, opts: RunOptions, say: Callable[[str], None]) -> di
            "verdicts": {name: r.verdict.status for name, r in runs.items()},
            **compare(runs["unpatched"].verdict.findings, runs["patched"].verdict.findings)}
     write_private(folder.path / "patch-check.json", json.dumps(doc, indent=2).encode())
+    return doc
+
+
+def _traced(out: Path) -> str:
+    """What a mutated line recorded in the sandbox HOME: `computed` (a value other than the original's),
+    `same` (it ran, to the same value) or `never ran`."""
+    lines = {line for f in out.glob(f"sandbox/*/{mutants.TRACE}") for line in f.read_text().split()}
+    return "computed" if "True" in lines else "same" if lines else "never ran"
+
+
+def mutant_run(opts: RunOptions, names: list[str], say: Callable[[str], None]) -> dict[str, Any]:
+    """Audit the install (the control), then a copy of it per mutant (`proof.mutants`), each with the same
+    options; a mutant is `caught` when its audit shows a hop the control's does not, `missed` when its code
+    computed another value and nothing showed, `not exercised` when its code never did."""
+    chosen = [m for m in mutants.MUTANTS if not names or m.name in names]
+    if names and len(chosen) != len(set(names)):
+        raise UsageError(f"mutants: unknown mutant (choose from {', '.join(m.name for m in mutants.MUTANTS)})")
+    python = hermes_python(opts.hermes_python, say)
+    site = site_packages(python.parent.parent)
+    folder = EvidenceFolder.for_run(opts.out, opts.force)
+    control = run_audit(replace(opts, out=folder.path / "control", hermes_python=python, force=True, quiet=True))
+    say(f"mutants: control {control.verdict.status}")
+    rows = []
+    for m in chosen:
+        patch = folder.path / "patches" / f"{m.name}.patch"
+        try:
+            write_private(patch, m.patch(site).encode())
+        except mutants.MutantError as exc:
+            rows.append({"name": m.name, "surface": m.surface, "bug": m.bug, "state": f"not applicable: {exc}"})
+            continue
+        copy = patched_copy(python, patch, folder.path / "venv")
+        got = run_audit(replace(opts, out=folder.path / m.name, hermes_python=copy, force=True, quiet=True))
+        diff = compare(control.verdict.findings, got.verdict.findings)
+        shown = sorted({**diff["new"], **diff["varied"]})
+        ran = _traced(folder.path / m.name)
+        state = "caught" if shown else "missed" if ran == "computed" else "not exercised"
+        rows.append({"name": m.name, "surface": m.surface, "bug": m.bug, "state": state, "trace": ran,
+                     "hops": shown})
+        say(f"mutants: {m.name:<20} {state} ({ran}; {len(shown)} hop(s) the control lacks)")
+    shutil.rmtree(folder.path / "venv", ignore_errors=True)
+    doc = {"scenario": opts.scenario, "control": control.verdict.status, "mutants": rows}
+    write_private(folder.path / "mutants.json", json.dumps(doc, indent=2).encode())
     return doc

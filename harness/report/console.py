@@ -92,3 +92,13 @@ def patch_check_lines(doc: dict[str, Any]) -> list[str]:
     lines += [f"NEW      {h}  [{', '.join(ns) or 'new'}]" for h, ns in doc["new"].items()]
     return [*lines, f"{len(doc['removed'])} hop(s) removed, {len(doc['remaining'])} remaining, "
                     f"{len(doc['varied'])} varied (spread of a finding both runs show), {len(doc['new'])} new"]
+
+
+def mutant_lines(doc: dict[str, Any]) -> list[str]:
+    """What `mutants` prints: one line per mutant (its state, surface and the bug it reintroduces), then the tally."""
+    rows = doc["mutants"]
+    lines = [f"{r['state'].split(':')[0]:<15} {r['name']:<20} {r['surface']:<18} {r['bug']}" for r in rows]
+    counts = {s: sum(r["state"].startswith(s) for r in rows) for s in ("caught", "missed", "not exercised",
+                                                                        "not applicable")}
+    return [*lines, f"mutants ({doc['scenario']}, control {doc['control']}): "
+                    + ", ".join(f"{n} {s}" for s, n in counts.items())]
