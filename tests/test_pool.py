@@ -161,6 +161,7 @@ async def until_up(addon: Tenancy) -> None:
 
 
 def test_pooled_inspection_gives_the_inline_findings_byte_for_byte(tmp_path, reg, monkeypatch):
+    monkeypatch.setattr(inspection, "BUSY", 0)  # every scan to the pool, the first flow's too
     def in_workers_only(_: Tenancy) -> None:  # from here on, a scan run in this process fails the test
         for scan in (flows.RequestScan, flows.ResponseScan):
             monkeypatch.setattr(scan, "run", lambda *_: pytest.fail("scanned inline, not in a worker"))
@@ -182,7 +183,16 @@ def test_short_bodies_stay_inline_and_agree(tmp_path, reg, monkeypatch):
     assert short == inline
 
 
-def test_a_lost_worker_is_dropped_and_its_scans_run_inline(tmp_path, reg):
+def test_a_flow_alone_is_scanned_inline(tmp_path, reg, monkeypatch):
+    """With no other flow in flight, the hand-over would only add latency: the scan stays in the loop."""
+    monkeypatch.setattr(inspection, "BUSY", 1 << 20)
+    monkeypatch.setattr(flows.RequestScan, "run", lambda *_: pytest.fail("a flow alone went to the pool"))
+    inline, alone = compare(tmp_path, reg, 1, "alone")
+    assert alone == inline
+
+
+def test_a_lost_worker_is_dropped_and_its_scans_run_inline(tmp_path, reg, monkeypatch):
+    monkeypatch.setattr(inspection, "BUSY", 0)
     def kill_one(addon: Tenancy) -> None:
         (worker,) = addon.inspection.pool._spawned
         os.kill(worker.proc.pid, signal.SIGKILL)
@@ -226,9 +236,12 @@ def test_a_worker_exits_when_the_addon_is_gone(tmp_path):
     import subprocess
 
     mine, theirs = socket.socketpair()
-    proc = subprocess.Popen([sys.executable, "-m", "harness.capture.worker", str(theirs.fileno())],
-                            pass_fds=(theirs.fileno(),))
+    memfd = os.memfd_create("test")
+    os.ftruncate(memfd, 4096)
+    proc = subprocess.Popen([sys.executable, "-m", "harness.capture.worker", str(theirs.fileno()), str(memfd)],
+                            pass_fds=(theirs.fileno(), memfd))
     theirs.close()
+    os.close(memfd)
     assert mine.recv(8)  # the ready frame's header
     mine.close()
     assert proc.wait(timeout=30) == 0
@@ -244,5 +257,96 @@ def test_the_workers_option_is_validated(bad):
         assert addon.inspection.pool.size == 0
 
 
-def test_the_default_leaves_the_event_loop_a_cpu():
-    assert default_workers() == max(0, min(4, len(os.sched_getaffinity(0)) - 1))
+def test_the_default_leaves_the_event_loop_and_the_rest_a_cpu_each(monkeypatch):
+    for cpus, workers in ((1, 0), (2, 0), (3, 1), (6, 4), (64, 4)):
+        monkeypatch.setattr(os, "sched_getaffinity", lambda _, n=cpus: set(range(n)))
+        assert default_workers() == workers
+
+
+def test_live_mitmdump_with_workers_saves_what_the_reconciler_finds_and_leaves_no_worker(tmp_path, reg):
+    """A real mitmdump with two workers, six long flows in flight at once (so the pool takes their scans): each
+    ledger line and saved flow is what the offline inspection of the saved flow gives, and after SIGINT no
+    worker is left."""
+    import subprocess
+    import threading
+    import time
+    import urllib.request
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    from mitmproxy import io
+
+    from harness.detect.engine.matcher import Matcher
+    from tests.test_addon_live import free_port, mitmdump_argv, wait_listening
+
+    answers = {"leak": json.dumps({"content": reg["beta"].canaries["env_marker"] + PAD}).encode(),
+               "clean": json.dumps({"content": "fine" + PAD}).encode()}
+
+    class Stub(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["content-length"]))
+            time.sleep(0.5)  # every flow is in flight while the others arrive
+            body = answers[self.headers.get("x-answer", "clean")]
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    stub = ThreadingHTTPServer(("127.0.0.1", 0), Stub)
+    threading.Thread(target=stub.serve_forever, daemon=True).start()
+    upstream = f"http://127.0.0.1:{stub.server_address[1]}"
+    port = free_port()
+    reg["alpha"].route = {"listen": port}
+    reg.save(tmp_path / "registry.yaml")
+    ledger, saved, log = tmp_path / "ledger.jsonl", tmp_path / "flows.mitm", tmp_path / "mitmdump.log"
+    argv = [*mitmdump_argv(), "-s", str(Path(__file__).resolve().parent.parent / "addons" / "tenancy.py"),
+            "--set", f"confdir={tmp_path / 'conf'}", "--set", f"tenancy_registry={tmp_path / 'registry.yaml'}",
+            "--set", f"tenancy_ledger={ledger}", "--set", "tenancy_workers=2", "-w", str(saved),
+            "--set", "listen_host=127.0.0.1", "--mode", f"reverse:{upstream}@{port}"]
+    with open(log, "wb") as out:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    workers: list[psutil.Process] = []
+    try:
+        wait_listening(port, proc, log)
+        a, b = reg["alpha"], reg["beta"]
+        requests = [(turn(reg, "alpha", f"remember {b.canaries['memory']}" if i % 3 == 0 else "hi"),
+                     {"x-answer": "leak" if i % 2 else "clean"}) for i in range(6)]
+
+        def send(body: bytes, headers: dict[str, str]) -> None:
+            req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/chat/completions", body,
+                                         {"content-type": "application/json", "authorization": f"Bearer {a.key}",
+                                          **headers})
+            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(req, timeout=60) as resp:
+                resp.read()
+
+        for _ in range(2):  # the first round starts the pool
+            threads = [threading.Thread(target=send, args=r) for r in requests]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            workers = [c for c in psutil.Process(proc.pid).children() if "harness.capture.worker" in c.cmdline()]
+        assert len(workers) == 2
+        os.killpg(proc.pid, signal.SIGINT)
+        assert proc.wait(timeout=30) == 0, log.read_text()[-2000:]
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+        stub.shutdown()
+    assert not any(_running(w.pid) for w in workers)
+    assert "Traceback" not in log.read_text() and "scan worker" not in log.read_text()
+    lines = {x["flow"]: x for x in map(json.loads, ledger.read_text().splitlines())}
+    with open(saved, "rb") as fh:
+        back = list(io.FlowReader(fh).stream())
+    assert len(back) == len(lines) == 12
+    matcher = Matcher.for_registry(reg)
+    for f in back:
+        entry = flows.inspect_flow(reg, matcher, f).ledger_entry()
+        assert entry == lines[f.id] and f.metadata["tenancy"] == {k: v for k, v in entry.items()
+                                                                  if k not in ("time", "flow")}
+        assert bool(f.marked) == entry["flagged"]
+    assert sum(x["flagged"] for x in lines.values()) == 8  # flows 2 and 4 of the six are clean, in each round

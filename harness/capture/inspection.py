@@ -35,6 +35,9 @@ MARK = ":warning:"
 #: A body this long or longer is scanned in the pool (when `tenancy_workers` > 0); a shorter one inline, where
 #: its scan costs less than handing it to a worker.
 POOLED_BYTES = 16 * 1024
+#: A scan is handed to the pool only while this many other flows are in flight: the hand-over adds latency
+#: (0.3 ms each way on 2 vCPUs), which only a loop with other flows to serve meanwhile wins back.
+BUSY = 1
 MAX_WORKERS = 64
 
 
@@ -80,7 +83,7 @@ class Inspection:
         loader.add_option(
             "tenancy_workers", int, default_workers(),
             f"Worker processes that scan bodies of {POOLED_BYTES // 1024} KiB or more beside the event loop "
-            "(0: every scan inline). Default: one per CPU beside the event loop's, at most 4.",
+            "(0: every scan inline). Default: one per CPU beyond two, at most 4 (none on two CPUs).",
         )
 
     def configure(self, updated: set[str]) -> None:
@@ -120,8 +123,10 @@ class Inspection:
             log.error(f"tenancy: scan worker {proc.pid} survived its pool")
 
     def _pooled(self, size: int) -> bool:
-        """Whether a scan of `size` bytes goes to the pool (up, or now starting: it is then inline)."""
-        return self._running and size >= POOLED_BYTES and self.pool.size > 0 and self.pool.ready()
+        """Whether a scan of `size` bytes goes to the pool (up, or now starting: it is then inline), the flow's
+        own report no longer or not yet among those in flight."""
+        return (self._running and size >= POOLED_BYTES and len(self._inflight) >= BUSY and self.pool.size > 0
+                and self.pool.ready())
 
     def _stamp_label(self, flow: http.HTTPFlow) -> None:
         scenario, phase = self.phase.label(ctx.options.tenancy_phase_file)
@@ -189,7 +194,7 @@ class Inspection:
         else:  # a request changed since its report (an edit, a reloaded registry) is inspected afresh
             request = flows.inspect_flow_request(reg, matcher, flow)
         scan = flows.response_scan(flow, request)
-        if scan is not None and self._pooled(scan.size):
+        if scan is not None and self._pooled(len(scan.body or b"")):
             return self._scan_response(flow, (reg, matcher), request, scan)
         self._conclude(flow, flows.flow_report(flow, request, scan.run(reg, matcher) if scan else None))
         return None

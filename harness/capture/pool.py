@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import mmap
 import os
 import pickle
 import socket
@@ -40,14 +41,24 @@ STOP_TIMEOUT = 5.0
 class Job(Protocol):
     """A scan as plain data (`flows.RequestScan`, `flows.ResponseScan`)."""
 
+    @property
+    def body(self) -> bytes | None: ...
+
+    def with_body(self, body: bytes | None) -> Job: ...
+
     def run(self, registry: Registry, matcher: Matcher) -> Any: ...
 
 
-class _Worker:
-    """One worker process and the addon's end of its socket."""
+#: The shared memory a worker starts with; a longer body grows it.
+SHARED_BYTES = 1 << 20
 
-    def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket) -> None:
-        self.proc, self.sock = proc, sock
+
+class _Worker:
+    """One worker process, the addon's end of its socket and the memory they share."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], sock: socket.socket, memfd: int) -> None:
+        self.proc, self.sock, self.memfd = proc, sock, memfd
+        self.map = mmap.mmap(memfd, os.fstat(memfd).st_size)
         self.streams: tuple[asyncio.StreamReader, asyncio.StreamWriter] | None = None
         self.matcher: Matcher | None = None  # whose registry it was sent last
 
@@ -57,17 +68,32 @@ class _Worker:
         head = await reader.readexactly(HEADER)
         return pickle.loads(await reader.readexactly(int.from_bytes(head, "big")))
 
+    def _share(self, body: bytes | None) -> int:
+        """Put `body` in the shared memory (grown if it is too small); its size, -1 for none."""
+        if body is None:
+            return -1
+        if len(body) > len(self.map):
+            self.map.close()
+            os.ftruncate(self.memfd, max(len(body), 2 * os.fstat(self.memfd).st_size))
+            self.map = mmap.mmap(self.memfd, os.fstat(self.memfd).st_size)
+        self.map[: len(body)] = body
+        return len(body)
+
     async def run(self, registry: Registry, matcher: Matcher, job: Job) -> Any:
         assert self.streams is not None
         writer = self.streams[1]
         if self.matcher is not matcher:
             writer.write(frame(("registry", registry)))
             self.matcher = matcher
-        writer.write(frame(("job", job)))
+        writer.write(frame(("job", job.with_body(None), self._share(job.body))))
         tag, result = await self.receive()
         if tag != "ok":
             raise RuntimeError(f"tenancy: a scan worker failed:\n{result}")
         return result
+
+    def close(self) -> None:
+        self.map.close()
+        os.close(self.memfd)
 
 
 class Pool:
@@ -93,16 +119,20 @@ class Pool:
             [str(Path(harness.__file__).resolve().parent.parent), *filter(None, [os.environ.get("PYTHONPATH")])])}
         for _ in range(self.size):
             mine, theirs = socket.socketpair()
+            memfd = os.memfd_create("tenancy-scan")
+            os.ftruncate(memfd, SHARED_BYTES)
+            fds = (theirs.fileno(), memfd)
             try:
-                proc = subprocess.Popen([sys.executable, "-m", "harness.capture.worker", str(theirs.fileno())],
-                                        pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, env=env)
+                proc = subprocess.Popen([sys.executable, "-m", "harness.capture.worker", *map(str, fds)],
+                                        pass_fds=fds, stdin=subprocess.DEVNULL, env=env)
             except OSError as exc:
                 log.error(f"tenancy: cannot start a scan worker ({exc}); scanning inline")
                 mine.close()
+                os.close(memfd)
                 break
             finally:
                 theirs.close()
-            self._spawned.append(_Worker(proc, mine))
+            self._spawned.append(_Worker(proc, mine, memfd))
         for worker in self._spawned:
             try:
                 worker.streams = await asyncio.open_connection(sock=worker.sock)
@@ -162,6 +192,8 @@ class Pool:
                 worker.proc.kill()
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     worker.proc.wait(STOP_TIMEOUT)
+        for worker in self._spawned:
+            worker.close()
         survivors = [p for p in map(_process, self._spawned) if p is not None]
         self._spawned, self._starting, self._idle, self.live = [], None, None, 0
         return survivors
@@ -177,5 +209,7 @@ def _process(worker: _Worker) -> psutil.Process | None:
 
 
 def default_workers() -> int:
-    """One worker per CPU this process may run on, beside the one for mitmproxy's event loop; at most 4."""
-    return max(0, min(4, len(os.sched_getaffinity(0)) - 1))
+    """One worker per CPU this process may run on beyond two (one for mitmproxy's event loop, one for the agent
+    and the upstream beside it); at most 4. With two CPUs or fewer, none: a worker there only takes CPU time
+    from the rest and adds its hand-over to each scan (docs/performance.md)."""
+    return max(0, min(4, len(os.sched_getaffinity(0)) - 2))

@@ -9,6 +9,7 @@ are decoded by `harness.detect.decode`; whatever cannot be decoded or parsed is 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Self
 
 from mitmproxy import http
 
@@ -81,8 +82,12 @@ class RequestScan:
         return report
 
     @property
-    def size(self) -> int:
-        return len(self.raw.body or b"")
+    def body(self) -> bytes | None:
+        return self.raw.body
+
+    def with_body(self, body: bytes | None) -> Self:
+        """The same scan of another body (the pool sends a body apart from the rest, through shared memory)."""
+        return replace(self, raw=replace(self.raw, body=body))
 
 
 @dataclass(frozen=True)
@@ -98,8 +103,12 @@ class ResponseScan:
         return inspect_response(matcher, self.raw, tenant=self.tenant, service=self.service)
 
     @property
-    def size(self) -> int:
-        return len(self.raw.body or b"")
+    def body(self) -> bytes | None:
+        return self.raw.body
+
+    def with_body(self, body: bytes | None) -> Self:
+        """The same scan of another body (the pool sends a body apart from the rest, through shared memory)."""
+        return replace(self, raw=replace(self.raw, body=body))
 
 
 def inspect_response(matcher: Matcher, raw: RawResponse, *, tenant: str | None, service: str = PROVIDER
