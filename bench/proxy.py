@@ -36,6 +36,9 @@ nothing differs.
 Then the SSE first-token delay: a stream of 10 events 20 ms apart, one request at a time, every
 configuration in turn; the first event's arrival against the last one's shows whether a proxy buffers.
 
+`--workers N` sets the addon's `tenancy_workers` (its default otherwise: none on 2 CPUs); its workers are
+started before the clock runs and put on the client's and the stub's CPU, beside neither proxy's event loop.
+
 `--quick` (under 3 minutes on 2 vCPUs) measures 1 and 8 connections, the table once with few requests, 3
 side-by-side rounds of 0.4 s per pair and 5 first-token requests per configuration; the full run takes far
 longer (9 rounds of 2 s per pair and cell). Everything listens on 127.0.0.1; every child is in a ProcessSet,
@@ -549,11 +552,10 @@ async def first_token(targets: dict[str, Target], tls: ssl.SSLContext, n: int) -
 
 
 async def start_pools(targets: list[Target], tls: ssl.SSLContext) -> None:
-    """One 256 KiB JSON request to each addon: the first long body starts its scan workers."""
+    """Two 256 KiB JSON requests at once to each addon: a long body while another flow is in flight starts its
+    scan workers."""
     for target in targets:
-        conn = await Conn.open(target, 0, tls)
-        await conn.request(request_bytes(target, 0, conn.host, f"kind=json&size={256 * KiB}", 256 * KiB))
-        await conn.close()
+        await close(await warm(target, tls, 2, f"kind=json&size={256 * KiB}", 256 * KiB))
 
 
 def old_tree(ref: str, root: Path) -> Path:
@@ -601,8 +603,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, help="side-by-side rounds per pair (default 9, --quick 3)")
     ap.add_argument("--only", default="", help="only the side-by-side pairs whose 'name/base' holds this text")
     ap.add_argument("--no-table", action="store_true", help="only the side-by-side ratios, not the req/s table")
-    ap.add_argument("--workers", type=int, default=1,
-                    help="the addon's tenancy_workers (default 1; 0: every scan inline, as before the pool)")
+    ap.add_argument("--workers", type=int,
+                    help="the addon's tenancy_workers (default: the addon's own; 0: every scan inline)")
     ap.add_argument("--no-pin", action="store_true",
                     help="let the scheduler place every process (default: the proxies on CPUs of their own)")
     ap.add_argument("--stub", nargs=4, metavar=("HTTP_PORT", "TLS_PORT", "CERT", "KEY"), help=argparse.SUPPRESS)
@@ -670,7 +672,7 @@ def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
                         extra = [*extra, "-s", str(tree / "addons" / "tenancy.py"),
                                  "--set", f"tenancy_registry={root / f'registry-{name}-{topo}.yaml'}",
                                  "--set", f"tenancy_ledger={root / f'ledger-{name}-{topo}.jsonl'}"]
-                        if name == "addon":
+                        if name == "addon" and a.workers is not None:
                             extra += ["--set", f"tenancy_workers={a.workers}"]
                     elif name == "stream":
                         extra = [*extra, "-s", str(STREAM_ADDON)]
