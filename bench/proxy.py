@@ -709,10 +709,10 @@ def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
             summary = _phase("side by side", ratios(targets, tls, a.pairs or plan.pairs, plan.seconds, cells, a.only),
                              took)
             _phase("first token", first_token(targets, tls, plan.first), took)
+            if workers:  # before they stop with their mitmdump
+                print(f"the addons' scan workers used {pools.cpu_seconds(workers):.1f} s of CPU in all")
         finally:
             procs.close()  # SIGTERM: each mitmdump runs its addons' `done` (the ledger is complete), then exits
-        if workers:
-            print(f"the addons' scan workers used {pools.cpu_seconds(workers):.1f} s of CPU in all")
         flagged = seen = 0
         for path in sorted(root.glob("ledger-*.jsonl")):
             for line in path.read_text().splitlines():
