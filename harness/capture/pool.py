@@ -146,15 +146,16 @@ class Pool:
 
     async def run(self, registry: Registry, matcher: Matcher, job: Job) -> Any:
         """`job.run(registry, matcher)` in a worker (waiting for one to be free), or inline if they are lost."""
-        assert self._idle is not None
-        worker = await self._idle.get()
+        idle = self._idle  # this pool's, even if `close` drops it meanwhile
+        assert idle is not None
+        worker = await idle.get()
         if worker is None:  # every worker is lost: the mark stays for the next job that waits
-            self._idle.put_nowait(None)
+            idle.put_nowait(None)
             return job.run(registry, matcher)
         try:
             result = await worker.run(registry, matcher, job)
         except RuntimeError as exc:  # the job failed in the worker: inline, it fails (or not) as it would have
-            self._idle.put_nowait(worker)
+            idle.put_nowait(worker)
             log.error(str(exc))
             return job.run(registry, matcher)
         except (OSError, EOFError, asyncio.IncompleteReadError) as exc:
@@ -163,7 +164,7 @@ class Pool:
         except asyncio.CancelledError:  # its answer would come to the next job: the worker is retired
             self._lose(worker, "its job was cancelled")
             raise
-        self._idle.put_nowait(worker)
+        idle.put_nowait(worker)
         return result
 
     def _lose(self, worker: _Worker, why: str) -> None:

@@ -88,7 +88,7 @@ def main() -> None:
     sock.sendall(frame(("ready", os.getpid())))
     try:
         serve(sock, shared)
-    except (ConnectionError, BrokenPipeError):
+    except ConnectionError:  # the addon is gone
         pass
     finally:
         sock.close()
