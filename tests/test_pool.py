@@ -257,6 +257,13 @@ def test_the_workers_option_is_validated(bad):
         assert addon.inspection.pool.size == 0
 
 
+def test_workers_are_refused_where_memory_cannot_be_shared(monkeypatch):
+    monkeypatch.setattr(inspection, "SUPPORTED", False)
+    addon = Tenancy()
+    with taddons.context(addon) as ctx, pytest.raises(exceptions.OptionsError, match="need Linux"):
+        ctx.configure(addon, tenancy_workers=1)
+
+
 def test_the_default_leaves_the_event_loop_and_the_rest_a_cpu_each(monkeypatch):
     for cpus, workers in ((1, 0), (2, 0), (3, 1), (6, 4), (64, 4)):
         monkeypatch.setattr(os, "sched_getaffinity", lambda _, n=cpus: set(range(n)))

@@ -21,7 +21,7 @@ from mitmproxy import contentviews, ctx, exceptions, http
 from mitmproxy.log import ALERT
 
 from harness.capture.contentview import TenancyContentview
-from harness.capture.pool import Pool, default_workers
+from harness.capture.pool import SUPPORTED, Pool, default_workers
 from harness.capture.watched import PhaseFile, RegistryFile
 from harness.core.files import write_private
 from harness.core.findings import Finding
@@ -105,6 +105,8 @@ class Inspection:
             workers = ctx.options.tenancy_workers
             if not 0 <= workers <= MAX_WORKERS:
                 raise exceptions.OptionsError(f"tenancy_workers must be 0 to {MAX_WORKERS}, not {workers}")
+            if workers and not SUPPORTED:
+                raise exceptions.OptionsError("tenancy_workers: scan workers need Linux (memfd); use 0")
             if workers != self.pool.size:
                 self._stop_pool()
                 self.pool = Pool(workers)

@@ -209,8 +209,12 @@ def _process(worker: _Worker) -> psutil.Process | None:
         return None
 
 
+#: Workers share memory through a memfd: Linux only. Elsewhere every scan runs inline.
+SUPPORTED = hasattr(os, "memfd_create")
+
+
 def default_workers() -> int:
     """One worker per CPU this process may run on beyond two (one for mitmproxy's event loop, one for the agent
     and the upstream beside it); at most 4. With two CPUs or fewer, none: a worker there only takes CPU time
     from the rest and adds its hand-over to each scan (docs/performance.md)."""
-    return max(0, min(4, len(os.sched_getaffinity(0)) - 2))
+    return max(0, min(4, len(os.sched_getaffinity(0)) - 2)) if SUPPORTED else 0
