@@ -36,6 +36,9 @@ nothing differs.
 Then the SSE first-token delay: a stream of 10 events 20 ms apart, one request at a time, every
 configuration in turn; the first event's arrival against the last one's shows whether a proxy buffers.
 
+`--workers N` sets the addon's `tenancy_workers` (its default otherwise: none on 2 CPUs); its workers are
+started before the clock runs and put on the client's and the stub's CPU, beside neither proxy's event loop.
+
 `--quick` (under 3 minutes on 2 vCPUs) measures 1 and 8 connections, the table once with few requests, 3
 side-by-side rounds of 0.4 s per pair and 5 first-token requests per configuration; the full run takes far
 longer (9 rounds of 2 s per pair and cell). Everything listens on 127.0.0.1; every child is in a ProcessSet,
@@ -66,6 +69,7 @@ from typing import Any
 
 import children
 import mitmproxy.version
+import pools
 from ab import REPO
 from cryptography import x509
 from cryptography.hazmat.primitives import serialization
@@ -547,6 +551,13 @@ async def first_token(targets: dict[str, Target], tls: ssl.SSLContext, n: int) -
         print(f"{name:10} {first * 1e3:9.2f} {whole * 1e3:9.2f}  {vs_direct * 1e3:+8.2f} ms {vs_stream}")
 
 
+async def start_pools(targets: list[Target], tls: ssl.SSLContext) -> None:
+    """Two 256 KiB JSON requests at once to each addon: a long body while another flow is in flight starts its
+    scan workers."""
+    for target in targets:
+        await close(await warm(target, tls, 2, f"kind=json&size={256 * KiB}", 256 * KiB))
+
+
 def old_tree(ref: str, root: Path) -> Path:
     """`addons/` and `harness/` of git `ref`, extracted under `root` (the working tree is not touched)."""
     root.mkdir()
@@ -592,6 +603,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pairs", type=int, help="side-by-side rounds per pair (default 9, --quick 3)")
     ap.add_argument("--only", default="", help="only the side-by-side pairs whose 'name/base' holds this text")
     ap.add_argument("--no-table", action="store_true", help="only the side-by-side ratios, not the req/s table")
+    ap.add_argument("--workers", type=int,
+                    help="the addon's tenancy_workers (default: the addon's own; 0: every scan inline)")
     ap.add_argument("--no-pin", action="store_true",
                     help="let the scheduler place every process (default: the proxies on CPUs of their own)")
     ap.add_argument("--stub", nargs=4, metavar=("HTTP_PORT", "TLS_PORT", "CERT", "KEY"), help=argparse.SUPPRESS)
@@ -635,6 +648,7 @@ def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
             fwd.validate()
             fwd.save(root / "registry-fwd.yaml")
             targets: dict[str, Target] = {}
+            addons: list[int] = []  # the pids of the addon-* mitmdumps
             for name in ("direct", "plain", "stream", *trees):
                 # one registry per reverse configuration: the addon attributes a flow by its listener's port
                 rev = make_registry(root / f"rev-{name}", upstream=f"http://127.0.0.1:{http_port}")
@@ -658,10 +672,14 @@ def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
                         extra = [*extra, "-s", str(tree / "addons" / "tenancy.py"),
                                  "--set", f"tenancy_registry={root / f'registry-{name}-{topo}.yaml'}",
                                  "--set", f"tenancy_ledger={root / f'ledger-{name}-{topo}.jsonl'}"]
+                        if name == "addon" and a.workers is not None:
+                            extra += ["--set", f"tenancy_workers={a.workers}"]
                     elif name == "stream":
                         extra = [*extra, "-s", str(STREAM_ADDON)]
                     starting.append(spawn(procs, mitmdump_argv(confdir, modes, extra), listen,
                                           root / f"mitmdump-{name}-{topo}.log", env, proxy_cpus))
+                    if name == "addon":
+                        addons.append(starting[-1].proc.pid)
                     connect = None
                     if topo == "fwd":
                         connect = (lambda i: f"{fwd.names()[i % 8]}.llm.test:443") if tree else (
@@ -672,6 +690,13 @@ def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
                      "plain-fwd", "stream-fwd", "addon-fwd", "old-fwd"]
             targets = {name: targets[name] for name in order if name in targets}
             tls = ssl.create_default_context(cafile=str(confdir / "mitmproxy-ca-cert.pem"))
+            workers: list[Any] = []
+            if a.workers:  # a long body starts the pool; its workers go where the client and the stub run
+                asyncio.run(start_pools([t for n, t in targets.items() if n.startswith("addon-")], tls))
+                rest = set(os.sched_getaffinity(0)) if proxy_cpus else None
+                workers = pools.place(addons, a.workers, rest)
+                print(f"addon: {a.workers} scan worker(s) each"
+                      + (f", on CPU {sorted(rest)} (the client's and the stub's)" if rest else ""))
             canaries = len(fwd[fwd.names()[0]].all_canaries())
             print(f"mitmproxy {mitmproxy.version.VERSION}; {len(fwd.names())} tenants x {canaries} canaries; "
                   f"{rounds} interleaved rounds per cell; {os.cpu_count()} CPUs"
@@ -684,6 +709,8 @@ def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
             summary = _phase("side by side", ratios(targets, tls, a.pairs or plan.pairs, plan.seconds, cells, a.only),
                              took)
             _phase("first token", first_token(targets, tls, plan.first), took)
+            if workers:  # before they stop with their mitmdump
+                print(f"the addons' scan workers used {pools.cpu_seconds(workers):.1f} s of CPU in all")
         finally:
             procs.close()  # SIGTERM: each mitmdump runs its addons' `done` (the ledger is complete), then exits
         flagged = seen = 0

@@ -105,7 +105,8 @@ def test_inspecting_a_request_or_a_response_is_running_the_checks_in_order(reg, 
     def second(req, report):
         ran.append(f"second after {len(report.findings)}")
 
-    monkeypatch.setattr(flows, "REQUEST_CHECKS", (first, second))
+    monkeypatch.setattr(flows, "IN_PATH_CHECKS", (first,))
+    monkeypatch.setattr(flows, "SCAN_CHECKS", (second,))
     monkeypatch.setattr(flows, "RESPONSE_CHECKS", (second, first))
     report = flows.inspect_request(reg, matcher_for(reg), Route("reverse", listen_port=43001),
                                    RawRequest("f1", "POST", CHAT, [], b"{}"))
@@ -116,7 +117,8 @@ def test_inspecting_a_request_or_a_response_is_running_the_checks_in_order(reg, 
 
 
 def test_a_listener_of_no_tenant_runs_no_check(reg, monkeypatch):
-    monkeypatch.setattr(flows, "REQUEST_CHECKS", (lambda req, report: pytest.fail("a check ran"),))
+    for name in ("IN_PATH_CHECKS", "SCAN_CHECKS"):
+        monkeypatch.setattr(flows, name, (lambda req, report: pytest.fail("a check ran"),))
     report = flows.inspect_request(reg, matcher_for(reg), Route("reverse", listen_port=43999),
                                    RawRequest("f1", "POST", CHAT, [], b"{}"))
     assert report.tenant is None and report.route == "listen:43999" and report.findings == []

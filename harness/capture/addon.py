@@ -8,7 +8,7 @@ it on; inspection runs the detection core's checks on it. See docs/addon.md.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from typing import IO, Any
 
 import mitmproxy.types
@@ -58,27 +58,30 @@ class Tenancy:
 
     def running(self) -> None:
         self.routing.running()
+        self.inspection.running()
 
     def done(self) -> None:
         self.inspection.done()
 
-    def http_connect(self, flow: http.HTTPFlow) -> None:
-        self.routing.http_connect(flow)
-        self.inspection.http_connect(flow, self.routing.release(flow))
+    # A hook that returns an awaitable (a scan in the inspection's pool) is awaited by mitmproxy before the
+    # flow goes on to the next addon (`save` among them) and the network.
 
-    def request(self, flow: http.HTTPFlow) -> None:
+    def http_connect(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
+        self.routing.http_connect(flow)
+        return self.inspection.http_connect(flow, self.routing.release(flow))
+
+    def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         endpoint = self.routing.request(flow)
-        if endpoint is not None:
-            self.inspection.request(flow, endpoint)
+        return None if endpoint is None else self.inspection.request(flow, endpoint)
 
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         self.inspection.responseheaders(flow)
 
-    def response(self, flow: http.HTTPFlow) -> None:
-        self.inspection.finish(flow, self.routing.release(flow))
+    def response(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
+        return self.inspection.finish(flow, self.routing.release(flow))
 
-    def error(self, flow: http.HTTPFlow) -> None:
-        self.inspection.finish(flow, self.routing.release(flow))
+    def error(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
+        return self.inspection.finish(flow, self.routing.release(flow))
 
     @command.command("tenancy.findings")
     def findings_cmd(self) -> Sequence[str]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
@@ -21,15 +21,24 @@ from mitmproxy import contentviews, ctx, exceptions, http
 from mitmproxy.log import ALERT
 
 from harness.capture.contentview import TenancyContentview
+from harness.capture.pool import SUPPORTED, Pool, default_workers
 from harness.capture.watched import PhaseFile, RegistryFile
 from harness.core.files import write_private
 from harness.core.findings import Finding
+from harness.core.registry import Registry
 from harness.detect import flows
 from harness.detect.engine.matcher import Matcher
 from harness.detect.routes import Endpoint
 
 log = logging.getLogger("tenancy")
 MARK = ":warning:"
+#: A body this long or longer is scanned in the pool (when `tenancy_workers` > 0); a shorter one inline, where
+#: its scan costs less than handing it to a worker.
+POOLED_BYTES = 16 * 1024
+#: A scan is handed to the pool only while this many other flows are in flight: the hand-over adds latency
+#: (0.3 ms each way on 2 vCPUs), which only a loop with other flows to serve meanwhile wins back.
+BUSY = 1
+MAX_WORKERS = 64
 
 
 class _StreamTap:
@@ -44,8 +53,10 @@ class _StreamTap:
 
 
 class Inspection:
-    """Owns the options `tenancy_ledger` and `tenancy_phase_file`, the "Tenancy" content view and what the
-    commands `tenancy.findings` and `tenancy.report` show; inspects against the registry in `tenants`."""
+    """Owns the options `tenancy_ledger`, `tenancy_phase_file` and `tenancy_workers`, the "Tenancy" content view
+    and what the commands `tenancy.findings` and `tenancy.report` show; inspects against the registry in
+    `tenants`. With workers, the scan of a long body runs in the pool (`harness.capture.pool`) and the hook
+    returns an awaitable that mitmproxy awaits: the flow waits for it, the other flows go on."""
 
     def __init__(self, tenants: RegistryFile) -> None:
         self.tenants = tenants
@@ -55,6 +66,8 @@ class Inspection:
         self._ledger_failed = False  # once a line could not be written, nothing more is recorded
         #: The report of every request in flight, reused by `finish` while the request is unchanged.
         self._inflight: dict[str, tuple[_RequestState, flows.RequestReport]] = {}
+        self.pool = Pool(0)
+        self._running = False  # the pool is used only once mitmproxy runs its event loop
 
     def load(self, loader: Any) -> None:
         contentviews.add(TenancyContentview(lambda: self.tenants.matcher))
@@ -66,6 +79,11 @@ class Inspection:
             "tenancy_phase_file", str | None, None,
             'A JSON file {"scenario": ..., "phase": ...} naming the audit\'s current phase; findings are labelled '
             "with it, so their fingerprints match the audit's (the harness writes it).",
+        )
+        loader.add_option(
+            "tenancy_workers", int, default_workers(),
+            f"Worker processes that scan bodies of {POOLED_BYTES // 1024} KiB or more beside the event loop "
+            "(0: every scan inline). Default: one per CPU beyond two, at most 4 (none on two CPUs).",
         )
 
     def configure(self, updated: set[str]) -> None:
@@ -83,27 +101,69 @@ class Inspection:
                     raise exceptions.OptionsError(f"tenancy_ledger: cannot open {path}: {exc.strerror}") from None
         if "tenancy_phase_file" in updated:
             self.phase.reset()
+        if "tenancy_workers" in updated:
+            workers = ctx.options.tenancy_workers
+            if not 0 <= workers <= MAX_WORKERS:
+                raise exceptions.OptionsError(f"tenancy_workers must be 0 to {MAX_WORKERS}, not {workers}")
+            if workers and not SUPPORTED:
+                raise exceptions.OptionsError("tenancy_workers: scan workers need Linux (memfd); use 0")
+            if workers != self.pool.size:
+                self._stop_pool()
+                self.pool = Pool(workers)
+
+    def running(self) -> None:
+        self._running = True
 
     def done(self) -> None:
+        self._stop_pool()
         if self.ledger:
             self.ledger.close()
             self.ledger = None
+
+    def _stop_pool(self) -> None:
+        for proc in self.pool.close():
+            log.error(f"tenancy: scan worker {proc.pid} survived its pool")
+
+    def _pooled(self, size: int) -> bool:
+        """Whether a scan of `size` bytes goes to the pool (up, or now starting: it is then inline), the flow's
+        own report no longer or not yet among those in flight."""
+        return (self._running and size >= POOLED_BYTES and len(self._inflight) >= BUSY and self.pool.size > 0
+                and self.pool.ready())
 
     def _stamp_label(self, flow: http.HTTPFlow) -> None:
         scenario, phase = self.phase.label(ctx.options.tenancy_phase_file)
         flow.metadata["tenancy"].update(scenario=scenario, phase=phase)
 
-    def http_connect(self, flow: http.HTTPFlow, endpoint: Endpoint | None) -> None:
+    def http_connect(self, flow: http.HTTPFlow, endpoint: Endpoint | None) -> Awaitable[None] | None:
         """Record a CONNECT answered here (routing blocked it): no other hook of this flow follows."""
-        if flow.response is not None:
-            self.finish(flow, endpoint)
+        return self.finish(flow, endpoint) if flow.response is not None else None
 
-    def request(self, flow: http.HTTPFlow, endpoint: Endpoint) -> None:
-        """Inspect the request routing has attributed to `endpoint` (unless routing answered it itself)."""
+    def request(self, flow: http.HTTPFlow, endpoint: Endpoint) -> Awaitable[None] | None:
+        """Inspect the request routing has attributed to `endpoint` (unless routing answered it itself); with a
+        long body, the in-path checks here and the scan in the pool (awaitable)."""
         reg, matcher = self.tenants.registry, self.tenants.matcher
         if reg is None or matcher is None or flow.response or flow.error:
-            return
-        report = flows.inspect_flow_request(reg, matcher, flow, endpoint)
+            return None
+        raw = flows.raw_request(flow)
+        if not self._pooled(len(raw.body or b"")):
+            self._requested(flow, matcher, flows.check_request(reg, matcher, raw, endpoint))
+            return None
+        _, report = flows.request_in_path(reg, matcher, raw, endpoint)
+        self._requested(flow, matcher, report)
+        tenant = endpoint.tenant.name if endpoint.tenant else None
+        return self._scan_request(flow, reg, matcher, flows.RequestScan(raw, endpoint.route, tenant, endpoint.service,
+                                                                         report))
+
+    async def _scan_request(self, flow: http.HTTPFlow, reg: Registry, matcher: Matcher,
+                            job: flows.RequestScan) -> None:
+        """The request's scan in the pool; its report then replaces the in-path one."""
+        report = await self.pool.run(reg, matcher, job)
+        self._inflight[flow.id] = (self._inflight[flow.id][0], report)
+        if report.findings:
+            flow.marked = MARK
+
+    def _requested(self, flow: http.HTTPFlow, matcher: Matcher, report: flows.RequestReport) -> None:
+        """Keep the request's report for `finish`, attribute and label the flow, and mark it if flagged."""
         self._inflight[flow.id] = (_request_state(flow, matcher), report)
         flow.metadata["tenancy"] = {"tenant": report.tenant, "route": report.route, "kind": report.kind}
         self._stamp_label(flow)
@@ -116,23 +176,38 @@ class Inspection:
         if "text/event-stream" in flow.response.headers.get("content-type", "").lower():
             flow.response.stream = _StreamTap()
 
-    def finish(self, flow: http.HTTPFlow, endpoint: Endpoint | None) -> None:
+    def finish(self, flow: http.HTTPFlow, endpoint: Endpoint | None) -> Awaitable[None] | None:
         """Inspect the finished flow (response or error), flag it and write its ledger line. `endpoint` is whose
-        routing decided the flow is; it is read when routing answered the request itself (no request report)."""
+        routing decided the flow is; it is read when routing answered the request itself (no request report).
+        A long response is scanned in the pool (awaitable)."""
         inflight = self._inflight.pop(flow.id, None)
         reg, matcher = self.tenants.registry, self.tenants.matcher
         if reg is None or matcher is None or "tenancy" not in flow.metadata:
-            return
+            return None
         if "phase" not in flow.metadata["tenancy"]:  # answered by routing before `request` saw it
             self._stamp_label(flow)
         if flow.response is not None and isinstance(flow.response.stream, _StreamTap):
             flow.response.data.content = bytes(flow.response.stream.data)  # saved flows keep the stream
             flow.response.stream = False
         if inflight is None:  # answered by routing: inspected on the endpoint it decided
-            report = flows.inspect_flow(reg, matcher, flow, endpoint=endpoint)
+            request = flows.inspect_flow_request(reg, matcher, flow, endpoint)
+        elif inflight[0] == _request_state(flow, matcher):
+            request = inflight[1]
         else:  # a request changed since its report (an edit, a reloaded registry) is inspected afresh
-            known = inflight[1] if inflight[0] == _request_state(flow, matcher) else None
-            report = flows.inspect_flow(reg, matcher, flow, request=known)
+            request = flows.inspect_flow_request(reg, matcher, flow)
+        scan = flows.response_scan(flow, request)
+        if scan is not None and self._pooled(len(scan.body or b"")):
+            return self._scan_response(flow, (reg, matcher), request, scan)
+        self._conclude(flow, flows.flow_report(flow, request, scan.run(reg, matcher) if scan else None))
+        return None
+
+    async def _scan_response(self, flow: http.HTTPFlow, tenants: tuple[Registry, Matcher],
+                             request: flows.RequestReport, scan: flows.ResponseScan) -> None:
+        """The response's scan in the pool, then the flow concluded as inline."""
+        self._conclude(flow, flows.flow_report(flow, request, await self.pool.run(*tenants, scan)))
+
+    def _conclude(self, flow: http.HTTPFlow, report: flows.FlowReport) -> None:
+        """Label the flow's report, put it in the flow's metadata, flag the flow and write its ledger line."""
         report.label(flow.metadata["tenancy"].get("scenario"), flow.metadata["tenancy"].get("phase"))
         entry = report.ledger_entry()
         flow.metadata["tenancy"] = {k: v for k, v in entry.items() if k not in ("time", "flow")}

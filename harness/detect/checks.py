@@ -245,8 +245,12 @@ def check_identity(req: RequestFacts, report: RequestReport) -> None:
 
 
 RequestCheck = Callable[[RequestFacts, RequestReport], None]
+#: The checks of what a request presents (host, credential, model): cheap, they run in the proxy's hook.
+IN_PATH_CHECKS: tuple[RequestCheck, ...] = (check_egress, check_key, check_model)
+#: The checks that scan a request's bytes for canaries: the live addon may run them in a worker process.
+SCAN_CHECKS: tuple[RequestCheck, ...] = (check_request_leaks, check_identity)
 #: Every request check, in the order they run (see the module's docstring for why this order).
-REQUEST_CHECKS: tuple[RequestCheck, ...] = (check_egress, check_key, check_model, check_request_leaks, check_identity)
+REQUEST_CHECKS: tuple[RequestCheck, ...] = IN_PATH_CHECKS + SCAN_CHECKS
 
 
 # --- the response checks --------------------------------------------------------------------------------------

@@ -8,17 +8,20 @@ are decoded by `harness.detect.decode`; whatever cannot be decoded or parsed is 
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
+from typing import Self
 
 from mitmproxy import http
 
 from harness.core.findings import Finding
 from harness.core.registry import PROVIDER, Registry
 from harness.detect.checks import (
-    REQUEST_CHECKS,
+    IN_PATH_CHECKS,
     RESPONSE_CHECKS,
+    SCAN_CHECKS,
     RawRequest,
     RawResponse,
+    RequestFacts,
     request_facts,
     response_facts,
 )
@@ -35,13 +38,77 @@ def inspect_request(registry: Registry, matcher: Matcher, route: Route, raw: Raw
 def check_request(registry: Registry, matcher: Matcher, raw: RawRequest, endpoint: Endpoint) -> RequestReport:
     """Run every request check on `raw`, which belongs to `endpoint`: `egress`, `wrong_key`, `wrong_model`,
     `request_leak`, `wrong_identity`. A reverse listener of no tenant's is recorded, not checked."""
+    facts, report = request_in_path(registry, matcher, raw, endpoint)
+    scan_request(facts, report)
+    return report
+
+
+def request_in_path(registry: Registry, matcher: Matcher, raw: RawRequest, endpoint: Endpoint
+                    ) -> tuple[RequestFacts, RequestReport]:
+    """`raw`'s facts and its report after the in-path checks (`checks.IN_PATH_CHECKS`: host, key, model)."""
     facts = request_facts(registry, matcher, raw, endpoint)
     report = facts.report()
     if facts.audited:
-        for check in REQUEST_CHECKS:
+        for check in IN_PATH_CHECKS:
             check(facts, report)
-    report.findings = _at_service(report.findings, endpoint.service)
-    return report
+    return facts, report
+
+
+def scan_request(facts: RequestFacts, report: RequestReport) -> None:
+    """The scan checks (`checks.SCAN_CHECKS`) on a request whose in-path checks have filled `report`; then
+    its findings are named with the service."""
+    if facts.audited:
+        for check in SCAN_CHECKS:
+            check(facts, report)
+    report.findings = _at_service(report.findings, facts.service)
+
+
+@dataclass(frozen=True)
+class RequestScan:
+    """A request's scan as plain data a worker process can be sent: the request, whose it is (the tenant by
+    name) and its report after the in-path checks. `run` gives the report `check_request` gives."""
+
+    raw: RawRequest
+    route: Route
+    tenant: str | None
+    service: str
+    report: RequestReport
+
+    def run(self, registry: Registry, matcher: Matcher) -> RequestReport:
+        endpoint = Endpoint(self.route, registry[self.tenant] if self.tenant else None, self.service)
+        report = replace(self.report, findings=list(self.report.findings),
+                         not_inspected=list(self.report.not_inspected))
+        scan_request(request_facts(registry, matcher, self.raw, endpoint), report)
+        return report
+
+    @property
+    def body(self) -> bytes | None:
+        return self.raw.body
+
+    def with_body(self, body: bytes | None) -> Self:
+        """The same scan of another body (the pool sends a body apart from the rest, through shared memory)."""
+        return replace(self, raw=replace(self.raw, body=body))
+
+
+@dataclass(frozen=True)
+class ResponseScan:
+    """A response's (or an error's) check as plain data a worker process can be sent; `run` is
+    `inspect_response`."""
+
+    raw: RawResponse
+    tenant: str | None
+    service: str
+
+    def run(self, registry: Registry, matcher: Matcher) -> ResponseReport:
+        return inspect_response(matcher, self.raw, tenant=self.tenant, service=self.service)
+
+    @property
+    def body(self) -> bytes | None:
+        return self.raw.body
+
+    def with_body(self, body: bytes | None) -> Self:
+        """The same scan of another body (the pool sends a body apart from the rest, through shared memory)."""
+        return replace(self, raw=replace(self.raw, body=body))
 
 
 def inspect_response(matcher: Matcher, raw: RawResponse, *, tenant: str | None, service: str = PROVIDER
@@ -61,13 +128,17 @@ def _at_service(findings: list[Finding], service: str) -> list[Finding]:
     return findings if service == PROVIDER else [replace(f, service=service) for f in findings]
 
 
+def raw_request(flow: http.HTTPFlow) -> RawRequest:
+    """A flow's request as plain data."""
+    req = flow.request
+    return RawRequest(flow.id, req.method, req.path, list(req.headers.items(multi=True)), req.raw_content)
+
+
 def inspect_flow_request(registry: Registry, matcher: Matcher, flow: http.HTTPFlow,
                          endpoint: Endpoint | None = None) -> RequestReport:
     """Inspect a flow's request; `endpoint` is whose it is when the caller has decided that already (the
     addon's routing has), else it is resolved from the flow."""
-    req = flow.request
-    raw = RawRequest(flow.id, req.method, req.path, list(req.headers.items(multi=True)), req.raw_content)
-    return check_request(registry, matcher, raw, endpoint or endpoint_of(registry, route_of(flow)))
+    return check_request(registry, matcher, raw_request(flow), endpoint or endpoint_of(registry, route_of(flow)))
 
 
 def inspect_flow(
@@ -82,13 +153,25 @@ def inspect_flow(
     """
     if request is None:
         request = inspect_flow_request(registry, matcher, flow, endpoint)
-    report = FlowReport(flow.id, flow.request.timestamp_start, pretty_host(flow.request), request)
-    if flow.response is not None or flow.error is not None:
-        resp = flow.response
-        raw = RawResponse(flow.id, resp.status_code if resp else None,
-                          list(resp.headers.items(multi=True)) if resp else [], resp.raw_content if resp else None,
-                          flow.error.msg if flow.error else None)
-        report.response = inspect_response(matcher, raw, tenant=request.tenant, service=request.service)
-        if request.tenant is None and request.route.startswith("listen:"):
-            report.response.findings = []  # a listener of no tenant: recorded, not inspected
+    scan = response_scan(flow, request)
+    return flow_report(flow, request, scan.run(registry, matcher) if scan else None)
+
+
+def response_scan(flow: http.HTTPFlow, request: RequestReport) -> ResponseScan | None:
+    """The check of a flow's response (or the error in its place), whose request is `request`; None before
+    either."""
+    if flow.response is None and flow.error is None:
+        return None
+    resp = flow.response
+    raw = RawResponse(flow.id, resp.status_code if resp else None,
+                      list(resp.headers.items(multi=True)) if resp else [], resp.raw_content if resp else None,
+                      flow.error.msg if flow.error else None)
+    return ResponseScan(raw, request.tenant, request.service)
+
+
+def flow_report(flow: http.HTTPFlow, request: RequestReport, response: ResponseReport | None) -> FlowReport:
+    """The report of a flow from its request's and its response's."""
+    report = FlowReport(flow.id, flow.request.timestamp_start, pretty_host(flow.request), request, response)
+    if response is not None and request.tenant is None and request.route.startswith("listen:"):
+        response.findings = []  # a listener of no tenant: recorded, not inspected
     return report
