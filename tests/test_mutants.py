@@ -5,7 +5,6 @@ not fit the installed file says so; bad input is one line and exit 2."""
 from __future__ import annotations
 
 import textwrap
-from pathlib import Path
 
 import pytest
 
