@@ -54,7 +54,15 @@ def _home(name: str, surface: str, file: str, line: str, bug: str) -> Mutant:
     return Mutant(name, surface, file, line, "get_hermes_home()", LAUNCH, bug)
 
 
+def _launch_env(variable: str) -> str:
+    """The launch profile's `.env` value of `variable`, as an expression in Hermes' code."""
+    return (f'dict(line.split("=", 1) for line in ({LAUNCH} / ".env").read_text().splitlines() if "=" in line)'
+            f'.get("{variable}", "")')
+
+
 MUTANTS: tuple[Mutant, ...] = (
+    Mutant("profile-override", "profile selection", "hermes_cli/main.py", 'os.environ["HERMES_HOME"] = hermes_home',
+           "hermes_home", f"str({LAUNCH})", "`-p NAME` is parsed but the process keeps the launch profile's home"),
     _home("memory-dir", "memory tool", "tools/memory_tool.py", 'return get_hermes_home() / "memories"',
           "the memory tool reads and writes the launch profile's MEMORY.md"),
     _home("skills-write", "skills", "tools/skill_manager_tool.py", 'return get_hermes_home() / "skills"',
@@ -66,29 +74,27 @@ MUTANTS: tuple[Mutant, ...] = (
           "background processes are checkpointed into the launch profile's processes.json (F17's shape)"),
     _home("state-db", "sessions", "hermes_state.py", 'DEFAULT_DB_PATH = get_hermes_home() / "state.db"',
           "every profile's sessions and messages are stored in the launch profile's state.db"),
-    _home("dotenv-path", "credentials", "hermes_cli/config.py", 'return get_hermes_home() / ".env"',
-          "the profile's .env path is the launch profile's (its keys read and written there)"),
     Mutant("dotenv-load", "credentials", "hermes_cli/env_loader.py", 'user_env = home_path / ".env"', "home_path",
            LAUNCH, "the process loads the launch profile's .env: every key is the launch profile's (F1, F10)"),
     _home("config-path", "settings", "hermes_cli/config.py", 'return get_hermes_home() / "config.yaml"',
           "config.yaml is read from the launch profile: its model, provider, cwd and services (F3, F7)"),
     _home("soul", "prompt", "agent/prompt_builder.py", 'soul_path = get_hermes_home() / "SOUL.md"',
           "the system prompt carries the launch profile's SOUL.md"),
+    Mutant("terminal-cwd", "terminal", "tools/terminal_tool.py", 'cwd = os.getenv("TERMINAL_CWD", default_cwd)',
+           'os.getenv("TERMINAL_CWD", default_cwd)', 'os.path.expanduser("~")',
+           "the terminal starts in the process's HOME instead of the profile's cwd (F2, F16's shape)"),
     _home("mem0-config", "memory provider", "plugins/memory/mem0/__init__.py",
           'config_path = get_hermes_home() / "mem0.json"',
           "the mem0 provider reads the launch profile's mem0.json: its user and agent ids (F12's shape)"),
-    _home("checkpoints", "file checkpoints", "tools/checkpoint_manager.py",
-          'CHECKPOINT_BASE = get_hermes_home() / "checkpoints"',
-          "file checkpoints of every profile go to the launch profile's checkpoints/"),
-    _home("delegate-home", "subagents", "tools/delegate_tool.py", "hermes_home = get_hermes_home()",
-          "a subagent runs in the launch profile's home (F15's shape)"),
-    _home("debug-logs", "logs", "tools/debug_helpers.py", 'self.log_dir = get_hermes_home() / "logs"',
-          "tool debug logs of every profile go to the launch profile's logs/ (F5's shape)"),
-    _home("skills-env", "skills", "tools/skills_tool.py", 'env_path = get_hermes_home() / ".env"',
-          "a skill's setup reads the launch profile's .env"),
+    Mutant("mem0-key", "memory provider", "plugins/memory/mem0/__init__.py",
+           '"api_key": os.environ.get("MEM0_API_KEY", ""),', 'os.environ.get("MEM0_API_KEY", "")',
+           _launch_env("MEM0_API_KEY"), "the mem0 provider authenticates with the launch profile's key (F12)"),
+    Mutant("web-key", "web search", "plugins/web/tavily/provider.py", 'api_key = get_provider_env("TAVILY_API_KEY")',
+           'get_provider_env("TAVILY_API_KEY")', _launch_env("TAVILY_API_KEY"),
+           "web search runs on the launch profile's Tavily account (F13)"),
+    Mutant("aux-key", "auxiliary models", "agent/auxiliary_client.py",
+           'custom_key = os.getenv(custom_key_env, "").strip()', "custom_key_env", '"TENANT_PROVIDER_KEY"',
+           "the auxiliary models are sent the main provider's key instead of their own key_env (F14's shape)"),
     _home("cron-scripts", "cron", "tools/cronjob_tools.py", 'scripts_dir = get_hermes_home() / "scripts"',
           "cron job scripts of every profile are kept in the launch profile's scripts/"),
-    Mutant("aux-key-env", "auxiliary models", "agent/auxiliary_client.py",
-           'return os.getenv(key_env, "").strip() or None', "key_env", '"TENANT_PROVIDER_KEY"',
-           "the auxiliary models take the profile's provider key instead of their own key_env (F14's shape)"),
 )
