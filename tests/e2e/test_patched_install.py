@@ -32,3 +32,17 @@ def test_a_patch_that_changes_nothing_changes_no_incident(tmp_path, hermes_pytho
     assert copied.read_text().startswith("# patched by") and original.read_text() == before
     assert (tmp_path / "pc" / "patch-check.json").stat().st_mode & 0o777 == 0o600
     assert "0 hop(s) removed" in out and "0 new" in out
+
+
+def test_a_mutant_on_a_driven_surface_is_caught(tmp_path, hermes_python, capsys):
+    """The memory tool's store taken from the launch profile (one mutant, beside the unmutated control): the
+    audit sees the launch profile's memory in the other profile's tool result."""
+    code = cli.main(["mutants", "--only", "memory-dir", "--tools", "memory", "--services", "none",
+                     "--hermes-python", str(hermes_python), "--out", str(tmp_path / "mu")])
+    out = capsys.readouterr().out
+    doc = json.loads((tmp_path / "mu" / "mutants.json").read_text())
+    [row] = doc["mutants"]
+    assert code == 0 and row["state"] == "caught" and row["trace"] == "computed", out
+    assert any(h.startswith("tool memory | default -> alpha") for h in row["hops"]), row["hops"]
+    assert not (tmp_path / "mu" / "venv").exists()  # the mutated copy is gone; its patch stays
+    assert (tmp_path / "mu" / "patches" / "memory-dir.patch").is_file()
