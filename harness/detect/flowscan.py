@@ -10,10 +10,8 @@ from harness.core.findings import Finding
 from harness.core.protocol import FLOW_HEADER
 from harness.detect.decode import KEY_HEADERS, Body, Headers
 from harness.detect.engine.containers import may_start
-from harness.detect.engine.matcher import SEPARATOR, Hit, Matcher
+from harness.detect.engine.matcher import Hit, Matcher
 from harness.detect.engine.stream import NotInspected, ScanHit, scan_bytes
-
-_SEPARATOR = SEPARATOR.decode()
 
 
 def _label(body_encoding: str | None, hit: Hit | ScanHit) -> str:
@@ -70,40 +68,29 @@ class FlowScan:
 
     def headers(self, headers: Headers, prefix: str, skip: frozenset[tuple[str, str]] = frozenset()) -> None:
         """Scan every header line as if alone (`skip` applies to the credential headers): for the canaries' forms
-        in one call (`_forms`), then every line where a layer may start (a base64 block, a compressed stream in
+        (`_forms`), then every line where a layer may start (a base64 block, a compressed stream in
         one, a hex or percent-encoded run) through its layers, for the canaries not already seen."""
-        lines = [(name.lower(), f"{name}: {value}") for name, value in headers if name.lower() != FLOW_HEADER]
+        lines = [(name.lower(), f"{name}: {value}".encode("utf-8", "surrogateescape"))
+                 for name, value in headers if name.lower() != FLOW_HEADER]
         self._forms(lines, prefix, skip)
-        encoded = [text.encode("utf-8", "surrogateescape") for _, text in lines]
+        encoded = [line for _, line in lines]
         if not may_start(encoded, self.matcher.shortest):
             return
-        for (name, _), line in zip(lines, encoded, strict=True):
+        for name, line in lines:
             if may_start([line], self.matcher.shortest):
                 self.layered(line, f"{prefix}.headers.{name}", skip=skip if name in KEY_HEADERS else frozenset(),
                              only_new=True, offsets=False)
 
-    def _forms(self, lines: list[tuple[str, str]], prefix: str, skip: frozenset[tuple[str, str]]) -> None:
-        """The canaries' forms in every header line, in one call: the lines are joined by SEPARATOR, which no
-        pattern holds, so no match can cross from one line into the next (with a canary that holds it, every line
-        is scanned alone)."""
-        if not self.matcher.separable:
-            for name, text in lines:
-                self.scan(text.encode("utf-8", "surrogateescape"), f"{prefix}.headers.{name}",
-                          skip=skip if name in KEY_HEADERS else frozenset(), offsets=False)
+    def _forms(self, lines: list[tuple[str, bytes]], prefix: str, skip: frozenset[tuple[str, str]]) -> None:
+        """The canaries' forms in every header line, each line scanned alone. One `may_find` over all lines
+        first: a line's match holds a trigger, which the joined lines then hold too, so when they hold none
+        (most messages) no line is scanned. A joined scan would not be the same as lines alone: a base64 form's
+        edge at a line's end and a UTF-16 form's byte order depend on where the line starts."""
+        if not self.matcher.may_find(b"\n".join(line for _, line in lines)):
             return
-        block = _SEPARATOR.join(text for _, text in lines).encode("utf-8", "surrogateescape")
-        hits = self.matcher.find(block, exclude=self.tenant)
-        base = 0
-        for name, text in lines:  # hits and lines are both in offset order
-            if not hits:  # the usual case: there were none
-                return
-            line = text.encode("utf-8", "surrogateescape")
-            end = base + len(line)
-            while hits and hits[0].start < end:
-                hit = hits.pop(0)
-                self._add(replace(hit, start=hit.start - base, end=hit.end - base), line,
-                          f"{prefix}.headers.{name}", None, skip if name in KEY_HEADERS else frozenset(), False, False)
-            base = end + len(SEPARATOR)
+        for name, line in lines:
+            self.scan(line, f"{prefix}.headers.{name}", skip=skip if name in KEY_HEADERS else frozenset(),
+                      offsets=False)
 
     def layered(self, data: bytes, part: str, *, encoding: str | None = None,
                 skip: frozenset[tuple[str, str]] = frozenset(), only_new: bool = False, offsets: bool = True) -> None:

@@ -42,8 +42,6 @@ DFA_MAX_PATTERNS = 12288
 PREFILTER_MIN_BYTES = 8192
 #: Windows closer than this are scanned as one: a call costs about as much as scanning 1-2 KiB.
 WINDOW_GAP = 1024
-#: Joins buffers that are scanned in one call but must be scanned as if alone (a message's header lines).
-SEPARATOR = b"\n"
 _UTF16_PAIR = {"utf16be": ("utf16le", 1), "utf16le": ("utf16be", -1)}
 
 
@@ -104,8 +102,6 @@ class Matcher:
         #: Length in bytes of the shortest / longest encoded form (shorter buffers cannot hold a canary).
         self.shortest = min(map(len, self._patterns), default=0)
         self.longest = max(max(map(len, self._patterns), default=0), self._doubles.longest)
-        #: No pattern holds SEPARATOR, so no match can cross one: buffers joined by it may share a scan.
-        self.separable = not any(SEPARATOR in p for p in self._patterns)
         #: A canary is a directory of another tenant's path canary (the launch profile's home holds every other
         #: profile's home): a match of it inside a match of the longer one is the longer one's (`_outermost`).
         values = {c.value for c in self.canaries}
