@@ -39,6 +39,19 @@ def test_entry_points():
         "file"
 
 
+def test_a_database_and_its_wal_or_journal_are_one_entry_point():
+    """Which file holds a page when the homes are read is SQLite's checkpoint timing, not another crossing: the
+    same copy in `state.db-wal` in one run and in `state.db` in the next is the same hop (found by patch-check
+    as a `new` hop of an unchanged root cause). Near misses keep their own names."""
+    def copy_in(path: str) -> str:
+        return entry_point(leak(kind="file_leak", channel="file", tool=None, location=f"{path}@9", t=None))
+    for companion in ("state.db-wal", "state.db-shm", "state.db-journal", "state.db"):
+        assert copy_in(companion) == "file state.db", companion
+    assert copy_in("sessions/a.db-wal") == "file sessions/a.db"
+    for other in ("state.db-walrus", "notes-wal.txt", "state.dbwal", "wal"):
+        assert copy_in(other) == f"file {other}", other
+
+
 def test_a_tool_result_re_sent_by_later_requests_is_one_incident_with_its_first_hop():
     """F8's shape: alpha's session_search returns default's transcript (two canaries) in one flow; every later
     request re-sends it and alpha's state.db stores it."""

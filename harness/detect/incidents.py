@@ -32,6 +32,9 @@ COPIES = frozenset({"request_leak", "response_leak", "text_leak", "file_leak"})
 #: Channels read at the end of the run (no time): every crossing happened before them.
 _AT_END = frozenset({"file", "log"})
 _PATH = re.compile(r"[^@:#]+")
+#: A SQLite database's companion files: which of them holds a page when the homes are read is the database's
+#: checkpoint timing, so a copy in any of them entered the database itself.
+_SQLITE_COMPANION = re.compile(r"-(wal|shm|journal)$")
 #: Entry points named by the finding's kind (when it names no service or tool).
 _KIND_ENTRY = {"wrong_key": PROVIDER, "wrong_model": PROVIDER, "route_auth": "route", "egress": "egress",
                "bypass": "bypass", "shortfall": "shortfall"}
@@ -39,7 +42,8 @@ _KIND_ENTRY = {"wrong_key": PROVIDER, "wrong_model": PROVIDER, "route_auth": "ro
 
 def entry_point(f: Finding) -> str:
     """Where the finding's data entered: `service NAME`, `tool NAME`, `provider` (a key or model), `route` (an API
-    server's route), `file PATH` / `log NAME` (a copy found there), or its channel (`rpc`, `request`, ...);
+    server's route), `file PATH` / `log NAME` (a copy found there; a database's WAL or journal counts as the
+    database), or its channel (`rpc`, `request`, ...);
     `egress`, `bypass` and `shortfall` are their own."""
     if f.service:
         return f"service {f.service}"
@@ -48,7 +52,7 @@ def entry_point(f: Finding) -> str:
     if f.kind in _KIND_ENTRY:
         return _KIND_ENTRY[f.kind]
     if f.kind in COPIES and f.channel in _AT_END and (m := _PATH.match(f.location)):
-        return f"{f.channel} {m[0]}"
+        return f"{f.channel} {_SQLITE_COMPANION.sub('', m[0])}"
     return f.channel
 
 
