@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import difflib
 import json
+from pathlib import Path
 
 import pytest
 
 from harness import cli
-from harness.drive.patched import site_packages
+from harness.drive.patched import patched_copy, site_packages, targets
 
 pytestmark = pytest.mark.e2e
 
@@ -46,3 +47,19 @@ def test_a_mutant_on_a_driven_surface_is_caught(tmp_path, hermes_python, capsys)
     assert any(h.startswith("tool memory | default -> alpha") for h in row["hops"]), row["hops"]
     assert not (tmp_path / "mu" / "venv").exists()  # the mutated copy is gone; its patch stays
     assert (tmp_path / "mu" / "patches" / "memory-dir.patch").is_file()
+
+
+def test_every_committed_fix_applies_to_the_pinned_hermes_and_has_its_result(tmp_path, hermes_python):
+    """docs/fixes: each F<n>.patch applies to the locked install (as patch-check applies it), changes what it names,
+    and has its committed patch-check result with no new hop, listed in the folder's README."""
+    fixes = Path(__file__).resolve().parents[2] / "docs" / "fixes"
+    patches = sorted(fixes.glob("F*.patch"))
+    assert len(patches) >= 3, patches
+    readme = (fixes / "README.md").read_text()
+    for patch in patches:
+        copy = patched_copy(hermes_python, patch, tmp_path / patch.stem)
+        for target in targets(patch):
+            assert (site_packages(copy.parent.parent) / target).read_text() != \
+                (site_packages(hermes_python.parent.parent) / target).read_text(), (patch.name, target)
+        result = (fixes / f"{patch.stem}.result.md").read_text()
+        assert ", 0 new" in result and f"[{patch.name}]({patch.name})" in readme, patch.name
