@@ -79,7 +79,7 @@ def scan_versions(
     homes = {name: Path(os.path.abspath(h)) for name, h in homes.items()}
     shown: dict[tuple[Any, ...], set[str]] = {}
     for f in end:
-        shown.setdefault((f.kind, f.victim, f.seen_in, f.canary), set()).add(_database(_file_of(f.location)))
+        shown.setdefault((f.kind, f.victim, f.seen_in, f.canary), set()).add(database_of(_file_of(f.location)))
     kept = read_index(out)
     where: dict[str, tuple[str, str, str]] = {}  # version id -> (owner, path in the owner's home, file label)
     holders: dict[str, set[str]] = {}  # content (sha256) -> every file (label) that held it
@@ -89,7 +89,7 @@ def scan_versions(
         owner = owner_of(path, homes)
         if owner is not None:
             rel = path.relative_to(homes[owner]).as_posix()
-            label = _database(scan.redacted_path(matcher, rel))
+            label = database_of(scan.redacted_path(matcher, rel))
             where[v.id] = (owner, rel, label)
             holders.setdefault(v.sha256, set()).add(label)
             versions_of[label] += 1
@@ -110,7 +110,8 @@ def scan_versions(
         for f in result.findings:
             if shown.get((f.kind, f.victim, f.seen_in, f.canary), set()) & holders[v.sha256]:
                 continue
-            key = (f.kind, f.victim, f.seen_in, f.canary, f.encoding, _database(_file_of(f.location)), stretch(v.time))
+            key = (f.kind, f.victim, f.seen_in, f.canary, f.encoding, database_of(_file_of(f.location)),
+                   stretch(v.time))
             findings.setdefault(key, replace(f, location=f"{f.location} ({MARK} {v.id}, gone at the end)",
                                              transient=True, time=v.time))
     return list(findings.values()), len(kept), skipped
@@ -128,6 +129,6 @@ def _file_of(location: str) -> str:
     return re.split(r"@\d|:(?:sqlite:|name@|target@)", location, maxsplit=1)[0]
 
 
-def _database(label: str) -> str:
+def database_of(label: str) -> str:
     """A SQLite side file's database (the database's scan reads it); any other file itself."""
     return re.sub(r"-(?:wal|journal|shm)$", "", label)

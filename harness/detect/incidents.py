@@ -26,15 +26,13 @@ from typing import Any
 from harness.core.findings import Finding
 from harness.core.registry import PROVIDER
 from harness.core.severity import rank, severity
+from harness.detect.file_versions import database_of
 
 #: Finding kinds that copy a canary from somewhere: spread when an earlier crossing explains them.
 COPIES = frozenset({"request_leak", "response_leak", "text_leak", "file_leak"})
 #: Channels read at the end of the run (no time): every crossing happened before them.
 _AT_END = frozenset({"file", "log"})
 _PATH = re.compile(r"[^@:#]+")
-#: A SQLite database's companion files: which of them holds a page when the homes are read is the database's
-#: checkpoint timing, so a copy in any of them entered the database itself.
-_SQLITE_COMPANION = re.compile(r"-(wal|shm|journal)$")
 #: Entry points named by the finding's kind (when it names no service or tool).
 _KIND_ENTRY = {"wrong_key": PROVIDER, "wrong_model": PROVIDER, "route_auth": "route", "egress": "egress",
                "bypass": "bypass", "shortfall": "shortfall"}
@@ -52,7 +50,8 @@ def entry_point(f: Finding) -> str:
     if f.kind in _KIND_ENTRY:
         return _KIND_ENTRY[f.kind]
     if f.kind in COPIES and f.channel in _AT_END and (m := _PATH.match(f.location)):
-        return f"{f.channel} {_SQLITE_COMPANION.sub('', m[0])}"
+        # which side file holds a page when the homes are read is SQLite's checkpoint timing, not another crossing
+        return f"{f.channel} {database_of(m[0])}"
     return f.channel
 
 
