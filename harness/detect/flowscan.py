@@ -84,8 +84,9 @@ class FlowScan:
     def _forms(self, lines: list[tuple[str, bytes]], prefix: str, skip: frozenset[tuple[str, str]]) -> None:
         """The canaries' forms in every header line, each line scanned alone. One `may_find` over all lines
         first: a line's match holds a trigger, which the joined lines then hold too, so when they hold none no
-        line is scanned (a request carrying its tenant's own key always holds one). A joined scan would not be the same as lines alone: a base64 form's
-        edge at a line's end and a UTF-16 form's byte order depend on where the line starts."""
+        line is scanned (a request carrying its tenant's own key always holds one). A joined scan would not be the
+        same as lines alone: a base64 form's edge at a line's end and a UTF-16 form's byte order depend on where
+        the line starts."""
         if not self.matcher.may_find(b"\n".join(line for _, line in lines)):
             return
         for name, line in lines:
