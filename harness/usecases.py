@@ -292,8 +292,9 @@ def upgrade_baseline(path: Path, dest: Path, say: Callable[[str], None]) -> str:
 
 def patch_check(patch: Path, opts: RunOptions, say: Callable[[str], None]) -> dict[str, Any]:
     """Audit the install and a copy of it with `patch` applied (`drive.patched`), one after the other with the
-    same options, and compare their incidents hop by hop (`report.comparison`); the result is also written to
-    `patch-check.json` in the folder (`opts.out`) that holds both runs' evidence and the copy."""
+    same options, and compare their incidents crossing by crossing (`report.comparison`); the result is also
+    written to `patch-check.json` in the folder (`opts.out`) that holds both runs' evidence (`control/`,
+    `patched/`) and the copy."""
     python = hermes_python(opts.hermes_python, say)
     folder = EvidenceFolder.for_run(opts.out, opts.force)
     try:
@@ -302,9 +303,11 @@ def patch_check(patch: Path, opts: RunOptions, say: Callable[[str], None]) -> di
         folder.discard()
         raise
     runs = {}
-    for name, which in (("unpatched", python), ("patched", copy)):
+    # Folder names of one length: Hermes cuts some logged paths at a fixed length, so a tenant's workdir (under the
+    # run's folder) must be as long in both runs for the two to log the same canaries.
+    for name, sub, which in (("unpatched", "control", python), ("patched", "patched", copy)):
         say(f"patch-check: auditing the {name} install ({which})")
-        runs[name] = run_audit(replace(opts, out=folder.path / name, hermes_python=which, force=True, quiet=True))
+        runs[name] = run_audit(replace(opts, out=folder.path / sub, hermes_python=which, force=True, quiet=True))
     doc = {"patch": str(patch), "scenario": opts.scenario,
            "verdicts": {name: r.verdict.status for name, r in runs.items()},
            **compare(runs["unpatched"].verdict.findings, runs["patched"].verdict.findings)}
@@ -321,7 +324,7 @@ def _traced(out: Path) -> str:
 
 def mutant_run(opts: RunOptions, names: list[str], say: Callable[[str], None]) -> dict[str, Any]:
     """Audit the install (the control), then a copy of it per mutant (`proof.mutants`), each with the same
-    options; a mutant is `caught` when its audit shows a hop the control's does not, `missed` when its code
+    options; a mutant is `caught` when its audit shows a crossing the control's does not, `missed` when its code
     computed another value and nothing showed, `not exercised` when its code never did."""
     chosen = [m for m in mutants.MUTANTS if not names or m.name in names]
     if names and len(chosen) != len(set(names)):
@@ -332,7 +335,8 @@ def mutant_run(opts: RunOptions, names: list[str], say: Callable[[str], None]) -
     control = run_audit(replace(opts, out=folder.path / "control", hermes_python=python, force=True, quiet=True))
     say(f"mutants: control {control.verdict.status}")
     rows = []
-    for m in chosen:
+    for number, m in enumerate(chosen, 1):
+        folder_name = f"m-{number:05d}"  # as long as "control" (see patch_check); mutants.json names each run's folder
         patch = folder.path / "patches" / f"{m.name}.patch"
         try:
             write_private(patch, m.patch(site).encode())
@@ -340,13 +344,13 @@ def mutant_run(opts: RunOptions, names: list[str], say: Callable[[str], None]) -
             rows.append({"name": m.name, "surface": m.surface, "bug": m.bug, "state": f"not applicable: {exc}"})
             continue
         copy = patched_copy(python, patch, folder.path / "venv")
-        got = run_audit(replace(opts, out=folder.path / m.name, hermes_python=copy, force=True, quiet=True))
+        got = run_audit(replace(opts, out=folder.path / folder_name, hermes_python=copy, force=True, quiet=True))
         diff = compare(control.verdict.findings, got.verdict.findings)
         shown = sorted({**diff["new"], **diff["varied"]})
-        ran = _traced(folder.path / m.name)
+        ran = _traced(folder.path / folder_name)
         state = "caught" if shown else "missed" if ran == "computed" else "not exercised"
         rows.append({"name": m.name, "surface": m.surface, "bug": m.bug, "state": state, "trace": ran,
-                     "hops": shown})
+                     "hops": shown, "folder": folder_name})
         say(f"mutants: {m.name:<20} {state} ({ran}; {len(shown)} hop(s) the control lacks)")
     shutil.rmtree(folder.path / "venv", ignore_errors=True)
     doc = {"scenario": opts.scenario, "control": control.verdict.status, "mutants": rows}

@@ -1,5 +1,6 @@
 """`patch-check`'s parts without Hermes: the patched copy of a venv (the original untouched, a patch that does not
-apply refused before anything is written) and the hop-by-hop comparison of two audits."""
+apply refused before anything is written) and the crossing-by-crossing comparison of two
+audits."""
 
 from __future__ import annotations
 
@@ -75,24 +76,40 @@ def test_patch_check_exits_2_with_one_line_on_bad_input(tmp_path, capsys):
     assert not (tmp_path / "out").exists()  # nothing half-written
 
 
-def _leak(victim: str, recipient: str, tool: str, phase: str = "lookups") -> Finding:
-    return Finding("request_leak", victim, recipient, "tool_memory", "request", f"flow:{tool}", tool=tool,
-                   scenario="api_server", phase=phase, time=1.0)
+def _leak(victim: str, recipient: str, tool: str, phase: str = "lookups", canary: str = "tool_memory",
+          scenario: str = "api_server") -> Finding:
+    return Finding("request_leak", victim, recipient, canary, "request", f"flow:{tool}", tool=tool,
+                   scenario=scenario, phase=phase, time=1.0)
 
 
-def test_the_comparison_names_removed_remaining_and_new_hops_and_each_findings_fate():
+def test_the_comparison_names_removed_remaining_and_new_crossings_and_each_findings_fate():
     before = [_leak("beta", "default", "memory"), _leak("default", "alpha", "memory"),
               Finding("wrong_key", "default", "alpha", "memory_key", "request", "flow:m", service="memory",
                       scenario="api_server", phase="turns", time=0.5)]
     varied = Finding("file_leak", "beta", "default", "model", "file", "logs/agent.log@1", scenario="api_server",
                      phase="end", time=2.0)  # F5 in the second run only: its spread, not a regression
-    after = [before[2], _leak("alpha", "beta", "todo", phase="turns"), varied]  # F18's hops gone; a new one
+    after = [before[2], _leak("alpha", "beta", "todo", phase="turns"), varied]  # F18's crossings gone; a new one
     logged = Finding("file_leak", "alpha", "default", "model", "file", "logs/agent.log@1", scenario="api_server",
                      phase="end", time=2.0)
     doc = compare([*before, logged], after)
-    assert doc["removed"] == {"file logs/agent.log | alpha -> default": ["F5"],
-                              "tool memory | beta -> default": ["F18"], "tool memory | default -> alpha": ["F18"]}
-    assert list(doc["remaining"]) == ["service memory | default -> alpha"]
-    assert doc["new"] == {"tool todo | alpha -> beta": []}
-    assert doc["varied"] == {"file logs/agent.log | beta -> default": ["F5"]}
+    assert doc["removed"] == {"file logs/agent.log | alpha -> default | model": ["F5"],
+                              "tool memory | beta -> default | tool_memory": ["F18"],
+                              "tool memory | default -> alpha | tool_memory": ["F18"]}
+    assert list(doc["remaining"]) == ["service memory | default -> alpha | memory_key"]
+    assert doc["new"] == {"tool todo | alpha -> beta | tool_memory": []}
+    assert doc["varied"] == {"file logs/agent.log | beta -> default | model": ["F5"]}
     assert doc["documented"] == {"F5": "gone", "F12": "kept", "F18": "gone"}
+
+
+def test_a_kind_a_finding_never_carried_is_new_even_on_a_known_hop_and_a_partial_fix_shows():
+    """A change that stops one kind crossing a tool's hop shows as `fewer`; a kind the unpatched run never saw
+    cross through that finding is a regression although the hop (entry, victim -> recipient) was known."""
+    before = [_leak("default", "alpha", "session_search", canary="key", scenario="tui"),
+              _leak("default", "alpha", "session_search", canary="todo_item", scenario="tui")]
+    after = [before[1], _leak("default", "beta", "session_search", canary="todo_item", scenario="tui"),
+             _leak("default", "alpha", "session_search", canary="api_server_key", scenario="tui")]
+    doc = compare(before, after)
+    assert doc["removed"] == {"tool session_search | default -> alpha | key": ["F8"]}
+    assert doc["documented"] == {"F8": "fewer"}
+    assert doc["varied"] == {"tool session_search | default -> beta | todo_item": ["F8"]}
+    assert doc["new"] == {"tool session_search | default -> alpha | api_server_key": ["F8"]}

@@ -83,14 +83,14 @@ def baseline_lines(incidents: list[dict[str, Any]]) -> list[str]:
 
 
 def patch_check_lines(doc: dict[str, Any]) -> list[str]:
-    """What `patch-check` prints: each documented finding's fate, then every removed and new hop."""
+    """What `patch-check` prints: each documented finding's fate, then every removed and new crossing."""
     verdicts = ", ".join(f"{name} {v}" for name, v in doc["verdicts"].items())
     lines = [f"patch-check {doc['patch']} ({doc['scenario']}): {verdicts}"]
     lines += [f"  {number:<4} {fate}" for number, fate in doc["documented"].items()]
     lines += [f"removed  {h}  [{', '.join(ns) or 'new'}]" for h, ns in doc["removed"].items()]
     lines += [f"varied   {h}  [{', '.join(ns)}]" for h, ns in doc["varied"].items()]
     lines += [f"NEW      {h}  [{', '.join(ns) or 'new'}]" for h, ns in doc["new"].items()]
-    return [*lines, f"{len(doc['removed'])} hop(s) removed, {len(doc['remaining'])} remaining, "
+    return [*lines, f"{len(doc['removed'])} crossing(s) removed, {len(doc['remaining'])} remaining, "
                     f"{len(doc['varied'])} varied (spread of a finding both runs show), {len(doc['new'])} new"]
 
 
