@@ -159,8 +159,11 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     ex.add_argument("--flows", type=Path, help="write a redacted flow file here (mitmweb -r, reconcile)")
 
     pc = sub.add_parser("patch-check", help="audit a Hermes install and a copy of it with PATCH applied, side by "
-                        "side: which incident hops the patch removed, which remain, which are new")
+                        "side: which incident crossings the patch removed, which remain, which are new")
     pc.add_argument("patch", type=Path, help="a unified diff with paths under site-packages (a/PATH, b/PATH)")
+    pc.add_argument("--on", type=Path, action="append", default=[], metavar="PATCH",
+                    help="a fix PATCH builds on, applied to both installs first (repeat for a series): the "
+                         "comparison is then PATCH's own effect on top of it")
     pc.add_argument("--scenario", default="oneshot", choices=sorted(SCENARIOS))
     pc.add_argument("--tenants", type=int, default=0, help="tenants (default: the scenario's)")
     pc.add_argument("--tools", help="tool battery groups, as for run ('none': the env probe only)")

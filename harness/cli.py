@@ -135,10 +135,10 @@ def cmd_export(a: argparse.Namespace) -> int:
 
 
 def cmd_patch_check(a: argparse.Namespace) -> int:
-    """Exit 1 when the patched install shows a hop the unpatched one did not (the patch made a leak)."""
+    """Exit 1 when the patched install shows a crossing the unpatched one did not (the patch made a leak)."""
     opts = arguments.patch_check_options(a)
     check_options(opts)
-    doc = usecases.patch_check(a.patch, opts, _say)
+    doc = usecases.patch_check(a.patch, opts, _say, on=a.on)
     _show(console.patch_check_lines(doc))
     return EXIT_LEAK if doc["new"] else EXIT_CLEAN
 

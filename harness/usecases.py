@@ -290,25 +290,28 @@ def upgrade_baseline(path: Path, dest: Path, say: Callable[[str], None]) -> str:
             + (f", {done.dropped} dropped (no direction named, or malformed)" if done.dropped else ""))
 
 
-def patch_check(patch: Path, opts: RunOptions, say: Callable[[str], None]) -> dict[str, Any]:
+def patch_check(patch: Path, opts: RunOptions, say: Callable[[str], None],
+                on: list[Path] | None = None) -> dict[str, Any]:
     """Audit the install and a copy of it with `patch` applied (`drive.patched`), one after the other with the
     same options, and compare their incidents crossing by crossing (`report.comparison`); the result is also
     written to `patch-check.json` in the folder (`opts.out`) that holds both runs' evidence (`control/`,
-    `patched/`) and the copy."""
+    `patched/`) and the copies. With `on` (the fixes `patch` builds on), both installs are copies with those
+    applied first, so the comparison is `patch`'s own effect on top of them."""
     python = hermes_python(opts.hermes_python, say)
     folder = EvidenceFolder.for_run(opts.out, opts.force)
     try:
-        copy = patched_copy(python, patch, folder.path / "patched-venv")
+        control = patched_copy(python, on, folder.path / "base-venv") if on else python
+        copy = patched_copy(python, [*(on or []), patch], folder.path / "patched-venv")
     except UsageError:
         folder.discard()
         raise
     runs = {}
     # Folder names of one length: Hermes cuts some logged paths at a fixed length, so a tenant's workdir (under the
     # run's folder) must be as long in both runs for the two to log the same canaries.
-    for name, sub, which in (("unpatched", "control", python), ("patched", "patched", copy)):
+    for name, sub, which in (("unpatched", "control", control), ("patched", "patched", copy)):
         say(f"patch-check: auditing the {name} install ({which})")
         runs[name] = run_audit(replace(opts, out=folder.path / sub, hermes_python=which, force=True, quiet=True))
-    doc = {"patch": str(patch), "scenario": opts.scenario,
+    doc = {"patch": str(patch), "on": [str(p) for p in on or []], "scenario": opts.scenario,
            "verdicts": {name: r.verdict.status for name, r in runs.items()},
            **compare(runs["unpatched"].verdict.findings, runs["patched"].verdict.findings)}
     write_private(folder.path / "patch-check.json", json.dumps(doc, indent=2).encode())

@@ -67,6 +67,24 @@ def test_a_patch_that_does_not_apply_is_refused_before_anything_is_written(tmp_p
         targets(tmp_path / "escape.patch")
 
 
+def test_a_series_applies_in_order_and_one_that_does_not_apply_leaves_no_copy(tmp_path):
+    """A fix on top of the fix it needs: the second patch's context exists only once the first is applied."""
+    python = _venv(tmp_path / "venv")
+    (tmp_path / "fix.patch").write_text(PATCH)
+    (tmp_path / "next.patch").write_text(PATCH.replace('-STORE = "one for every profile"', '-STORE = "one per profile"')
+                                         .replace('+STORE = "one per profile"', '+STORE = "one per profile, its home"'))
+    site = "lib/python3.13/site-packages/pkg"
+    patched_copy(python, [tmp_path / "fix.patch", tmp_path / "next.patch"], tmp_path / "copy")
+    assert (tmp_path / "copy" / site / "mod.py").read_text().endswith('"one per profile, its home"\n')
+    assert (tmp_path / "venv" / site / "mod.py").read_text().endswith('"one for every profile"\n')
+    with pytest.raises(UsageError, match=r"next.patch does not apply"):  # the second alone: its context is missing
+        patched_copy(python, [tmp_path / "next.patch"], tmp_path / "alone")
+    with pytest.raises(UsageError, match=r"next.patch does not apply"):  # twice: the second time it is stale
+        patched_copy(python, [tmp_path / "fix.patch", tmp_path / "next.patch", tmp_path / "next.patch"],
+                     tmp_path / "twice")
+    assert not (tmp_path / "alone").exists() and not (tmp_path / "twice").exists()
+
+
 def test_patch_check_exits_2_with_one_line_on_bad_input(tmp_path, capsys):
     python = _venv(tmp_path / "venv")
     code = cli.main(["patch-check", str(tmp_path / "missing.patch"), "--hermes-python", str(python),

@@ -1,4 +1,5 @@
-"""A copy of a Hermes install with a patch applied, beside the original: what `patch-check` and `mutants` audit.
+"""A copy of a Hermes install with a patch (or a series of them) applied, beside the original: what `patch-check`
+and `mutants` audit.
 
 The patch is a unified diff whose paths are relative to the install's site-packages (`a/gateway/...`,
 `b/gateway/...`, as `diff -ru` of two site-packages writes them); it is applied with `git apply -p1`, checked
@@ -51,22 +52,31 @@ def _git_apply(site: Path, patch: Path, *, check: bool) -> None:
         raise UsageError(f"patch {patch} does not apply to {site}: {first}")
 
 
-def patched_copy(python: Path, patch: Path, dest: Path) -> Path:
-    """Copy the venv of `python` to `dest` with `patch` applied; the copy's python. The patch is checked against
-    the original first (UsageError, nothing written, if it does not apply)."""
+def patched_copy(python: Path, patches: Path | list[Path], dest: Path) -> Path:
+    """Copy the venv of `python` to `dest` with `patches` applied in order (one patch, or a series: a fix on top of
+    the fixes it needs); the copy's python. The first patch is checked against the original before anything is
+    written, each next one against the copy as the ones before it left it (UsageError, and no copy left behind,
+    if one does not apply)."""
+    series = [patches] if isinstance(patches, Path) else list(patches)
     venv = python.parent.parent
     site = site_packages(venv)
-    changed = targets(patch)
-    _git_apply(site, patch, check=True)
+    changed = sorted({rel for patch in series for rel in targets(patch)})
+    _git_apply(site, series[0], check=True)
     if dest.exists():
         shutil.rmtree(dest)
     shutil.copytree(venv, dest, symlinks=True, copy_function=os.link)
     copy_site = dest / site.relative_to(venv)
-    for rel in changed:  # a file of its own before the patch writes it: the original keeps its inode
+    for rel in changed:  # a file of its own before a patch writes it: the original keeps its inode
         path = copy_site / rel
         if path.is_file():
             data = path.read_bytes()
             path.unlink()
             path.write_bytes(data)
-    _git_apply(copy_site, patch, check=False)
+    try:
+        for patch in series:
+            _git_apply(copy_site, patch, check=True)
+            _git_apply(copy_site, patch, check=False)
+    except UsageError:
+        shutil.rmtree(dest)
+        raise
     return dest / "bin" / python.name

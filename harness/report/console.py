@@ -85,7 +85,8 @@ def baseline_lines(incidents: list[dict[str, Any]]) -> list[str]:
 def patch_check_lines(doc: dict[str, Any]) -> list[str]:
     """What `patch-check` prints: each documented finding's fate, then every removed and new crossing."""
     verdicts = ", ".join(f"{name} {v}" for name, v in doc["verdicts"].items())
-    lines = [f"patch-check {doc['patch']} ({doc['scenario']}): {verdicts}"]
+    on = "".join(f" on {p}" for p in doc.get("on") or [])
+    lines = [f"patch-check {doc['patch']}{on} ({doc['scenario']}): {verdicts}"]
     lines += [f"  {number:<4} {fate}" for number, fate in doc["documented"].items()]
     lines += [f"removed  {h}  [{', '.join(ns) or 'new'}]" for h, ns in doc["removed"].items()]
     lines += [f"varied   {h}  [{', '.join(ns)}]" for h, ns in doc["varied"].items()]
