@@ -65,7 +65,8 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
                      "per finding class how often it was seen (seen k/N; OUT/matrix.json, .md, .html)")
     run.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
     run.add_argument("--phases", help="comma-separated multi-profile phases (default: all but cron; 'cron' waits "
-                     "for the tickers; 'all': every phase, cron included)")
+                     "for the tickers; 'all': every phase, cron included; 'approvals' (tui, serve) only when named, "
+                     "as in 'all,approvals')")
     run.add_argument("--cron-wait", type=float, default=75.0, help="seconds after the backend starts within which "
                      "every cron job must fire (its ticker ticks at start and every 60 s)")
     run.add_argument("--tools", help="tool battery groups, comma-separated (default: all of "
@@ -184,9 +185,12 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
 
 
 def phases(text: str | None) -> list[str]:
-    """`--phases a,b` as a list; `all` is every phase, cron included; none given: the default."""
+    """`--phases a,b` as a list; `all` is every phase, cron included (the opt-in phases only when named beside it:
+    `all,approvals`); none given: the default."""
     names = [p for p in (text or "").split(",") if p]
-    return list(ALL_PHASES) if names == ["all"] else names
+    if "all" not in names:
+        return names
+    return list(dict.fromkeys([*ALL_PHASES, *(n for n in names if n != "all")]))
 
 
 def limit_options(p: argparse.ArgumentParser) -> None:

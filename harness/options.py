@@ -18,7 +18,7 @@ from harness.drive import battery, plants, services
 from harness.drive.context import ScenarioOptions
 from harness.drive.doors import DOORS, SCENARIOS, backend_offers_every_tool, default_tenants
 from harness.drive.install import default_python
-from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
+from harness.drive.phases import DEFAULT_PHASES, KNOWN_PHASES
 from harness.drive.services import SERVICES, TOOL_GROUPS
 from harness.report import policy as policies
 from harness.report.matrix import Plan
@@ -73,8 +73,8 @@ def check_options(opts: RunOptions) -> None:
             raise UsageError(f"plant {p!r} needs a scenario whose Hermes offers its tool (--scenario {choices} "
                              "or all)")
     for ph in opts.phases:
-        if ph not in ALL_PHASES:
-            raise UsageError(f"unknown phase {ph!r} (choose from {', '.join(ALL_PHASES)})")
+        if ph not in KNOWN_PHASES:
+            raise UsageError(f"unknown phase {ph!r} (choose from {', '.join(KNOWN_PHASES)})")
     unknown = battery.check_groups(opts.tool_groups())
     if unknown:
         raise UsageError(f"unknown tool group {unknown[0]!r} (choose from {', '.join(TOOL_GROUPS)}, or none)")
@@ -124,7 +124,7 @@ def plan_of(releases: list[str], scenarios: list[str], runs: int, tools: list[st
             phases: list[str], services: list[str] | None = None) -> Plan:
     """The plan of these runs. Phases are recorded in run order, each once, and the default as None, so that
     two spellings of the same runs merge; services in their table's order, every one as None."""
-    ordered = tuple(p for p in ALL_PHASES if p in phases)
+    ordered = tuple(p for p in KNOWN_PHASES if p in phases)
     chosen = None if services is None else tuple(s for s in SERVICES if s in services)
     return Plan(tuple(releases), tuple(scenarios), runs, None if tools is None else tuple(tools),
                 None if not ordered or ordered == DEFAULT_PHASES else ordered,

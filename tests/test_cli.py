@@ -362,8 +362,10 @@ def test_a_v2_baseline_hides_a_new_tool_with_a_warning_and_upgrades_exactly(tmp_
     assert code == 1 and [f["tool"] for f in doc["findings"]] == ["process"] and "version 3" in doc["warnings"][0]
 
 
-def test_phases_all_is_every_phase_cron_included():
+def test_phases_all_is_every_phase_cron_included_and_an_opt_in_phase_only_when_named():
     assert arguments.phases("all") == list(ALL_PHASES) and "cron" in arguments.phases("all")
     assert arguments.phases(None) == [] and arguments.phases("turns,cron") == ["turns", "cron"]
-    assert arguments.phases("all,cron") == ["all", "cron"]  # `all` only alone; otherwise the run rejects the name
+    assert "approvals" not in arguments.phases("all") and "approvals" not in DEFAULT_PHASES
+    assert arguments.phases("all,approvals") == [*ALL_PHASES, "approvals"]
+    assert arguments.phases("all,cron") == list(ALL_PHASES)  # named twice: once
     assert "cron" not in DEFAULT_PHASES

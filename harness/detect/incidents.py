@@ -36,13 +36,18 @@ _PATH = re.compile(r"[^@:#]+")
 #: Entry points named by the finding's kind (when it names no service or tool).
 _KIND_ENTRY = {"wrong_key": PROVIDER, "wrong_model": PROVIDER, "route_auth": "route", "egress": "egress",
                "bypass": "bypass", "shortfall": "shortfall"}
+#: Entry points named by the setting a profile bleed carried, before its tool: an approval is a root cause of its
+#: own, not the terminal's environment the command ran in.
+_SETTING_ENTRY = {"approval": "approval"}
 
 
 def entry_point(f: Finding) -> str:
     """Where the finding's data entered: `service NAME`, `tool NAME`, `provider` (a key or model), `route` (an API
-    server's route), `file PATH` / `log NAME` (a copy found there; a database's WAL or journal counts as the
-    database), or its channel (`rpc`, `request`, ...);
-    `egress`, `bypass` and `shortfall` are their own."""
+    server's route), `approval` (an approval given in one profile that took effect in another), `file PATH` /
+    `log NAME` (a copy found there; a database's WAL or journal counts as the database), or its channel (`rpc`,
+    `request`, ...); `egress`, `bypass` and `shortfall` are their own."""
+    if f.canary in _SETTING_ENTRY and f.kind == "profile_bleed":
+        return _SETTING_ENTRY[f.canary]
     if f.service:
         return f"service {f.service}"
     if f.tool:

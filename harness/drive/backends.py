@@ -18,6 +18,7 @@ import secrets
 import subprocess
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
@@ -77,6 +78,8 @@ class RpcBackend:
         self._unwanted: set[int] = set()  # ids of our approval.respond requests: their replies are dropped
         self._send_lock = threading.Lock()  # one frame on the wire (and in the log) at a time
         self.sessions: dict[str, str] = {}  # session_id -> tenant
+        self.choices: dict[str, str] = {}  # tenant -> how its approval requests are answered ("once" unless set)
+        self.asked: Counter[str] = Counter()  # tenant -> approval requests received for its sessions
 
     # transport -------------------------------------------------------------------------------------------
     def _send_raw(self, text: str) -> None:
@@ -95,6 +98,7 @@ class RpcBackend:
         self._deliver(frame)
         params = frame.get("params") or {}
         if frame.get("method") == "event" and params.get("type") == "approval.request":
+            self.asked[self.sessions.get(params.get("session_id"), "")] += 1
             self._approve(params.get("session_id"))
 
     def _deliver(self, frame: dict[str, Any] | None) -> None:
@@ -157,10 +161,12 @@ class RpcBackend:
             return taken
 
     def _approve(self, session_id: Any) -> None:
-        """Answer an `approval.request` without waiting: the reader thread must keep reading."""
+        """Answer an `approval.request` without waiting (the reader thread must keep reading), with the choice
+        set for the session's tenant."""
+        tenant = self.sessions.get(session_id)
         with contextlib.suppress(BackendError):  # the stream is gone: the waiters learn it from the reader
-            self._send("approval.respond", {"session_id": session_id, "choice": "once"},
-                       tenant=self.sessions.get(session_id), want_reply=False)
+            self._send("approval.respond", {"session_id": session_id, "choice": self.choices.get(tenant, "once")},
+                       tenant=tenant, want_reply=False)
 
     def create_session(self, tenant: str, launch: str) -> dict[str, Any]:
         params: dict[str, Any] = {"cols": 100}

@@ -10,6 +10,8 @@ Phases (each followed by the same invariants, findings tagged with their phase):
 - `settings`: `config.set` / `model.save_key` addressed to one profile must change only its files, and
   `session.create` must report the addressed profile's model, cwd and name (`profile_bleed`);
 - `after-settings`: another round of turns (does a settings write leak into later turns?);
+- `approvals` (when asked for): an "always" approval given in one profile must not approve another profile's
+  commands (`drive.approvals`);
 - `profiles`: a profile created and deleted next to the live backend (its PID must not change);
 - `resume`: the backend restarted, every stored session resumed in its own profile.
 """
@@ -25,7 +27,7 @@ from typing import Any
 from harness.core.findings import Finding
 from harness.core.protocol import PROMPT
 from harness.core.registry import new_tag
-from harness.drive import battery
+from harness.drive import approvals, battery
 from harness.drive.backends import BackendError, RpcBackend
 from harness.drive.context import Context
 from harness.drive.hermes import TurnResult
@@ -109,6 +111,10 @@ def drive_rpc(ctx: Context, make: Callable[[], RpcBackend], driver: str, cron: b
             with ctx.phase("after-settings"):
                 for name in names:
                     _turn(ctx, backend, name, sessions[name], "after-settings", driver)
+        if wanted(ctx, approvals.PHASE):
+            with ctx.phase(approvals.PHASE):
+                approvals.run(ctx, backend, driver,
+                              lambda name: _turn(ctx, backend, name, sessions[name], approvals.PHASE, driver))
         if wanted(ctx, "profiles"):
             with ctx.phase("profiles"):
                 profiles(ctx, backend.pid, backend.proc, driver)

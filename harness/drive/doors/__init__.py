@@ -39,8 +39,9 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {**{n: d.drive for n, d in DOO
 NOT_DRIVEN: dict[str, str] = {
     "messaging platforms": "a bot per profile (telegram, discord, slack, matrix...) against local platform stubs: not "
                            "built yet; MEDIA attachments and cron delivery through a platform with it",
-    "tool approvals": "every profile runs with `approvals.mode: off` (the scripted model's calls need no one to "
-                      "approve them); per-profile allowlists and `always` approvals are not driven yet",
+    "tool approvals": "a phase of tui and serve, not a door: `--phases approvals` (or `all,approvals`) drives an "
+                      "`always` approval of one profile against the others' commands (F19); every other phase runs "
+                      "with `approvals.mode: off`, and a command allowlist seeded per profile is not driven yet",
     "kanban": "boards and cards across profiles: not driven yet",
     "dashboard": "the web dashboard's token and per-profile endpoints: not driven yet",
     "acp": "the ACP adapter for editors: not driven yet",
