@@ -354,7 +354,7 @@ def mutant_run(opts: RunOptions, names: list[str], say: Callable[[str], None]) -
         state = "caught" if shown else "missed" if ran == "computed" else "not exercised"
         rows.append({"name": m.name, "surface": m.surface, "bug": m.bug, "state": state, "trace": ran,
                      "hops": shown, "folder": folder_name})
-        say(f"mutants: {m.name:<20} {state} ({ran}; {len(shown)} hop(s) the control lacks)")
+        say(f"mutants: {m.name:<20} {state} ({ran}; {len(shown)} crossing(s) the control lacks)")
     shutil.rmtree(folder.path / "venv", ignore_errors=True)
     doc = {"scenario": opts.scenario, "control": control.verdict.status, "mutants": rows}
     write_private(folder.path / "mutants.json", json.dumps(doc, indent=2).encode())

@@ -32,7 +32,7 @@ def test_a_patch_that_changes_nothing_changes_no_incident(tmp_path, hermes_pytho
     copied = site_packages(tmp_path / "pc" / "patched-venv") / TARGET
     assert copied.read_text().startswith("# patched by") and original.read_text() == before
     assert (tmp_path / "pc" / "patch-check.json").stat().st_mode & 0o777 == 0o600
-    assert "0 hop(s) removed" in out and "0 new" in out
+    assert "0 crossing(s) removed" in out and "0 new" in out
 
 
 def test_a_mutant_on_a_driven_surface_is_caught(tmp_path, hermes_python, capsys):
