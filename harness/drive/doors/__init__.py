@@ -42,7 +42,11 @@ NOT_DRIVEN: dict[str, str] = {
     "tool approvals": "a phase of tui and serve, not a door: `--phases approvals` (or `all,approvals`) drives an "
                       "`always` approval of one profile against the others' commands (F19); every other phase runs "
                       "with `approvals.mode: off`, and a command allowlist seeded per profile is not driven yet",
-    "kanban": "boards and cards across profiles: not driven yet",
+    "kanban": "the board is shared across profiles by design in Hermes 0.19.0 (`hermes_cli/kanban_db.py`, "
+              "`kanban_home`: 'The kanban board is shared across profiles **by design**'; its tools show only in "
+              "profiles with the `kanban` toolset and in dispatcher workers): what one profile reads of another's "
+              "cards there is not a leak; a board pointer or a worker running in the wrong profile would be, and "
+              "is not driven yet",
     "dashboard": "the web dashboard's token and per-profile endpoints: not driven yet",
     "acp": "the ACP adapter for editors: not driven yet",
     "log redaction": "profiles with different `redact_secrets` settings in one process: not driven yet",
