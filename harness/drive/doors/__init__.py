@@ -48,7 +48,10 @@ NOT_DRIVEN: dict[str, str] = {
               "cards there is not a leak; a board pointer or a worker running in the wrong profile would be, and "
               "is not driven yet",
     "dashboard": "the web dashboard's token and per-profile endpoints: not driven yet",
-    "acp": "the ACP adapter for editors: not driven yet",
+    "acp": "one profile per process in Hermes 0.19.0: `acp_adapter/` has no notion of a profile (no name, no "
+           "field, no per-session home; `new_session` takes a cwd only), loads the `.env` of the home it was started "
+           "in (`entry.py`) and keeps its sessions in that home's `state.db` (`session.py`), so two profiles are two "
+           "`hermes -p NAME acp` processes, as with the one-shot CLI; not driven as a door yet",
     "log redaction": "profiles with different `redact_secrets` settings in one process: not driven yet",
 }
 
