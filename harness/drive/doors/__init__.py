@@ -52,7 +52,11 @@ NOT_DRIVEN: dict[str, str] = {
            "field, no per-session home; `new_session` takes a cwd only), loads the `.env` of the home it was started "
            "in (`entry.py`) and keeps its sessions in that home's `state.db` (`session.py`), so two profiles are two "
            "`hermes -p NAME acp` processes, as with the one-shot CLI; not driven as a door yet",
-    "log redaction": "profiles with different `redact_secrets` settings in one process: not driven yet",
+    "log redaction": "read once per process in Hermes 0.19.0 (`agent/redact.py`: `_REDACT_ENABLED` from "
+                     "`HERMES_REDACT_SECRETS` at import, set by the process's start-up from the launch "
+                     "profile's `.env` or `security.redact_secrets`), so in one process every profile is "
+                     "redacted by the launch profile's setting; profiles with different settings are not driven "
+                     "yet",
 }
 
 
