@@ -113,3 +113,21 @@ def test_door_coverage_says_what_each_door_did_and_what_no_door_drives():
     short = Finding("shortfall", "alpha", None, None, "env", "run", scenario="tui")  # proves nothing leaked
     assert door_table(states, turns, [leak, short]) == {
         "tui": "driven", "serve": "failed", "gateway": "leak", "kanban": "out of scope: not yet"}
+
+
+def test_a_way_in_that_a_phase_drives_is_covered_where_that_phase_ran():
+    from harness.core.findings import Finding
+    from harness.detect.tools import door_table
+
+    assert doors.door_states("tui", ["turns", "approvals"])["tool approvals"] == "phase approvals"
+    assert doors.door_states("all", ["approvals"])["tool approvals"] == "phase approvals"
+    assert doors.door_states("tui")["tool approvals"].startswith("out of scope: ")  # the phase did not run
+    assert doors.door_states("gateway", ["approvals"])["tool approvals"].startswith("out of scope: ")  # not its phase
+    states = {"tool approvals": "phase approvals"}
+    asked = [{"scenario": "tui", "phase": "approvals", "ok": True}]
+    bled = Finding("profile_bleed", "alpha", "beta", "approval", "rpc", "tui:approval.request", scenario="tui",
+                   phase="approvals")
+    elsewhere = Finding("request_leak", "default", "alpha", "memory", "request", "flow", scenario="tui", phase="turns")
+    assert door_table(states, asked, [bled]) == {"tool approvals": "leak"}
+    assert door_table(states, asked, [elsewhere]) == {"tool approvals": "driven"}  # a leak of another phase
+    assert door_table(states, [{**asked[0], "ok": False}], []) == {"tool approvals": "failed"}

@@ -263,13 +263,18 @@ class Coverage:
 def door_table(states: dict[str, str], turns: Sequence[dict], findings: Sequence[Finding],
                allowed: Sequence[Finding] = ()) -> dict[str, str]:
     """front door -> `leak`, `allowed`, `driven`, `failed`, or the run's state of it (`not driven: ...`,
-    `out of scope: ...`): `states` is what the run recorded (`on` for the doors its scenario drove)."""
+    `out of scope: ...`): `states` is what the run recorded (`on` for the doors its scenario drove, `phase NAME`
+    for a way in that phase drove)."""
     leaks = {f.scenario for f in findings if f.kind not in ("shortfall", "bypass")}
     shared = {f.scenario for f in allowed}
     ran = {t.get("scenario") for t in turns if t.get("ok")}
     out = {}
     for door, state in states.items():
-        if state != "on":
+        if state.startswith("phase "):
+            phase = state.removeprefix("phase ")
+            out[door] = ("leak" if any(f.phase == phase and f.kind not in ("shortfall", "bypass") for f in findings)
+                         else "driven" if any(t.get("phase") == phase and t.get("ok") for t in turns) else "failed")
+        elif state != "on":
             out[door] = state
         elif door in leaks:
             out[door] = "leak"

@@ -26,6 +26,8 @@ from harness.drive.context import Context
 from harness.drive.hermes import TurnResult
 
 PHASE = "approvals"
+#: The doors whose driver runs the phase (`rpc_phases.drive_rpc`).
+DOORS = ("tui", "serve")
 
 
 def _set_mode(ctx: Context, mode: str) -> None:

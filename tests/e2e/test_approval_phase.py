@@ -28,5 +28,6 @@ def test_an_always_approval_of_one_profile_approves_the_others_commands(tenancy_
     allowlists = {p.parent.name: p.read_text() for p in home.glob("*/.hermes/profiles/*/config.yaml")}
     assert "command_allowlist" in allowlists["alpha"] and "command_allowlist" not in allowlists["beta"]
     assert "mode: 'off'" in allowlists["beta"] or "mode: off" in allowlists["beta"]  # the phase set it back
+    assert audit.doc["door_coverage"]["tool approvals"] == "leak"  # a way in the phase drove, not out of scope
     assert audit.code == 1 and audit.verdict == "leak"
     assert_reproduced(audit)

@@ -8,6 +8,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 
+from harness.drive import approvals
 from harness.drive.context import Context
 from harness.drive.doors.base import Door
 from harness.drive.features import Features
@@ -60,11 +61,22 @@ NOT_DRIVEN: dict[str, str] = {
 }
 
 
-def door_states(scenario: str) -> dict[str, str]:
-    """Every door and way in: `on` (this scenario drives it), `not driven: ...` or `out of scope: ...`."""
+#: Ways into Hermes that a phase of the backends drives, not a door of their own: way -> (phase, the doors whose
+#: driver runs it).
+PHASE_WAYS: dict[str, tuple[str, tuple[str, ...]]] = {"tool approvals": (approvals.PHASE, approvals.DOORS)}
+
+
+def door_states(scenario: str, phases: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
+    """Every door and way in: `on` (this scenario drives it), `phase NAME` (a way in one of `phases` drives, in a
+    door this scenario drives), `not driven: ...` or `out of scope: ...`."""
     driven = {d.name for d in doors_of(scenario)}
+
+    def way(name: str, why: str) -> str:
+        phase, by = PHASE_WAYS.get(name, ("", ()))
+        return f"phase {phase}" if phase in phases and driven & set(by) else f"out of scope: {why}"
+
     return {**{n: "on" if n in driven else f"not driven: --scenario {n} or all" for n in DOORS},
-            **{n: f"out of scope: {why}" for n, why in NOT_DRIVEN.items()}}
+            **{n: way(n, why) for n, why in NOT_DRIVEN.items()}}
 
 
 def doors_of(scenario: str) -> list[Door]:
