@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
 
-from harness.core.findings import Finding
+from harness.core.findings import INCONCLUSIVE_KINDS, Finding
 
 #: File stores of the battery's tools, relative to a profile's home (a file finding's location starts so).
 _STORES = (("memories/", "memory"), ("skills/", "skill_manage"), ("cron/", "cronjob"))
@@ -265,14 +265,14 @@ def door_table(states: dict[str, str], turns: Sequence[dict], findings: Sequence
     """front door -> `leak`, `allowed`, `driven`, `failed`, or the run's state of it (`not driven: ...`,
     `out of scope: ...`): `states` is what the run recorded (`on` for the doors its scenario drove, `phase NAME`
     for a way in that phase drove)."""
-    leaks = {f.scenario for f in findings if f.kind not in ("shortfall", "bypass")}
+    leaks = {f.scenario for f in findings if f.kind not in INCONCLUSIVE_KINDS}
     shared = {f.scenario for f in allowed}
     ran = {t.get("scenario") for t in turns if t.get("ok")}
     out = {}
     for door, state in states.items():
         if state.startswith("phase "):
             phase = state.removeprefix("phase ")
-            out[door] = ("leak" if any(f.phase == phase and f.kind not in ("shortfall", "bypass") for f in findings)
+            out[door] = ("leak" if any(f.phase == phase and f.kind not in INCONCLUSIVE_KINDS for f in findings)
                          else "driven" if any(t.get("phase") == phase and t.get("ok") for t in turns) else "failed")
         elif state != "on":
             out[door] = state

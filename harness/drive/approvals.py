@@ -78,8 +78,8 @@ def run(ctx: Context, backend: RpcBackend, driver: str, turn: Callable[[str], No
                                   "never asked to approve a recursive delete: approvals were not active"), PHASE,
                        snapshot=False)
             return
-        asked = {name: _asked(ctx, backend, name, "once", turn) for name in [*names[names.index(first) + 1:],
-                                                                              *names[:names.index(first)]]}
+        at = names.index(first)
+        asked = {name: _asked(ctx, backend, name, "once", turn) for name in names[at + 1:] + names[:at]}
         asked[first] = _asked(ctx, backend, first, "once", turn)  # its own "always": the near miss
         ctx.findings.extend(bleeds(first, asked, ctx.scenario, driver))
     finally:

@@ -73,8 +73,7 @@ def patched_copy(python: Path, patches: Path | list[Path], dest: Path) -> Path:
             path.unlink()
             path.write_bytes(data)
     try:
-        for patch in series:
-            _git_apply(copy_site, patch, check=True)
+        for patch in series:  # `git apply` writes all of a patch or none of it
             _git_apply(copy_site, patch, check=False)
     except UsageError:
         shutil.rmtree(dest)
