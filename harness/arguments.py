@@ -15,7 +15,7 @@ from harness.detect.engine import stream
 from harness.drive import plants
 from harness.drive.doors import SCENARIOS, default_tenants
 from harness.drive.phases import ALL_PHASES
-from harness.drive.services import SERVICES, TOOL_GROUPS
+from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS
 from harness.options import MatrixOptions, RunOptions, UsageError, parse_releases, parse_scenarios, parse_shard
 from harness.proof import command as scorecard
 
@@ -71,8 +71,9 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
                      "every cron job must fire (its ticker ticks at start and every 60 s)")
     run.add_argument("--tools", help="tool battery groups, comma-separated (default: all of "
                      f"{','.join(TOOL_GROUPS)}); 'none' keeps only the env probe")
-    run.add_argument("--services", help="services besides each tenant's provider, comma-separated (default: all "
-                     f"of {','.join(SERVICES)}); 'none' stubs the providers only")
+    run.add_argument("--services", help="services besides each tenant's provider, comma-separated (default: "
+                     f"{','.join(DEFAULT_SERVICES)}; also {','.join(s for s in SERVICES if s not in DEFAULT_SERVICES)}"
+                     ", one memory provider per run); 'none' stubs the providers only")
     run.add_argument("--policy", default="hermes", help="the isolation policy: hermes (default: what Hermes shares "
                      "between profiles by design is allowed), strict (nothing shared) or a policy file "
                      "(docs/contracts.md)")

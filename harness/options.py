@@ -19,7 +19,7 @@ from harness.drive.context import ScenarioOptions
 from harness.drive.doors import DOORS, SCENARIOS, backend_offers_every_tool, default_tenants
 from harness.drive.install import default_python
 from harness.drive.phases import DEFAULT_PHASES, KNOWN_PHASES
-from harness.drive.services import SERVICES, TOOL_GROUPS
+from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS
 from harness.report import policy as policies
 from harness.report.matrix import Plan
 
@@ -46,13 +46,13 @@ class RunOptions:
     tools: list[str] | None = None  # tool battery groups (None: every group; []: the env probe only)
     stubs: str = "observe"  # "strict": a stub answers a foreign key with 401
     policy: str = policies.DEFAULT  # the isolation policy: `hermes`, `strict` or a policy file
-    services: list[str] | None = None  # services besides the provider (None: every one; []: the provider only)
+    services: list[str] | None = None  # services besides the provider (None: the default ones; []: the provider only)
 
     def tool_groups(self) -> list[str]:
         return list(TOOL_GROUPS) if self.tools is None else list(self.tools)
 
     def service_names(self) -> list[str]:
-        return list(SERVICES) if self.services is None else list(self.services)
+        return list(DEFAULT_SERVICES) if self.services is None else list(self.services)
 
     def scenario_options(self) -> ScenarioOptions:
         return ScenarioOptions(turns=self.turns, timeout=self.timeout, phases=list(self.phases),
@@ -81,6 +81,9 @@ def check_options(opts: RunOptions) -> None:
     unknown = services.check(opts.service_names())
     if unknown:
         raise UsageError(f"unknown service {unknown[0]!r} (choose from {', '.join(SERVICES)}, or none)")
+    clash = services.conflicts(opts.service_names())
+    if clash:
+        raise UsageError(clash)
     for p in opts.plants:
         if p in plants.SERVICE_PLANTS and plants.SERVICE_PLANTS[p][0] not in opts.service_names():
             raise UsageError(f"plant {p!r} needs the service {plants.SERVICE_PLANTS[p][0]!r} (--services)")
@@ -128,7 +131,7 @@ def plan_of(releases: list[str], scenarios: list[str], runs: int, tools: list[st
     chosen = None if services is None else tuple(s for s in SERVICES if s in services)
     return Plan(tuple(releases), tuple(scenarios), runs, None if tools is None else tuple(tools),
                 None if not ordered or ordered == DEFAULT_PHASES else ordered,
-                None if chosen == tuple(SERVICES) else chosen)
+                None if chosen == DEFAULT_SERVICES else chosen)
 
 
 def parse_releases(spec: str) -> dict[str, Path | None]:

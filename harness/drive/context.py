@@ -22,7 +22,7 @@ from harness.detect.engine.matcher import Matcher, matcher_for
 from harness.drive.backends import RpcLog
 from harness.drive.features import Features
 from harness.drive.hermes import Hermes, Sandbox, TurnResult, gateway_config
-from harness.drive.services import SERVICES, TOOL_GROUPS
+from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS
 
 
 @dataclass
@@ -34,7 +34,7 @@ class ScenarioOptions:
     phases: list[str] = field(default_factory=list)  # multi-profile phases to run (default: all but cron)
     cron_wait: float = 75.0
     tools: list[str] = field(default_factory=lambda: list(TOOL_GROUPS))  # battery groups; [] = env probe only
-    services: list[str] = field(default_factory=lambda: list(SERVICES))  # services besides the provider
+    services: list[str] = field(default_factory=lambda: list(DEFAULT_SERVICES))  # services besides the provider
 
 
 @dataclass

@@ -31,6 +31,8 @@ ALL_SERVICES: dict[str, ServiceSpec] = _discover()
 PROVIDER_SERVICE = next(s for s in ALL_SERVICES.values() if not s.optional)
 #: The services `--services` chooses from (every one but the provider).
 SERVICES: dict[str, ServiceSpec] = {n: s for n, s in ALL_SERVICES.items() if s.optional}
+#: The services of a run without `--services`: every one but those chosen by name only (another holder of a slot).
+DEFAULT_SERVICES: tuple[str, ...] = tuple(n for n, s in SERVICES.items() if s.by_default)
 #: The tool battery by group (`--tools`): Hermes' own tools, then each service's.
 TOOL_GROUPS: dict[str, tuple[str, ...]] = dict(OWN_TOOL_GROUPS)
 for _spec in SERVICES.values():
@@ -47,6 +49,19 @@ for _spec in SERVICES.values():
 def check(names: list[str]) -> list[str]:
     """Unknown service names (for the option check)."""
     return [n for n in names if n not in SERVICES]
+
+
+def conflicts(names: list[str]) -> str:
+    """Why these services cannot run together ("" when they can): two of them hold the same profile slot."""
+    holder: dict[str, str] = {}
+    for name in names:
+        slot = SERVICES[name].slot
+        if not slot:
+            continue
+        if slot in holder:
+            return f"services {holder[slot]!r} and {name!r} both set the profile's {slot}: choose one"
+        holder[slot] = name
+    return ""
 
 
 def mint(registry: Registry, names: list[str]) -> None:

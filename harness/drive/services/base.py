@@ -127,6 +127,8 @@ class ServiceSpec:
     passive: bool = False  # every turn drives it, tools or not (a connection, a prefetch, a server's start)
     but_second: bool = False  # not configured for the second tenant (which then shows the service's absence)
     optional: bool = True  # chosen with `--services` (the LLM provider is not: every front door needs it)
+    slot: str = ""  # the profile setting it takes that holds one service (`memory.provider`): one per run
+    by_default: bool = True  # in the run's services when `--services` is not given (else only by name)
     configure: Callable[[Tenant, Where], Setup] = lambda t, w: Setup()
 
     def kinds(self) -> tuple[str, ...]:

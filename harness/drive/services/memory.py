@@ -108,7 +108,7 @@ def _user(c: PlantContext) -> None:
 SERVICE = ServiceSpec(
     "memory", "the mem0 memory provider (self-hosted)", rank=30, make=lambda t, m: Mem0Stub(t, m),
     credential="memory_key", credential_env="MEM0_API_KEY", identity=("memory_user", "memory_agent"),
-    data=("memory_record", "memory_note"), passive=True, configure=configure,
+    data=("memory_record", "memory_note"), passive=True, configure=configure, slot="memory.provider",
     coverage=Coverage('source_has("plugins.memory.mem0._backend", "class SelfHostedBackend")',
                       "no mem0 memory provider in self-hosted mode (plugins/memory/mem0)",
                       forward="Hermes' mem0 client gives httpx a transport of its own, which ignores HTTPS_PROXY"),
