@@ -251,7 +251,7 @@ def scripted(ctx: Context, plans: dict[str, Plan]) -> Iterator[None]:
             ctx.stubs[name].script(None)
 
 
-def _tool_results(ctx: Context, tenant: str, since: float) -> Iterator[tuple[str, Any]]:
+def tool_results(ctx: Context, tenant: str, since: float) -> Iterator[tuple[str, Any]]:
     """(tool name, parsed result) of every tool result `tenant`'s provider received since `since`."""
     seen: set[str] = set()
     for r in ctx.stubs[tenant].snapshot():
@@ -291,7 +291,7 @@ def learn(ctx: Context, tenant: str, since: float, sessions: list[str] | None = 
     """`tenant`'s session ids (its home's state.db, or `sessions` from RPC replies), the job ids and
     process ids its tools returned since `since` (what its provider received)."""
     refs = Refs(tenant, sessions=list(sessions or []) + _sessions_in_home(ctx, tenant, since))
-    for name, doc in _tool_results(ctx, tenant, since):
+    for name, doc in tool_results(ctx, tenant, since):
         if name == "cronjob" and isinstance(doc, dict) and isinstance(doc.get("job_id"), str):
             refs.jobs.append(doc["job_id"])
         elif name == "terminal":

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from harness.core.evidence import EvidenceFolder
 from harness.core.files import write_private
-from harness.drive import services
+from harness.drive import redaction, services
 from harness.drive.context import Context
 from harness.drive.hermes import write_home
 from harness.drive.services import SERVICES
@@ -19,9 +19,11 @@ def write_homes(ctx: Context) -> None:
         where = {s: services.Where(ctx.proxy.service_url(t.name, s) if SERVICES[s].proxied else "",
                                    ctx.registry_path, EvidenceFolder(ctx.out).service_records) for s in active}
         extra = services.setup(t, active, where, second=t.name == ctx.registry.names()[1])
+        phase_config, phase_env = redaction.settings(ctx, t.name)
         home = ctx.sandbox.home_of(t.name)
+        config = services.merged(services.merged(ctx.extra_config(t.name), phase_config), extra.config)
         write_home(t, home, ctx.proxy.base_url(t.name), launch=t.name == ctx.sandbox.launch,
-                   extra_config=services.merged(ctx.extra_config(t.name), extra.config), extra_env=extra.env)
+                   extra_config=config, extra_env={**extra.env, **phase_env})
         for rel, data in extra.files.items():
             write_private(home / rel, data)
         for rel, data in extra.workdir_files.items():

@@ -27,7 +27,7 @@ from typing import Any
 from harness.core.findings import Finding
 from harness.core.protocol import PROMPT
 from harness.core.registry import new_tag
-from harness.drive import approvals, battery
+from harness.drive import approvals, battery, redaction
 from harness.drive.backends import BackendError, RpcBackend
 from harness.drive.context import Context
 from harness.drive.hermes import TurnResult
@@ -115,6 +115,10 @@ def drive_rpc(ctx: Context, make: Callable[[], RpcBackend], driver: str, cron: b
             with ctx.phase(approvals.PHASE):
                 approvals.run(ctx, backend, driver,
                               lambda name: _turn(ctx, backend, name, sessions[name], approvals.PHASE, driver))
+        if wanted(ctx, redaction.PHASE) and ctx.scenario in redaction.DOORS:
+            with ctx.phase(redaction.PHASE):
+                redaction.run(ctx, driver,
+                              lambda name: _turn(ctx, backend, name, sessions[name], redaction.PHASE, driver))
         if wanted(ctx, "profiles"):
             with ctx.phase("profiles"):
                 profiles(ctx, backend.pid, backend.proc, driver)

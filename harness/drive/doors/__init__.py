@@ -8,7 +8,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 
-from harness.drive import approvals
+from harness.drive import approvals, redaction
 from harness.drive.context import Context
 from harness.drive.doors.base import Door
 from harness.drive.features import Features
@@ -56,17 +56,18 @@ NOT_DRIVEN: dict[str, str] = {
            "field, no per-session home; `new_session` takes a cwd only), loads the `.env` of the home it was started "
            "in (`entry.py`) and keeps its sessions in that home's `state.db` (`session.py`), so two profiles are two "
            "`hermes -p NAME acp` processes, as with the one-shot CLI; not driven as a door yet",
-    "log redaction": "read once per process in Hermes 0.19.0 (`agent/redact.py`: `_REDACT_ENABLED` from "
-                     "`HERMES_REDACT_SECRETS` at import, set by the process's start-up from the launch "
-                     "profile's `.env` or `security.redact_secrets`), so in one process every profile is "
-                     "redacted by the launch profile's setting; profiles with different settings are not driven "
-                     "yet",
+    "log redaction": "a phase of serve, not a door: `--phases redaction` (or `all,redaction`) starts the backend "
+                     "with the launch profile's `security.redact_secrets: false` and every other's true, then has "
+                     "each read a key-shaped secret of its own with the terminal tool; Hermes 0.19.0 reads the "
+                     "setting once per process (`agent/redact.py`: `_REDACT_ENABLED`); the tui backend never "
+                     "honours it (every profile redacted), and the gateway's platforms are not driven with it yet",
 }
 
 
 #: Ways into Hermes that a phase of the backends drives, not a door of their own: way -> (phase, the doors whose
 #: driver runs it).
-PHASE_WAYS: dict[str, tuple[str, tuple[str, ...]]] = {"tool approvals": (approvals.PHASE, approvals.DOORS)}
+PHASE_WAYS: dict[str, tuple[str, tuple[str, ...]]] = {"tool approvals": (approvals.PHASE, approvals.DOORS),
+                                                      "log redaction": (redaction.PHASE, redaction.DOORS)}
 
 
 def door_states(scenario: str, phases: tuple[str, ...] | list[str] = ()) -> dict[str, str]:

@@ -1,0 +1,105 @@
+"""The `redaction` phase of `hermes serve`, the backend that serves every profile in one process and honours the
+setting: each profile's `security.redact_secrets` must govern what its own tools hand its model.
+
+Hermes reads the setting once, when the process starts (the launch profile's config or `.env`). The tui backend
+(0.19.0) never honours it: `tui_gateway/server.py` imports `agent.redact` (through `agent.replay_cleanup`) before
+it loads the launch profile's `.env`, and reads no `security.redact_secrets`, so every profile there is redacted,
+Hermes' default, whatever it says: the phase has nothing to switch off there and does not run.
+
+For a run with the phase, the launch profile says `security.redact_secrets: false` (and `HERMES_REDACT_SECRETS=false`
+in its `.env`) and every other profile `true`, Hermes' default, from the start. In the phase every tenant reads, with
+the terminal tool, a file of its own workdir holding a secret of its own shaped like a provider key (`sk-...`, a
+canary minted for the phase, kind `redaction_key`), and the tool result its provider receives is read:
+
+- a tenant whose profile says `true` that received its secret unmasked was governed by the launch profile's setting:
+  a `profile_bleed` from the launch profile, canary kind `redaction` (entry point `redaction`);
+- the launch profile's own secret unmasked is its own setting at work: the near miss, never reported; masked, the
+  switch never took effect and the phase proved nothing (a failed turn, never a clean one);
+- a tenant whose tool result never reached its provider: a failed turn.
+
+Hermes' masker keeps the first 6 and last 4 characters of a long key; the secret is longer than that, so a masked
+result never holds it whole.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from harness.capture.stubs.provider import ToolStep, probe_step
+from harness.core.findings import Finding
+from harness.core.registry import new_tag
+from harness.drive import battery
+from harness.drive.context import Context
+from harness.drive.hermes import TurnResult
+from harness.drive.phases import wanted
+
+PHASE = "redaction"
+#: The doors whose driver runs the phase (`rpc_phases.drive_rpc`; not tui: see above).
+DOORS = ("serve",)
+KIND = "redaction_key"
+#: The first line of the file the phase reads: what tells its terminal result from the turn's env probe.
+MARKER = "tenancy-redaction-phase"
+
+
+def settings(ctx: Context, tenant: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """What the phase adds to a tenant's config and `.env` from the start (nothing when it does not run)."""
+    if not wanted(ctx, PHASE) or ctx.scenario not in DOORS:
+        return {}, {}
+    on = tenant != ctx.sandbox.launch
+    return {"security": {"redact_secrets": on}}, {"HERMES_REDACT_SECRETS": str(on).lower()}
+
+
+def secret() -> str:
+    """A provider-key-shaped secret: Hermes' masker matches `sk-` and 10 or more key characters (the tag: hex)."""
+    return f"sk-tenancy{new_tag()}"
+
+
+def unmasked(ctx: Context, tenant: str, value: str, since: float) -> bool | None:
+    """Whether the phase's terminal result `tenant`'s provider received since `since` holds `value` whole (None:
+    it never reached it)."""
+    seen = [text for name, doc in battery.tool_results(ctx, tenant, since)
+            if name == "terminal" and MARKER in (text := json.dumps(doc))]
+    return any(value in text for text in seen) if seen else None
+
+
+def bleeds(launch: str, shown: dict[str, bool], scenario: str, driver: str) -> list[Finding]:
+    """A finding for every tenant but `launch` whose secret reached its model unmasked (`shown`)."""
+    return [Finding("profile_bleed", launch, tenant, "redaction", "request", f"{driver}:{tenant}:tool terminal",
+                    "plain", f"<{tenant}:{KIND}> unmasked in its terminal result", tool="terminal",
+                    scenario=scenario, phase=PHASE,
+                    detail=f"{tenant!r} says security.redact_secrets: true; its own key-shaped secret reached its "
+                           f"model unmasked, under the launch profile {launch!r}'s false")
+            for tenant, raw in shown.items() if tenant != launch and raw]
+
+
+def _read(ctx: Context, tenant: str, turn: Callable[[str], None]) -> bool | None:
+    """One turn of `tenant` reading a file of its own workdir that holds a new secret of its own."""
+    t = ctx.registry[tenant]
+    value = secret()
+    kind = ctx.mint(tenant, KIND, value)
+    path = Path(t.canaries["workdir"]) / f"{kind}.txt"
+    path.write_text(f"{MARKER}\nOPENAI_API_KEY={value}\n")
+    since = time.time()
+    with battery.scripted(ctx, {tenant: [[probe_step(t)], [ToolStep("terminal", {"command": f"cat {path}"})]]}):
+        turn(tenant)
+    return unmasked(ctx, tenant, value, since)
+
+
+def run(ctx: Context, driver: str, turn: Callable[[str], None]) -> None:
+    """The phase: see the module's docstring."""
+    launch = ctx.sandbox.launch
+    shown = {name: _read(ctx, name, turn) for name in ctx.registry.names()}
+    if shown.get(launch) is not True:
+        why = ("its terminal result never reached its provider" if shown.get(launch) is None
+               else "its secret was masked: security.redact_secrets: false never took effect")
+        ctx.record(TurnResult(launch, f"{driver}-{PHASE}", False, 0.0, why), PHASE, snapshot=False)
+        return
+    for name, raw in shown.items():
+        if raw is None:
+            ctx.record(TurnResult(name, f"{driver}-{PHASE}", False, 0.0,
+                                  "its terminal result never reached its provider"), PHASE, snapshot=False)
+    ctx.findings.extend(bleeds(launch, {n: bool(raw) for n, raw in shown.items()}, ctx.scenario, driver))

@@ -1,0 +1,39 @@
+"""The `redaction` phase's judgement without Hermes, and Hermes' own masker on the phase's secret: a tenant whose
+profile says redact and whose key-shaped secret reached its model whole is a finding (the plant); the launch
+profile's own secret whole, under its own `false`, is not (the near miss); a masked one is not either. The
+finding is a root cause of its own (entry `redaction`, F26)."""
+
+from __future__ import annotations
+
+import subprocess
+
+from harness.detect.incidents import build, entry_point
+from harness.drive.hermes import hermetic_env
+from harness.drive.redaction import bleeds, secret
+from harness.report.documented import documented
+
+
+def test_a_secret_shown_whole_against_its_profiles_setting_is_a_finding_and_the_launch_profiles_is_not():
+    found = bleeds("default", {"default": True, "alpha": True, "beta": False}, "serve", "serve")
+    assert [(f.kind, f.victim, f.seen_in, f.canary, f.tool) for f in found] == [
+        ("profile_bleed", "default", "alpha", "redaction", "terminal")]
+    assert found[0].phase == "redaction" and found[0].scenario == "serve"
+    assert bleeds("default", {"default": True, "alpha": False, "beta": False}, "serve", "serve") == []
+
+
+def test_a_redaction_bleed_enters_through_its_own_entry_point_and_is_f26():
+    found = bleeds("default", {"alpha": True, "beta": True}, "serve", "serve")
+    assert {entry_point(f) for f in found} == {"redaction"}
+    assert [(i.entry, documented(i)) for i in build(found)] == [("redaction", ["F26"])]
+
+
+def test_hermes_masks_the_phases_secret_when_redaction_is_on(tmp_path, hermes_python):
+    value = secret()
+    code = ("from agent.redact import redact_terminal_output; "
+            f"print(redact_terminal_output('OPENAI_API_KEY={value}', 'cat key.txt', force=True))")
+    (tmp_path / ".hermes").mkdir()
+    done = subprocess.run([str(hermes_python), "-c", code], capture_output=True, text=True, timeout=120,
+                          env=hermetic_env(tmp_path, hermes_python), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    out = done.stdout.strip()
+    assert value not in out and out.startswith("OPENAI_API_KEY=sk-")  # masked, the shape kept
