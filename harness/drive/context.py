@@ -142,11 +142,14 @@ class Context:
         return [s for s, state in self.service_states().items() if state == "on"]
 
     def service_states(self) -> dict[str, str]:
-        """Every service asked for: `on`, or `n/a: <why>` (the release lacks it, or the topology)."""
+        """Every service: `on`, `n/a: <why>` (the release lacks it, or the topology), or `not driven: <how>` (not
+        asked for: the option that drives it)."""
         states = {}
-        for name in self.opts.services:
-            spec = SERVICES[name]
-            if name not in self.features.services:
+        for name, spec in SERVICES.items():
+            if name not in self.opts.services:
+                one = f" (one {spec.slot} per run)" if spec.slot else ""
+                states[name] = f"not driven: --services {name}{one}"
+            elif name not in self.features.services:
                 states[name] = f"n/a: {spec.coverage.lacks}"
             elif self.proxy.topology == "forward" and spec.coverage.forward:
                 states[name] = f"n/a: {spec.coverage.forward}"

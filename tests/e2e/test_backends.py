@@ -16,7 +16,7 @@ from harness.core.findings import Finding
 from harness.core.protocol import OUT_OF_SCOPE
 from harness.detect.file_versions import version_of
 from harness.drive.phases import ALL_PHASES
-from harness.drive.services import BATTERY_TOOLS, SERVICES
+from harness.drive.services import BATTERY_TOOLS, DEFAULT_SERVICES, SERVICES
 from harness.pytest_plugin import assert_reproduced
 
 pytestmark = pytest.mark.e2e
@@ -70,7 +70,9 @@ def test_scenario_reproduces_its_baseline_and_catches_an_unknown_plant(tenancy_a
     states = {t: s for t, s in coverage.items() if t in BATTERY_TOOLS and t in offered}
     assert set(states.values()) <= {"driven", "leak", "allowed"}, states
     services = audit.doc["service_coverage"][scenario]  # every service was driven (Hermes 0.19.0 leaks at each)
-    assert set(services) == set(SERVICES) and set(services.values()) <= {"driven", "leak"}, services
+    assert set(services) == set(SERVICES), services
+    assert {services[n] for n in DEFAULT_SERVICES} <= {"driven", "leak"}, services
+    assert all(services[n].startswith(f"not driven: --services {n}") for n in SERVICES if n not in DEFAULT_SERVICES)
     if scenario in TICKERS:  # a due job seeded in every profile; the backend's ticker must fire each
         cron = [t for t in audit.doc["timeline"] if t["phase"] == "cron"]
         assert {t["tenant"] for t in cron} == {"default", "alpha", "beta"}
