@@ -1,5 +1,6 @@
-"""The `redaction` phase of `hermes serve`, the backend that serves every profile in one process and honours the
-setting: each profile's `security.redact_secrets` must govern what its own tools hand its model.
+"""The `redaction` phase of `hermes serve` and the multiplexed gateway, the backends that serve every profile in one
+process and honour the setting: each profile's `security.redact_secrets` must govern what its own tools hand its
+model.
 
 Hermes reads the setting once, when the process starts (the launch profile's config or `.env`). The tui backend
 (0.19.0) never honours it: `tui_gateway/server.py` imports `agent.redact` (through `agent.replay_cleanup`) before
@@ -38,8 +39,8 @@ from harness.drive.hermes import TurnResult
 from harness.drive.phases import wanted
 
 PHASE = "redaction"
-#: The doors whose driver runs the phase (`rpc_phases.drive_rpc`; not tui: see above).
-DOORS = ("serve",)
+#: The doors whose driver runs the phase (`rpc_phases.drive_rpc`, the gateway door; not tui: see above).
+DOORS = ("serve", "gateway")
 KIND = "redaction_key"
 #: The first line of the file the phase reads: what tells its terminal result from the turn's env probe.
 MARKER = "tenancy-redaction-phase"

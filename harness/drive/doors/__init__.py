@@ -56,11 +56,11 @@ NOT_DRIVEN: dict[str, str] = {
            "field, no per-session home; `new_session` takes a cwd only), loads the `.env` of the home it was started "
            "in (`entry.py`) and keeps its sessions in that home's `state.db` (`session.py`), so two profiles are two "
            "`hermes -p NAME acp` processes, as with the one-shot CLI; not driven as a door yet",
-    "log redaction": "a phase of serve, not a door: `--phases redaction` (or `all,redaction`) starts the backend "
-                     "with the launch profile's `security.redact_secrets: false` and every other's true, then has "
-                     "each read a key-shaped secret of its own with the terminal tool; Hermes 0.19.0 reads the "
-                     "setting once per process (`agent/redact.py`: `_REDACT_ENABLED`); the tui backend never "
-                     "honours it (every profile redacted), and the gateway's platforms are not driven with it yet",
+    "log redaction": "a phase of serve and the gateway, not a door: `--phases redaction` (or `all,redaction`) "
+                     "starts the backend with the launch profile's `security.redact_secrets: false` and every "
+                     "other's true, then has each read a key-shaped secret of its own with the terminal tool; Hermes "
+                     "0.19.0 reads the setting once per process (`agent/redact.py`: `_REDACT_ENABLED`); the tui "
+                     "backend never honours it (every profile redacted)",
 }
 
 

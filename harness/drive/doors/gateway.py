@@ -12,7 +12,7 @@ import time
 
 from harness.core.findings import Finding
 from harness.core.protocol import PROMPT, placeholder
-from harness.drive import battery
+from harness.drive import battery, redaction
 from harness.drive.context import Context
 from harness.drive.doors.base import Door
 from harness.drive.gateway_backend import GatewayBackend
@@ -44,6 +44,9 @@ def gateway(ctx: Context) -> None:
         if battery.enabled(ctx) and wanted(ctx, "lookups"):
             with ctx.phase("lookups"):
                 battery.lookup_turns(ctx, lambda name: _gateway_turn(ctx, gw, name, launch_key, "lookups"), started)
+        if wanted(ctx, redaction.PHASE):
+            with ctx.phase(redaction.PHASE):
+                redaction.run(ctx, "gateway", lambda name: _gateway_turn(ctx, gw, name, launch_key, redaction.PHASE))
         if wanted(ctx, "profiles"):
             with ctx.phase("profiles"):
                 profiles(ctx, gw.pid, gw.proc, "gateway")
