@@ -51,6 +51,8 @@ CASES = [
      dict(kind="request_leak", tool="webhook")),
     ("F14", dict(kind="wrong_key", canary="aux_key", service="aux"),
      dict(kind="request_leak", canary="title", service="aux")),
+    ("F22", dict(kind="wrong_key", canary="hindsight_key", service="hindsight"),
+     dict(kind="wrong_key", seen_in="default", canary="hindsight_key", service="hindsight")),
 ]
 
 
