@@ -23,6 +23,8 @@ from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import Route, inspect_request
 from harness.drive import services
 from harness.drive.hermes import hermetic_env
+from harness.drive.plants import apply
+from harness.drive.services.base import PlantContext
 from harness.drive.services.honcho import HonchoStub, honcho_json, host_key
 from harness.drive.services.memory import Mem0Stub
 from harness.drive.services.web import TavilyStub
@@ -419,3 +421,23 @@ def test_the_honcho_stub_answers_hermes_honcho_provider(tmp_path, hermes_python)
     assert any(r.path.endswith("/messages/upload") and b"a memory of the profile" in r.body for r in seen)
     assert any(c["honcho_peer"] in r.body.decode() and "user says hello" in r.body.decode() for r in seen)
     assert not any(r.wrong_key for r in seen)
+
+
+@pytest.mark.parametrize(("plant", "field", "kind"), [
+    ("honcho-key", "apiKey", "honcho_key"), ("honcho-workspace", "workspace", "honcho_workspace"),
+    ("honcho-peer", "peerName", "honcho_peer")])
+def test_a_honcho_plant_puts_the_donors_value_in_the_targets_host_block(tmp_path, plant, field, kind):
+    reg = registry_with_services(tmp_path)
+    donor, target = reg["default"], reg["alpha"]
+    home = tmp_path / "alpha-home"
+    home.mkdir()
+    setup = services.SERVICES["honcho"].configure(target, services.Where("http://127.0.0.1:9"))
+    (home / "honcho.json").write_bytes(setup.files["honcho.json"])
+    (home / ".env").write_text("".join(f"{k}={v}\n" for k, v in setup.env.items()))
+    apply(plant, PlantContext(donor, target, home, "http://127.0.0.1:9", "http://127.0.0.1:8"))
+    block = json.loads((home / "honcho.json").read_text())["hosts"]["hermes_alpha"]
+    assert block[field] == donor.canaries[kind]
+    assert {k: v for k, v in block.items() if k != field} == \
+        {k: v for k, v in honcho_json(target, "")["hosts"]["hermes_alpha"].items() if k != field}
+    env = (home / ".env").read_text()
+    assert (f"HONCHO_API_KEY={donor.canaries['honcho_key']}" in env) == (plant == "honcho-key")
