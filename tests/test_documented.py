@@ -51,9 +51,17 @@ CASES = [
      dict(kind="request_leak", tool="webhook")),
     ("F14", dict(kind="wrong_key", canary="aux_key", service="aux"),
      dict(kind="request_leak", canary="title", service="aux")),
+    ("F21", dict(kind="wrong_identity", victim="alpha", seen_in="default", canary="honcho_peer", service="honcho"),
+     dict(kind="request_leak", tool="honcho")),
     ("F22", dict(kind="wrong_key", canary="hindsight_key", service="hindsight"),
      dict(kind="wrong_key", seen_in="default", canary="hindsight_key", service="hindsight")),
 ]
+
+
+def test_the_honcho_signature_takes_its_record_in_a_prompt_but_not_another_record():
+    """A prefetch puts the first client's Honcho record in another profile's prompt (entry `request`)."""
+    assert crossing("request_leak", canary="honcho_record") == ["F21"]
+    assert crossing("request_leak", canary="memory_record") == []
 
 
 @pytest.mark.parametrize(("number", "match", "near"), CASES, ids=[c[0] for c in CASES])

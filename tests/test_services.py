@@ -23,6 +23,9 @@ from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import Route, inspect_request
 from harness.drive import services
 from harness.drive.hermes import hermetic_env
+from harness.drive.plants import apply
+from harness.drive.services.base import PlantContext
+from harness.drive.services.honcho import HonchoStub, honcho_json, host_key
 from harness.drive.services.memory import Mem0Stub
 from harness.drive.services.web import TavilyStub
 
@@ -368,3 +371,73 @@ def test_a_stub_that_cannot_start_is_one_line_and_exit_2(tmp_path, monkeypatch, 
     assert cli.main(["run", "--out", str(tmp_path / "ev")]) == 2
     err = capsys.readouterr().err
     assert err == "tenancy-audit: the web stub of tenant 'alpha' cannot listen on 127.0.0.1: Address already in use\n"
+
+
+def test_the_honcho_stub_answers_hermes_honcho_provider(tmp_path, hermes_python):
+    """Hermes' Honcho plugin (the SDK underneath), from a profile's `honcho.json`: session start, a turn's
+    prefetch and sync, and every tool, all answered in the shapes the SDK validates."""
+    a = registry_with_services(tmp_path)["alpha"]
+    c = a.canaries
+    stub = HonchoStub(a).start()
+    home = tmp_path / "home" / ".hermes"
+    home.mkdir(parents=True)
+    (home / "honcho.json").write_text(json.dumps(honcho_json(a, stub.url, host="hermes")))  # the default profile
+    (home / "memories").mkdir()
+    (home / "memories" / "MEMORY.md").write_text("a memory of the profile\n")  # uploaded at the session's start
+    try:
+        got = run_in_hermes(hermes_python, tmp_path, """
+            import json, time
+            from plugins.memory.honcho import HonchoMemoryProvider
+            from plugins.memory.honcho.client import profile_host_key
+            p = HonchoMemoryProvider()
+            p.initialize("sess-1", platform="cli")
+            for _ in range(100):
+                if p._session_initialized:
+                    break
+                time.sleep(0.05)
+            out = {"ready": p._session_initialized, "prefetch": p.prefetch("what is in the environment?")}
+            p.sync_turn("user says hello", "assistant says hi")
+            calls = [("honcho_conclude", {"conclusion": "note one"}), ("honcho_profile", {"card": ["card one"]}),
+                     ("honcho_profile", {}), ("honcho_context", {}), ("honcho_search", {"query": "environment"}),
+                     ("honcho_reasoning", {"query": "what?"}), ("honcho_conclude", {"list": True}),
+                     ("honcho_conclude", {"delete_id": "alpha-conclusion"}),
+                     ("honcho_conclude", {"delete_id": "default-conclusion"})]
+            out["tools"] = [p.handle_tool_call(n, args) for n, args in calls]
+            p.shutdown()
+            out["hosts"] = {n: profile_host_key(n) for n in ("default", "alpha", "beta-2", "a.b")}
+            print(json.dumps(out))
+        """)
+    finally:
+        stub.stop()
+    assert got["hosts"] == {n: host_key(n) for n in got["hosts"]}  # the host block Hermes reads per profile
+    assert got["ready"] and c["honcho_record"] in got["prefetch"]
+    saved, card, read, context, search, reasoning, listed, deleted, missing = got["tools"]
+    assert "note one" in saved and "card one" in card and "card one" in read and "error" not in deleted
+    assert all(c["honcho_record"] in r for r in (context, search, reasoning, listed))
+    assert "user says hello" in context and "note one" in listed and "Failed to delete" in missing
+    seen = stub.snapshot()
+    assert all(r.path.startswith(f"/v3/workspaces/{c['honcho_workspace']}") for r in seen[1:])
+    assert [r.status for r in seen].count(404) == 1 and {r.status for r in seen} == {200, 404}
+    assert any(r.path.endswith("/messages/upload") and b"a memory of the profile" in r.body for r in seen)
+    assert any(c["honcho_peer"] in r.body.decode() and "user says hello" in r.body.decode() for r in seen)
+    assert not any(r.wrong_key for r in seen)
+
+
+@pytest.mark.parametrize(("plant", "field", "kind"), [
+    ("honcho-key", "apiKey", "honcho_key"), ("honcho-workspace", "workspace", "honcho_workspace"),
+    ("honcho-peer", "peerName", "honcho_peer")])
+def test_a_honcho_plant_puts_the_donors_value_in_the_targets_host_block(tmp_path, plant, field, kind):
+    reg = registry_with_services(tmp_path)
+    donor, target = reg["default"], reg["alpha"]
+    home = tmp_path / "alpha-home"
+    home.mkdir()
+    setup = services.SERVICES["honcho"].configure(target, services.Where("http://127.0.0.1:9"))
+    (home / "honcho.json").write_bytes(setup.files["honcho.json"])
+    (home / ".env").write_text("".join(f"{k}={v}\n" for k, v in setup.env.items()))
+    apply(plant, PlantContext(donor, target, home, "http://127.0.0.1:9", "http://127.0.0.1:8"))
+    block = json.loads((home / "honcho.json").read_text())["hosts"]["hermes_alpha"]
+    assert block[field] == donor.canaries[kind]
+    assert {k: v for k, v in block.items() if k != field} == \
+        {k: v for k, v in honcho_json(target, "")["hosts"]["hermes_alpha"].items() if k != field}
+    env = (home / ".env").read_text()
+    assert (f"HONCHO_API_KEY={donor.canaries['honcho_key']}" in env) == (plant == "honcho-key")
