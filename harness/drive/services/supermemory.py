@@ -106,20 +106,25 @@ def configure(t: Tenant, where: Where) -> Setup:
 
 
 def _writes(u: Turn) -> list[ToolStep]:
-    """A memory of the tenant's, then its record (the stub's id `<tenant>-record`: its own) forgotten."""
+    """A memory of the tenant's, stored by each name of the tool (Hermes offers every tool under a kebab-case
+    alias too), then its record (the stub's id `<tenant>-record`: its own) forgotten by id and by a query (the
+    best match: the record)."""
     note = f"{u.tenant.canaries['supermemory_note']} ({u.scenario})"
     return [ToolStep("supermemory_store", {"content": note}),
-            ToolStep("supermemory_forget", {"id": f"{u.tenant.name}-record"})]
+            ToolStep("supermemory-save", {"content": f"{note} (by alias)"}),
+            ToolStep("supermemory_forget", {"id": f"{u.tenant.name}-record"}),
+            ToolStep("supermemory-forget", {"query": COMMON_WORD})]
 
 
 def _reads(u: Turn) -> list[ToolStep]:
     return [ToolStep("supermemory_search", {"query": COMMON_WORD}),
-            ToolStep("supermemory_profile", {"query": COMMON_WORD})]
+            ToolStep("supermemory-profile", {"query": COMMON_WORD})]
 
 
 def _lookups(u: Turn) -> list[ToolStep]:
-    """A search, and another tenant's record by id (at an isolated service: not found)."""
-    return [ToolStep("supermemory_search", {"query": COMMON_WORD}),
+    """Searches and the profile, and another tenant's record by id (at an isolated service: not found)."""
+    return [ToolStep("supermemory-search", {"query": COMMON_WORD}),
+            ToolStep("supermemory_profile", {"query": COMMON_WORD}),
             ToolStep("supermemory_forget", {"id": f"{u.other}-record"})]
 
 
@@ -139,7 +144,8 @@ SERVICE = ServiceSpec(
     coverage=Coverage('has("supermemory") and source_has("plugins.memory.supermemory", "SUPERMEMORY_BASE_URL")',
                       "no Supermemory memory provider with a configurable base URL, or no supermemory SDK"),
     battery=Battery("supermemory", tools=("supermemory_store", "supermemory_search", "supermemory_profile",
-                                          "supermemory_forget"),
+                                          "supermemory_forget", "supermemory-save", "supermemory-search",
+                                          "supermemory-profile", "supermemory-forget"),
                     writes=_writes, reads=_reads, lookups=_lookups),
     plants={"supermemory-key": credential_plant("supermemory_key", "SUPERMEMORY_API_KEY"),
             "supermemory-tag": Plant(_tag, frozenset({"wrong_identity"}))},
