@@ -51,6 +51,8 @@ CASES = [
      dict(kind="request_leak", tool="webhook")),
     ("F14", dict(kind="wrong_key", canary="aux_key", service="aux"),
      dict(kind="request_leak", canary="title", service="aux")),
+    ("F20", dict(kind="wrong_key", canary="supermemory_key", service="supermemory"),
+     dict(kind="wrong_key", seen_in="default", canary="supermemory_key", service="supermemory")),
     ("F21", dict(kind="wrong_identity", victim="alpha", seen_in="default", canary="honcho_peer", service="honcho"),
      dict(kind="request_leak", tool="honcho")),
     ("F22", dict(kind="wrong_key", canary="hindsight_key", service="hindsight"),

@@ -27,6 +27,7 @@ from harness.drive.plants import apply
 from harness.drive.services.base import PlantContext
 from harness.drive.services.honcho import HonchoStub, honcho_json, host_key
 from harness.drive.services.memory import Mem0Stub
+from harness.drive.services.supermemory import SupermemoryStub
 from harness.drive.services.web import TavilyStub
 
 # -- a registry with services ----------------------------------------------------------------------------------
@@ -259,6 +260,66 @@ def test_the_mem0_stub_answers_hermes_self_hosted_client(tmp_path, hermes_python
     one = f"/memories/{got['found'][1]['id']}"
     assert [r.path for r in stub.snapshot()] == ["/memories", "/search", one, "/search", one, "/search"]
     assert not any(r.wrong_key for r in stub.snapshot())
+
+
+def test_the_supermemory_stub_answers_hermes_provider(tmp_path, hermes_python):
+    """Hermes' Supermemory provider, configured as a profile is (its `supermemory.json`), against the stub:
+    prefetch, every tool, the session's conversation; the container tag arrives as minted."""
+    reg = registry_with_services(tmp_path)
+    a = reg["alpha"]
+    stub = SupermemoryStub(a).start()
+    setup = services.SERVICES["supermemory"].configure(a, services.Where(url=stub.url))
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    for name, data in setup.files.items():
+        (profile / name).write_bytes(data)
+    try:
+        got = run_in_hermes(hermes_python, tmp_path, f"""
+            import json
+            from plugins.memory.supermemory import SupermemoryMemoryProvider
+            p = SupermemoryMemoryProvider()
+            p.initialize("s1", hermes_home={str(profile)!r}, agent_identity="alpha")
+            out = {{"prefetch": p.prefetch("what is in the environment")}}
+            for tool, args in [("supermemory_store", {{"content": "note one of alpha"}}),
+                               ("supermemory_search", {{"query": "note"}}),
+                               ("supermemory_profile", {{"query": "note"}}),
+                               ("supermemory_forget", {{"id": "alpha-1"}}),
+                               ("supermemory_forget", {{"id": "default-record"}})]:
+                out[tool + str(len(out))] = json.loads(p.handle_tool_call(tool, args))
+            p.on_session_end([{{"role": "user", "content": "remember the environment, please"}},
+                              {{"role": "assistant", "content": "noted"}}])
+            print(json.dumps(out))
+        """, setup.env)
+    finally:
+        stub.stop()
+    assert a.canaries["supermemory_record"] in got["prefetch"]
+    assert got["supermemory_store1"]["saved"] and got["supermemory_store1"]["id"] == "alpha-1"
+    assert a.canaries["supermemory_record"] in got["supermemory_search2"]["results"][0]["content"]
+    assert got["supermemory_search2"]["results"][1]["content"] == "note one of alpha"
+    assert a.canaries["supermemory_record"] in got["supermemory_profile3"]["profile"]
+    assert got["supermemory_forget4"] == {"forgotten": True, "id": "alpha-1"}
+    assert "error" in got["supermemory_forget5"]  # another tenant's record: not found at alpha's service
+    seen = stub.snapshot()
+    assert [(r.method, r.path) for r in seen] == [
+        ("POST", "/v4/profile"), ("POST", "/v3/documents"), ("POST", "/v4/search"), ("POST", "/v4/profile"),
+        ("DELETE", "/v4/memories"), ("DELETE", "/v4/memories"), ("POST", "/v4/conversations")]
+    bodies = [json.loads(r.body) for r in seen]
+    tag = a.canaries["supermemory_tag"]
+    assert [b.get("containerTag") or b.get("containerTags") for b in bodies] == [tag, [tag], tag, tag, tag, tag,
+                                                                                 [tag]]
+    assert not any(r.wrong_key for r in seen)
+    assert {r.headers["authorization"] for r in seen} == {f"Bearer {a.canaries['supermemory_key']}"}
+
+
+def test_another_tenants_container_tag_is_wrong_identity_and_a_near_miss_is_nothing(tmp_path):
+    reg = registry_with_services(tmp_path)
+    own = [("Authorization", f"Bearer {reg['alpha'].canaries['supermemory_key']}")]
+    theirs = reg["default"].canaries["supermemory_tag"]
+    report = inspect(reg, "supermemory", own, {"q": "q", "containerTag": theirs})
+    assert kinds(report) == [("wrong_identity", "default", "supermemory_tag", "supermemory")]
+    assert inspect(reg, "supermemory", own, {"q": "q", "containerTag": theirs[:-2]}).findings == []
+    assert inspect(reg, "supermemory", own, {"q": "q", "containerTag": reg["alpha"].canaries["supermemory_tag"]}
+                   ).findings == []
 
 
 def test_the_tavily_stub_answers_hermes_web_backend(tmp_path, hermes_python):

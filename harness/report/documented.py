@@ -76,6 +76,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
             Clause(("rpc",), ("text_leak",), scenarios=("api_server",), phases=("lookups",)),
             Clause(("file response_store.db*",), ("file_leak",))),
     "F19": (Clause(("approval",), ("profile_bleed",)),),
+    "F20": (Clause(("service supermemory",), ("wrong_key", "wrong_identity"), direction="launch -> other"),),
     "F21": (Clause(("service honcho", "tool honcho_*")), Clause(("request",), ("request_leak",), ("honcho_*",))),
     "F22": (Clause(("service hindsight",), ("wrong_key", "wrong_identity"), direction="launch -> other"),),
     "F26": (Clause(("redaction",), ("profile_bleed",), direction="launch -> other"),),

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import pkgutil
+import re
 from typing import Any
 
 from harness.core.protocol import TOOL_GROUPS as OWN_TOOL_GROUPS
@@ -65,13 +66,17 @@ def conflicts(names: list[str]) -> str:
 
 
 def mint(registry: Registry, names: list[str]) -> None:
-    """Mint the canaries of the services `names` for every tenant (one tag per tenant and call)."""
+    """Mint the canaries of the services `names` for every tenant (one tag per tenant and call; a kind of a
+    service's `words` with `_` between its parts)."""
     for t in registry:
         tag = new_tag()
         for name in names:
             for kind in SERVICES[name].kinds():
                 if kind not in t.canaries:
-                    registry.add_canary(t.name, kind, f"{kind.replace('_', '')}-{t.name}-{tag}")
+                    value = f"{kind.replace('_', '')}-{t.name}-{tag}"
+                    if kind in SERVICES[name].words:  # letters, digits and single "_" (a sanitised tag keeps it)
+                        value = re.sub(r"[^A-Za-z0-9]+", "_", value)
+                    registry.add_canary(t.name, kind, value)
 
 
 def attach(registry: Registry, name: str, tenant: str, route: dict[str, Any] | None, upstream: str) -> None:
