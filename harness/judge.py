@@ -13,7 +13,7 @@ from typing import Any
 import mitmproxy.version
 
 import harness
-from harness.core.distributions import differences
+from harness.core.distributions import TOOLS, differences
 from harness.core.evidence import EvidenceFolder
 from harness.core.findings import Finding, Verdict
 from harness.core.protocol import OUT_OF_SCOPE
@@ -23,6 +23,7 @@ from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
 from harness.detect.reconcile import LogSource, Reading, Reconciliation, reconcile
 from harness.detect.tools import door_table
 from harness.drive import plants
+from harness.drive.services import SERVICES
 from harness.report import baseline as baselines
 from harness.report import policy as policies
 from harness.report.policy import Policy
@@ -55,7 +56,10 @@ def venv_warnings(record: RunRecord, base: baselines.AnyBaseline | None) -> list
                                                "other versions"]
     made_with = getattr(base, "made_with", None) or {}
     if made_with.get("installed") and venv.get("installed"):
-        differs = differences(venv["installed"], made_with["installed"], "the Hermes venv",
+        # a distribution only the SDK of a service this run did not drive brings cannot have changed it
+        unused = frozenset(p for name, spec in SERVICES.items() if record.services.get(name) != "on"
+                           for p in spec.packages)
+        differs = differences(venv["installed"], made_with["installed"], "the Hermes venv", ignore=TOOLS | unused,
                               against=("the one that made the baseline", "baseline"))
         lines += [differs] if differs else []
     return lines
@@ -112,8 +116,9 @@ def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *
     return result_of(
         rec, Verdict(kept, reasons=reasons, allowed=allowed), base=base,
         ran={(ph.scenario, ph.name) for ph in record.phases} | {(scenario, "end")},  # files: at the end
-        warnings=[*venv_warnings(record, base), *(f"service {name} was not audited, {state}"
-                                                  for name, state in record.services.items() if state != "on")],
+        warnings=[*venv_warnings(record, base), *(f"service {name} was not audited, {state}"  # asked, not offered
+                                                  for name, state in record.services.items()
+                                                  if state.startswith("n/a"))],
         tenants=registry.names(), scenario=scenario,
         versions=release_versions(record.hermes_agent or "?", record.hermes_venv), timeline=record.turns,
         seconds=seconds,

@@ -13,9 +13,11 @@ from harness.report.baseline import Baseline
 PINNED = {"hermes-agent": "0.19.0", "openai": "2.21.0", "ripgrep": "14.1.0"}
 
 
-def record(installed: dict[str, str], lock: dict | None, problem: str | None = None) -> RunRecord:
+def record(installed: dict[str, str], lock: dict | None, problem: str | None = None,
+           services: dict[str, str] | None = None) -> RunRecord:
     venv = {"installed": installed, "lock": lock, **({"problem": problem} if problem else {})}
-    return RunRecord.from_dict({"version": VERSION, "hermes-agent": "0.19.0", "hermes_venv": venv})
+    return RunRecord.from_dict({"version": VERSION, "hermes-agent": "0.19.0", "hermes_venv": venv,
+                                "services": services or {}})
 
 
 def lock(committed: bool = True, differs: str | None = None) -> dict:
@@ -48,6 +50,18 @@ def test_a_venv_other_than_the_baselines_is_named_in_one_line():
     [line] = venv_warnings(record(dict(PINNED), lock()), base)
     assert line == ("the Hermes venv differs from the one that made the baseline: httpx missing (baseline 0.28.1), "
                     "openai 2.21.0 (baseline 2.24.0)")
+
+
+def test_a_distribution_only_an_undriven_services_sdk_brings_is_no_difference_from_the_baseline():
+    """The baselines were made before the memory providers' SDKs joined the lock: a run that did not drive those
+    services cannot have used them; one that drove a service whose SDK the baseline's venv lacked still warns."""
+    base = Baseline(Path("b.json"), made_with={"installed": dict(PINNED)})
+    with_sdk = {**PINNED, "honcho-ai": "2.2.0"}
+    undriven = record(with_sdk, lock(), services={"honcho": "not driven: --services honcho"})
+    assert venv_warnings(undriven, base) == []
+    [line] = venv_warnings(record(with_sdk, lock(), services={"honcho": "on"}), base)
+    assert line == "the Hermes venv differs from the one that made the baseline: honcho-ai 2.2.0 (not in the one " \
+                   "that made the baseline)"
 
 
 def test_a_folder_from_before_venvs_were_recorded_warns_of_nothing():

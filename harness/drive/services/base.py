@@ -129,6 +129,7 @@ class ServiceSpec:
     optional: bool = True  # chosen with `--services` (the LLM provider is not: every front door needs it)
     slot: str = ""  # the profile setting it takes that holds one service (`memory.provider`): one per run
     by_default: bool = True  # in the run's services when `--services` is not given (else only by name)
+    packages: tuple[str, ...] = ()  # distributions of the Hermes venv only its SDK brings (normalized names)
     words: frozenset[str] = frozenset()  # canary kinds the service rewrites to word characters: minted as such
     configure: Callable[[Tenant, Where], Setup] = lambda t, w: Setup()
 

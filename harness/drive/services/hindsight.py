@@ -118,9 +118,10 @@ def _bank(c: PlantContext) -> None:
 
 
 SERVICE = ServiceSpec(
-    "hindsight", "the Hindsight memory provider (cloud mode)", rank=32, make=lambda t, m: HindsightStub(t, m),
+    "hindsight", "the Hindsight memory provider (cloud mode)", rank=33, make=lambda t, m: HindsightStub(t, m),
     credential="hindsight_key", credential_env="HINDSIGHT_API_KEY", identity=("hindsight_bank",),
     data=("hindsight_record", "hindsight_note"), passive=True, configure=configure, slot="memory.provider",
+    packages=("hindsight-client", "aiohttp-retry"),
     by_default=False,
     coverage=Coverage('has("hindsight_client") and source_has("plugins.memory.hindsight", "api_url")',
                       "no Hindsight memory provider with a configurable API URL, or no hindsight-client"),

@@ -250,6 +250,7 @@ SERVICE = ServiceSpec(
     "honcho", "the Honcho memory provider", rank=34, make=lambda t, m: HonchoStub(t, m),
     credential="honcho_key", credential_env="HONCHO_API_KEY", identity=("honcho_workspace", "honcho_peer"),
     data=("honcho_record", "honcho_note"), passive=True, configure=configure, slot="memory.provider",
+    packages=("honcho-ai",),
     by_default=False,
     coverage=Coverage('has("honcho") and source_has("plugins.memory.honcho.client", "profile_host_key")',
                       "no Honcho memory provider with per-profile host blocks (plugins/memory/honcho), or no "

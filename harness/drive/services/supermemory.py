@@ -140,6 +140,7 @@ SERVICE = ServiceSpec(
     "supermemory", "the Supermemory memory provider", rank=32, make=lambda t, m: SupermemoryStub(t, m),
     credential="supermemory_key", credential_env="SUPERMEMORY_API_KEY", identity=("supermemory_tag",),
     data=("supermemory_record", "supermemory_note"), passive=True, configure=configure, slot="memory.provider",
+    packages=("supermemory",),
     by_default=False, words=frozenset({"supermemory_tag"}),
     coverage=Coverage('has("supermemory") and source_has("plugins.memory.supermemory", "SUPERMEMORY_BASE_URL")',
                       "no Supermemory memory provider with a configurable base URL, or no supermemory SDK"),
