@@ -51,6 +51,8 @@ CASES = [
      dict(kind="request_leak", tool="webhook")),
     ("F14", dict(kind="wrong_key", canary="aux_key", service="aux"),
      dict(kind="request_leak", canary="title", service="aux")),
+    ("F23", dict(kind="wrong_identity", victim="alpha", seen_in="default", canary="browser_user", service="browser"),
+     dict(kind="request_leak", tool="browse")),
 ]
 
 

@@ -1,4 +1,4 @@
-"""Which documented Hermes finding (F1-F19 of docs/hermes-findings.md) an incident is.
+"""Which documented Hermes finding (F1-F19 and F23 of docs/hermes-findings.md) an incident is.
 
 Each F-number has an incident signature: clauses over an incident's crossings (entry point, kind, canary kind,
 scenario, phase, direction). An incident links to every F-number one of its crossings matches; one that matches
@@ -76,6 +76,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
             Clause(("rpc",), ("text_leak",), scenarios=("api_server",), phases=("lookups",)),
             Clause(("file response_store.db*",), ("file_leak",))),
     "F19": (Clause(("approval",), ("profile_bleed",)),),
+    "F23": (Clause(("service browser", "tool browser_*")),),
 }
 
 
