@@ -102,6 +102,7 @@ def test_the_camofox_stub_answers_hermes_browser_tools(tmp_path, hermes_python):
     got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["ok"] and got["nav"]["success"] and a.canaries["browser_record"] in got["nav"]["snapshot"]
     assert got["typed"]["success"] and "hello note" in got["snap"]["snapshot"]
+    assert f"opened for {a.canaries['browser_user']}" in got["snap"]["snapshot"]
     assert got["again"]["success"] and got["again"]["url"] == "http://127.0.0.1:9/two"
     seen = stub.snapshot()
     assert [(r.method, r.path.split("?")[0]) for r in seen][:3] == [

@@ -8,8 +8,8 @@ The stub is the subset of the Camofox REST API that Hermes' backend calls:
 - `GET /health` (the first navigation of a process: is the server up, has it a VNC port);
 - `POST /tabs` `{"userId", "listItemId", "url"}` (a task's first navigation): a tab of the tenant's;
 - `POST /tabs/{id}/navigate` `{"userId", "url"}`; `GET /tabs/{id}/snapshot?userId=` (after every navigation
-  and for `browser_snapshot`): the page, whose text is the tenant's record (its `browser_record` canary) and
-  what was typed into it;
+  and for `browser_snapshot`): the page, whose text is the tenant's record (its `browser_record` canary), the
+  user id the tab was opened for and what was typed into it;
 - `POST /tabs/{id}/{click,type,scroll,back,press}` `{"userId", ...}`; `DELETE /sessions/{userId}` (a task's
   browser closed).
 
@@ -52,10 +52,12 @@ class CamofoxStub(JsonApiStub):
     _ids: itertools.count = field(default_factory=lambda: itertools.count(1))
 
     def page(self, tab: dict[str, Any]) -> str:
-        """The tab's accessibility snapshot: the tenant's page, with what was typed into its note."""
+        """The tab's accessibility snapshot: the tenant's page, the user the tab was opened for (so a tab that
+        another profile's session reaches names its opener) and what was typed into its note."""
         typed = " | ".join(tab["typed"])
         return (f'- heading "Tenancy page of {self.tenant.name}" [e1]\n- paragraph: {self.record_text()}\n'
-                f'- textbox "Note" [{NOTE_REF}]: {typed}\n- link "More" [e3]\n  - /url: {tab["url"]}')
+                f'- paragraph: opened for {tab["user"]}\n- textbox "Note" [{NOTE_REF}]: {typed}\n'
+                f'- link "More" [e3]\n  - /url: {tab["url"]}')
 
     def route(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         parts = path.strip("/").split("/")
@@ -74,7 +76,8 @@ class CamofoxStub(JsonApiStub):
         if method == "POST" and len(parts) == 1:
             tab_id, url = f"{self.tenant.name}-tab-{next(self._ids)}", str(body.get("url") or "about:blank")
             with self.lock:
-                self.tabs[tab_id] = {"url": url, "key": str(body.get("listItemId") or ""), "typed": []}
+                self.tabs[tab_id] = {"url": url, "key": str(body.get("listItemId") or ""),
+                                     "user": str(body.get("userId") or ""), "typed": []}
             return 200, {"tabId": tab_id, "url": url}
         with self.lock:
             tab = self.tabs.get(parts[1]) if len(parts) == 3 else None
