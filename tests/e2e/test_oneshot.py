@@ -26,7 +26,7 @@ from harness.drive.plants import (
     battery_for,
     services_for,
 )
-from harness.drive.services import BATTERY_TOOLS, SERVICES
+from harness.drive.services import BATTERY_TOOLS, DEFAULT_SERVICES
 from harness.pytest_plugin import assert_isolated, assert_reproduced
 
 pytestmark = pytest.mark.e2e
@@ -50,7 +50,7 @@ def test_clean_two_tenant_audit(tenancy_audit):
     assert set(driven) <= set(BATTERY_TOOLS) and set(driven.values()) <= {"driven", "leak", "allowed"}, driven
     assert {t for t, s in coverage.items() if s == "allowed"} == {"read_file", "search_files", "write_file"}
     # every service each tenant holds credentials for was driven, and found isolated
-    assert audit.doc["service_coverage"] == {"oneshot": dict.fromkeys(SERVICES, "driven")}
+    assert audit.doc["service_coverage"] == {"oneshot": dict.fromkeys(DEFAULT_SERVICES, "driven")}
     assert list((audit.out / "services").glob("mcp_stdio-alpha-*.jsonl")), "alpha's stdio MCP server never started"
     assert audit.doc["known"], "Hermes 0.19.0's session_search reads other profiles (F8): the battery must see it"
     f8 = [i for i in audit.doc["incidents"] if "F8" in i["documented"]]
