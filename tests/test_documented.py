@@ -57,6 +57,8 @@ CASES = [
      dict(kind="request_leak", tool="honcho")),
     ("F22", dict(kind="wrong_key", canary="hindsight_key", service="hindsight"),
      dict(kind="wrong_key", seen_in="default", canary="hindsight_key", service="hindsight")),
+    ("F23", dict(kind="wrong_identity", victim="alpha", seen_in="default", canary="browser_user", service="browser"),
+     dict(kind="request_leak", tool="browse")),
 ]
 
 

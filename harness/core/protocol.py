@@ -27,7 +27,8 @@ TOOL_GROUPS: dict[str, tuple[str, ...]] = {
     "projects": ("project_create", "project_list", "project_switch"),
     "terminals": ("close_terminal",),
 }
-_BROWSER = "needs a browser session on real web pages (the sandbox has no network to browse)"
+_BROWSER = ("needs a browser session on real web pages (the sandbox has no network to browse); "
+            "`--services browser` drives navigate, type and snapshot on a Camofox stub")
 #: Tools Hermes 0.19.0 offers that the battery does not drive, and why: the coverage table says `out of scope`
 #: with the reason. docs/tools.md lists them; the e2e tests fail on an offered tool that is in neither the
 #: battery nor this list, and on an entry no scenario offers any more (the list only shrinks).

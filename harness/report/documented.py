@@ -79,6 +79,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F20": (Clause(("service supermemory",), ("wrong_key", "wrong_identity"), direction="launch -> other"),),
     "F21": (Clause(("service honcho", "tool honcho_*")), Clause(("request",), ("request_leak",), ("honcho_*",))),
     "F22": (Clause(("service hindsight",), ("wrong_key", "wrong_identity"), direction="launch -> other"),),
+    "F23": (Clause(("service browser", "tool browser_*")),),
     "F26": (Clause(("redaction",), ("profile_bleed",), direction="launch -> other"),),
 }
 

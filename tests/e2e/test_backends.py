@@ -16,7 +16,7 @@ from harness.core.findings import Finding
 from harness.core.protocol import OUT_OF_SCOPE
 from harness.detect.file_versions import version_of
 from harness.drive.phases import ALL_PHASES
-from harness.drive.services import BATTERY_TOOLS, DEFAULT_SERVICES, SERVICES
+from harness.drive.services import DEFAULT_SERVICES, GROUP_SERVICES, SERVICES, TOOL_GROUPS
 from harness.pytest_plugin import assert_reproduced
 
 pytestmark = pytest.mark.e2e
@@ -27,6 +27,10 @@ SCENARIOS = ("tui", "serve", "gateway")
 #: The backend whose run adds the `cron` phase (75 s: the ticker must get a second tick). The driver's cron
 #: code is the same for the gateway, whose baseline (made with `--phases all`) holds its cron classes.
 TICKERS = ("serve",)
+#: The battery's tools in a run without `--services`: a service's group runs only where one of its services is on
+#: (a tool of a service chosen by name only, such as the browser's, is out of scope there).
+DEFAULT_TOOLS = frozenset(t for g, tools in TOOL_GROUPS.items()
+                          if g not in GROUP_SERVICES or set(GROUP_SERVICES[g]) & set(DEFAULT_SERVICES) for t in tools)
 
 
 def _summaries(findings: list[dict]) -> str:
@@ -63,11 +67,11 @@ def test_scenario_reproduces_its_baseline_and_catches_an_unknown_plant(tenancy_a
     offered = {t for t, state in coverage.items() if state != "not offered"}
     # every offered tool is driven (or allowed by the policy) or documented out of scope; serve offers them all,
     # so there the out-of-scope list is exactly what the battery does not drive (it can only shrink)
-    assert offered - set(BATTERY_TOOLS) <= set(OUT_OF_SCOPE), offered - set(BATTERY_TOOLS)
+    assert offered - DEFAULT_TOOLS <= set(OUT_OF_SCOPE), offered - DEFAULT_TOOLS
     if scenario == "serve":  # text_to_speech alone is offered only when its provider's import check passes
         # at that moment (edge-tts through Hermes' lazy-deps check): a fresh venv's first serve run has lacked it
-        assert set(OUT_OF_SCOPE) - {"text_to_speech"} <= offered - set(BATTERY_TOOLS) <= set(OUT_OF_SCOPE)
-    states = {t: s for t, s in coverage.items() if t in BATTERY_TOOLS and t in offered}
+        assert set(OUT_OF_SCOPE) - {"text_to_speech"} <= offered - DEFAULT_TOOLS <= set(OUT_OF_SCOPE)
+    states = {t: s for t, s in coverage.items() if t in DEFAULT_TOOLS and t in offered}
     assert set(states.values()) <= {"driven", "leak", "allowed"}, states
     services = audit.doc["service_coverage"][scenario]  # every service was driven (Hermes 0.19.0 leaks at each)
     assert set(services) == set(SERVICES), services
