@@ -1,4 +1,4 @@
-"""Which documented Hermes finding (F1-F19 of docs/hermes-findings.md) an incident is.
+"""Which documented Hermes finding (F1-F19, F24, F25 of docs/hermes-findings.md) an incident is.
 
 Each F-number has an incident signature: clauses over an incident's crossings (entry point, kind, canary kind,
 scenario, phase, direction). An incident links to every F-number one of its crossings matches; one that matches
@@ -76,6 +76,8 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
             Clause(("rpc",), ("text_leak",), scenarios=("api_server",), phases=("lookups",)),
             Clause(("file response_store.db*",), ("file_leak",))),
     "F19": (Clause(("approval",), ("profile_bleed",)),),
+    "F24": (Clause(("service mattermost",), ("profile_bleed",), ("allowed_channels",)),),
+    "F25": (Clause(("service mattermost",), ("profile_bleed",), ("allowed_users",)),),
 }
 
 
