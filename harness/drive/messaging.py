@@ -36,6 +36,7 @@ from harness.drive.services.mattermost import MattermostStub, bot_id, lead
 SERVICE = SPEC.name
 PHASE = "messaging"
 QUIET = 12.0  # how long a refused round waits for turns it must not cause
+IDLE = 20.0  # a round that must be answered ends when no stub has heard from Hermes for this long
 
 
 @dataclass(frozen=True)
@@ -111,8 +112,8 @@ def run(ctx: Context) -> None:
 
 
 def _exchange(ctx: Context, messages: list[Message], wait: float) -> None:
-    """Deliver every message at once, wait for the replies the messages must get (at most `wait` seconds;
-    all of it when none must be answered), then judge each."""
+    """Deliver every message at once, wait for the replies the messages must get (at most `wait` seconds, or
+    until Hermes has been idle for `IDLE`; all of `wait` when none must be answered), then judge each."""
     since, started = time.time(), time.monotonic()
     for m in messages:
         _stub(ctx, m.tenant).deliver(m.sender, m.channel, m.text(), m.channel_type)
@@ -120,10 +121,18 @@ def _exchange(ctx: Context, messages: list[Message], wait: float) -> None:
     while time.monotonic() < deadline:
         if all(m.answered and _replies(ctx, m, since) for m in messages):
             break
+        if any(m.answered for m in messages) and time.monotonic() - started > QUIET and _idle(ctx) > IDLE:
+            break  # a message Hermes dropped: nothing more is coming
         time.sleep(0.25)
     ctx.settle(quiet=1.0, longest=10.0)
     for m in messages:
         _judge(ctx, m, since, time.monotonic() - started)
+
+
+def _idle(ctx: Context) -> float:
+    """Seconds since any stub last received a request."""
+    stubs = [*ctx.stubs.values(), *ctx.service_stubs.values()]
+    return time.time() - max((r.time for s in stubs for r in s.snapshot()[-1:]), default=0.0)
 
 
 def _turns(ctx: Context, m: Message) -> dict[str, int]:
