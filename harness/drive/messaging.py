@@ -10,9 +10,9 @@ with a mark of its own in its text, so the provider requests it caused are count
    direct message, and the bot's own user writing in every other profile's lead channel. None may get an
    agent turn: a turn is `route_auth` for a stranger, else a `profile_bleed` (another profile's allowlist
    let the sender or the channel into this bot);
-2. `answered`: every tenant's own user in its own channel and in its lead channel (mentioning its bot), and
-   its lead's direct message (the near misses). Each must get an agent turn on its own provider and a reply
-   in that channel posted by its own bot with its own token;
+2. `answered`: every tenant's own user in its own channel (its `mattermost_post` canary in the text) and in
+   its lead channel (mentioning its bot), and its lead's direct message (the near misses). Each must get an
+   agent turn on its own provider and a reply in that channel posted by its own bot with its own token;
 3. `refused` again, after the turns of round 2: what a turn changed in the process shows here.
 
 A turn on another tenant's provider, or a reply of the tenant's at another tenant's server, is a
@@ -50,6 +50,7 @@ class Message:
     channel_type: str  # `D`: a direct message; `O`: in an open channel, mentioning the bot
     by: str
     answered: bool
+    note: str = ""  # the tenant's `mattermost_post` canary, in its own user's message in its own channel
     mark: str = ""
 
     @property
@@ -68,7 +69,7 @@ class Message:
 
     def text(self) -> str:
         mention = f"@{bot_id(self.tenant)} " if self.channel_type == "O" else ""
-        return f"{mention}Hello ({self.mark})"
+        return f"{mention}Hello ({self.mark}) {self.note}".rstrip()
 
 
 def enabled(ctx: Context) -> bool:
@@ -94,7 +95,8 @@ def refused(ctx: Context) -> list[Message]:
 
 def answered(ctx: Context) -> list[Message]:
     return [m for t in ctx.registry for m in (
-        Message(t.name, t.canaries["mattermost_user"], t.canaries["mattermost_channel"], "O", t.name, True),
+        Message(t.name, t.canaries["mattermost_user"], t.canaries["mattermost_channel"], "O", t.name, True,
+                t.canaries["mattermost_post"]),
         Message(t.name, t.canaries["mattermost_user"], lead(t, "leadchannel"), "O", t.name, True),
         Message(t.name, lead(t), f"dm-{lead(t)}", "D", t.name, True))]
 
@@ -168,7 +170,7 @@ def _judge(ctx: Context, m: Message, since: float, seconds: float) -> None:
     ok = bool(mine) and own > 0 and all(p["token"] == key for p in mine)
     ctx.record(TurnResult(m.tenant, "gateway", ok, seconds,
                           "" if ok else f"{m.what}: {len(mine)} reply(ies), {own} request(s)"), PHASE)
-    for other in ctx.registry:
+    for other in ctx.registry if m.note else ():  # once per tenant: its replies at every other server
         stray = [p for p in _stub(ctx, other.name).posts if p["time"] >= since and other.name != m.tenant
                  and f"tenant{m.tenant}" in p["message"].replace(" ", "")]
         if stray:
