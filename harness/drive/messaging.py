@@ -35,6 +35,7 @@ from harness.drive.services.mattermost import MattermostStub, bot_id, lead
 
 SERVICE = SPEC.name
 PHASE = "messaging"
+CONNECT = "messaging-connect"  # the label of a bot's failed sign-in: a release without a bot per profile, not F25
 QUIET = 12.0  # how long a refused round waits for turns it must not cause
 IDLE = 20.0  # a round that must be answered ends when no stub has heard from Hermes for this long
 
@@ -82,9 +83,10 @@ def _stub(ctx: Context, tenant: str) -> MattermostStub:
     return stub
 
 
-def refused(ctx: Context) -> list[Message]:
+def refused(ctx: Context, bots: list[str]) -> list[Message]:
+    """The messages no bot may answer, to the bots of `bots`."""
     out = []
-    for t in ctx.registry:
+    for t in (ctx.registry[n] for n in bots):
         out.append(Message(t.name, f"stranger-{t.name}", f"dm-stranger-{t.name}", "D", "", False))
         for o in ctx.registry:
             if o.name != t.name:
@@ -93,8 +95,9 @@ def refused(ctx: Context) -> list[Message]:
     return out
 
 
-def answered(ctx: Context) -> list[Message]:
-    return [m for t in ctx.registry for m in (
+def answered(ctx: Context, bots: list[str]) -> list[Message]:
+    """The near misses, to the bots of `bots`."""
+    return [m for t in (ctx.registry[n] for n in bots) for m in (
         Message(t.name, t.canaries["mattermost_user"], t.canaries["mattermost_channel"], "O", t.name, True,
                 t.canaries["mattermost_post"]),
         Message(t.name, t.canaries["mattermost_user"], lead(t, "leadchannel"), "O", t.name, True),
@@ -102,14 +105,17 @@ def answered(ctx: Context) -> list[Message]:
 
 
 def run(ctx: Context) -> None:
-    started = time.monotonic()
+    started, bots = time.monotonic(), []
     for name in ctx.registry.names():
-        if not _stub(ctx, name).wait_connected(max(5.0, 60.0 - (time.monotonic() - started))):
+        if _stub(ctx, name).wait_connected(max(5.0, 60.0 - (time.monotonic() - started))):
+            bots.append(name)
+        else:
             ctx.record(TurnResult(name, "gateway", False, time.monotonic() - started,
-                                  "its Mattermost bot never authenticated on its websocket"), PHASE, snapshot=False)
+                                  "its Mattermost bot never authenticated on its websocket"), CONNECT, snapshot=False)
     ctx.findings.extend(_tokens(ctx))
     marks = (f"mark{n}" for n in itertools.count(1))
-    for batch, wait in ((refused(ctx), QUIET), (answered(ctx), ctx.opts.timeout), (refused(ctx), QUIET)):
+    rounds = ((refused(ctx, bots), QUIET), (answered(ctx, bots), ctx.opts.timeout), (refused(ctx, bots), QUIET))
+    for batch, wait in rounds:
         _exchange(ctx, [replace(m, mark=next(marks)) for m in batch], wait)
 
 
