@@ -57,7 +57,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F3": (Clause(("rpc",), ("profile_bleed",)),
            Clause(("rpc",), ("text_leak",), ("model", "profile_name"), ("tui", "serve"), direction="launch -> other")),
     "F4": (Clause(("route",), ("route_auth",)),),
-    "F5": (Clause(("file logs/*", "file state.db*"), ("file_leak",), direction="other -> launch"),),
+    "F5": (Clause(("file logs/*", "file state.db*", "file sessions/*"), ("file_leak",), direction="other -> launch"),),
     "F6": (Clause(("shortfall",), phases=("cron",)),),
     "F7": (Clause(("file",), ("profile_bleed",), direction="other -> launch"),
            Clause(("file .env", "file config.yaml"), ("file_leak",), direction="other -> launch")),
@@ -80,6 +80,9 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F21": (Clause(("service honcho", "tool honcho_*")), Clause(("request",), ("request_leak",), ("honcho_*",))),
     "F22": (Clause(("service hindsight",), ("wrong_key", "wrong_identity"), direction="launch -> other"),),
     "F23": (Clause(("service browser", "tool browser_*")),),
+    "F24": (Clause(("service mattermost",), ("profile_bleed",), ("allowed_channels",)),),
+    "F25": (Clause(("service mattermost",), ("profile_bleed",), ("allowed_users",)),
+            Clause(("shortfall",), phases=("messaging",))),
     "F26": (Clause(("redaction",), ("profile_bleed",), direction="launch -> other"),),
 }
 

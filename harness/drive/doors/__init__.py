@@ -38,8 +38,10 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {**{n: d.drive for n, d in DOO
 #: Ways into Hermes no door drives yet, and why: the front-door coverage says `out of scope` with the reason, so
 #: a `clean` never stands for "not looked" (docs/doors.md).
 NOT_DRIVEN: dict[str, str] = {
-    "messaging platforms": "a bot per profile (telegram, discord, slack, matrix...) against local platform stubs: not "
-                           "built yet; MEDIA attachments and cron delivery through a platform with it",
+    "messaging platforms": "Mattermost is the `mattermost` service, driven by the gateway door's `messaging` phase "
+                           "(--services mattermost); the other platforms (telegram, discord, slack, matrix...) need "
+                           "their SDKs or servers, and MEDIA attachments and cron delivery through a bot are not "
+                           "driven yet",
     "tool approvals": "a phase of tui and serve, not a door: `--phases approvals` (or `all,approvals`) drives an "
                       "`always` approval of one profile against the others' commands (F19); every other phase runs "
                       "with `approvals.mode: off`, and a command allowlist seeded per profile is not driven yet",

@@ -1,7 +1,8 @@
 """The `gateway` front door: `hermes gateway run` with multiplexed profiles and the OpenAI-compatible API server.
 
 Phases: `cron` (when asked for; first and alone, as in `rpc_phases`), `route-auth` (every tenant's
-API-server key tried on every tenant's route: `route_auth`), `turns` (the first running the tool battery's
+API-server key tried on every tenant's route: `route_auth`), `messaging` (when the `mattermost` service is on:
+a bot per profile, `harness.drive.messaging`), `turns` (the first running the tool battery's
 write plan), `lookups` (every tenant asks the tools for another tenant's identifiers) and `profiles`.
 """
 
@@ -12,7 +13,7 @@ import time
 
 from harness.core.findings import Finding
 from harness.core.protocol import PROMPT, placeholder
-from harness.drive import battery, redaction
+from harness.drive import battery, messaging, redaction
 from harness.drive.context import Context
 from harness.drive.doors.base import Door
 from harness.drive.gateway_backend import GatewayBackend
@@ -36,6 +37,9 @@ def gateway(ctx: Context) -> None:
         if wanted(ctx, "route-auth"):
             with ctx.phase("route-auth"):
                 _route_auth(ctx, gw)
+        if messaging.enabled(ctx):
+            with ctx.phase(messaging.PHASE):
+                messaging.run(ctx)
         with ctx.phase("turns"):
             battery.write_turns(ctx, lambda name: _gateway_turn(ctx, gw, name, launch_key, "turns"))
             for _ in range(ctx.opts.turns - 1):

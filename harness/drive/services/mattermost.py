@@ -1,0 +1,193 @@
+"""A Mattermost server per tenant, for the gateway's messaging platform adapter (`plugins/platforms/mattermost`,
+plain aiohttp: REST v4 with `Authorization: Bearer` and a websocket for events): the profile's
+`MATTERMOST_URL`, `MATTERMOST_TOKEN` (its bot's token), `MATTERMOST_ALLOWED_USERS` (its user and its lead),
+`MATTERMOST_ALLOWED_CHANNELS` (its channel and its lead channel) and `MATTERMOST_HOME_CHANNEL` in `.env`. Only
+`hermes gateway run` starts the adapters (one bot per profile when it multiplexes profiles);
+`harness.drive.messaging` drives them.
+
+The stub is the subset of the Mattermost API the adapter calls:
+
+- `GET /api/v4/users/me`: the bot's identity on connect (`connect`);
+- `GET /api/v4/websocket` (upgrade): the event stream; the adapter's first frame is an
+  `authentication_challenge` carrying its token, and the stub sends `posted` events on it (`deliver`);
+- `POST /api/v4/posts` `{"channel_id", "message"}`: the bot's replies (kept in `posts`);
+  `PUT /api/v4/posts/{id}/patch`, `GET /api/v4/posts/{id}`, `GET /api/v4/channels/{id}`,
+  `POST /api/v4/users/{id}/typing`: edits, thread roots, channel info, typing.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import queue
+import select
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from wsproto.connection import Connection, ConnectionType
+from wsproto.events import CloseConnection, Ping, TextMessage
+
+from harness.capture.stubs.base import JsonApiStub, JsonHandler
+from harness.core.registry import Tenant
+from harness.drive.services.base import Battery, Coverage, Plant, PlantContext, ServiceSpec, Setup, Where, set_env
+
+WS_PATH = "/api/v4/websocket"
+_WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def bot_id(tenant: str) -> str:
+    """The tenant's bot user id at its server (not a canary: every server names its own bot)."""
+    return f"bot{tenant}"
+
+
+@dataclass
+class MattermostStub(JsonApiStub):
+    service: str = "mattermost"
+    posts: list[dict[str, Any]] = field(default_factory=list)  # what the bot posted: channel, message, token
+    challenges: list[str] = field(default_factory=list)  # the tokens of the websocket's authentication frames
+    _events: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
+    _connected: threading.Event = field(default_factory=threading.Event)
+    _closing: threading.Event = field(default_factory=threading.Event)
+
+    def answer(self, handler: JsonHandler, raw: bytes) -> None:
+        if handler.path.split("?", 1)[0] == WS_PATH and "websocket" in handler.headers.get("upgrade", "").lower():
+            self.record(handler.command, handler.path, handler.header_dict(), raw, 101)
+            self._serve_ws(handler)
+            return
+        if self.check(handler, raw):
+            return
+        try:
+            body = json.loads(raw) if raw else {}
+        except ValueError:
+            body = None
+        path, token = handler.path.split("?", 1)[0].rstrip("/"), handler.headers.get("authorization") or ""
+        if handler.command == "POST" and path == "/api/v4/posts" and isinstance(body, dict):
+            status, payload = 201, self._post(body, token.removeprefix("Bearer ").strip())
+        else:
+            status, payload = self.route(handler.command, path, body)
+        self.record(handler.command, handler.path, handler.header_dict(), raw, status)
+        handler.send_json(status, payload)
+
+    def _post(self, body: dict[str, Any], token: str) -> dict[str, Any]:
+        """A post of the bot's, kept with the token it came with."""
+        me = bot_id(self.tenant.name)
+        with self.lock:
+            post = {"id": f"{me}-post{len(self.posts) + 1}", "channel_id": str(body.get("channel_id", "")),
+                    "message": str(body.get("message", "")), "token": token, "time": time.time()}
+            self.posts.append(post)
+        return {**post, "user_id": me, "root_id": ""}
+
+    def route(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        me = bot_id(self.tenant.name)
+        if method == "GET" and path == "/api/v4/users/me":
+            return 200, {"id": me, "username": me}
+        if method == "PUT" and path.startswith("/api/v4/posts/") and isinstance(body, dict):
+            return 200, {"id": path.split("/")[4], "message": body.get("message", "")}
+        if method == "GET" and path.startswith("/api/v4/posts/"):
+            return 200, {"id": path.rsplit("/", 1)[1], "root_id": ""}
+        if method == "GET" and path.startswith("/api/v4/channels/"):
+            return 200, {"id": path.rsplit("/", 1)[1], "type": "D", "display_name": "direct"}
+        if method == "POST" and path.startswith("/api/v4/users/") and path.endswith("/typing"):
+            return 200, {"status": "OK"}
+        return 404, {"message": "not found"}
+
+    def deliver(self, user_id: str, channel_id: str, text: str, channel_type: str = "D") -> str:
+        """A message from `user_id` in `channel_id` (`D`: a direct one; `O`: an open channel), as a `posted`
+        event; its post id."""
+        with self.lock:
+            post_id = f"{self.tenant.name}-in{self._events.qsize() + len(self.posts)}-{time.time_ns()}"
+        post = {"id": post_id, "user_id": user_id, "channel_id": channel_id, "message": text, "root_id": "",
+                "file_ids": [], "type": ""}
+        self._events.put({"event": "posted", "data": {"post": json.dumps(post), "channel_type": channel_type,
+                                                      "sender_name": f"@{user_id}"}, "broadcast": {}})
+        return post_id
+
+    def wait_connected(self, timeout: float) -> bool:
+        """Whether the bot's websocket is up and has sent its authentication frame within `timeout`."""
+        return self._connected.wait(timeout)
+
+    def posts_in(self, channel_id: str, since: float = 0.0) -> list[dict[str, Any]]:
+        with self.lock:
+            return [p for p in self.posts if p["channel_id"] == channel_id and p["time"] >= since]
+
+    def stop(self) -> None:
+        self._closing.set()
+        super().stop()
+
+    def _serve_ws(self, handler: JsonHandler) -> None:
+        """The websocket: the handshake, then the client's frames read and queued events sent until either
+        side closes."""
+        accept = base64.b64encode(hashlib.sha1((handler.headers["sec-websocket-key"] + _WS_GUID).encode()).digest())
+        handler.send_response(101)
+        handler.send_header("upgrade", "websocket")
+        handler.send_header("connection", "Upgrade")
+        handler.send_header("sec-websocket-accept", accept.decode())
+        handler.end_headers()
+        handler.wfile.flush()
+        handler.close_connection = True
+        sock, ws = handler.connection, Connection(ConnectionType.SERVER)
+        seq = 0
+        while not self._closing.is_set():
+            if select.select([sock], [], [], 0.05)[0]:
+                data = sock.recv(65536)
+                if not data:
+                    return
+                ws.receive_data(data)
+                for event in ws.events():
+                    if isinstance(event, TextMessage):
+                        self._challenge(event.data)
+                    elif isinstance(event, Ping):
+                        sock.sendall(ws.send(event.response()))
+                    elif isinstance(event, CloseConnection):
+                        return
+            while self._connected.is_set() and not self._events.empty():
+                seq += 1
+                sock.sendall(ws.send(TextMessage(data=json.dumps({**self._events.get(), "seq": seq}))))
+
+    def _challenge(self, text: str) -> None:
+        try:
+            frame = json.loads(text)
+        except ValueError:
+            return
+        if isinstance(frame, dict) and frame.get("action") == "authentication_challenge":
+            token = str((frame.get("data") or {}).get("token", ""))
+            with self.lock:
+                self.challenges.append(token)
+            self._connected.set()
+
+
+def lead(t: Tenant, what: str = "lead") -> str:
+    """The tenant's lead (`lead`: a second allowed user) or lead channel (`leadchannel`: a second allowed
+    channel): ids only its own allowlists name, not canaries (the harness sends them to every bot)."""
+    return f"{what}-{t.name}-{t.canaries['mattermost_user'][-6:]}"
+
+
+def configure(t: Tenant, where: Where) -> Setup:
+    return Setup(env={"MATTERMOST_URL": where.url, "MATTERMOST_TOKEN": t.canaries["mattermost_key"],
+                      "MATTERMOST_ALLOWED_USERS": f"{t.canaries['mattermost_user']},{lead(t)}",
+                      "MATTERMOST_ALLOWED_CHANNELS": f"{t.canaries['mattermost_channel']},{lead(t, 'leadchannel')}",
+                      "MATTERMOST_HOME_CHANNEL": t.canaries["mattermost_channel"]})
+
+
+def _server(c: PlantContext) -> None:
+    """The donor's server in the target's `MATTERMOST_URL`: the target's bot signs in there with its own token (a
+    plant of the donor's token would not reach a server: Hermes refuses a second bot with a token it already
+    polls, before it connects)."""
+    set_env(c.target_home, "MATTERMOST_URL", f"http://127.0.0.1:{c.donor.services['mattermost'].listen}")
+
+
+SERVICE = ServiceSpec(
+    "mattermost", "a Mattermost server: the gateway's messaging platform, one bot per profile", rank=70,
+    make=lambda t, m: MattermostStub(t, m), credential="mattermost_key", credential_env="MATTERMOST_TOKEN",
+    identity=("mattermost_user", "mattermost_channel"), data=("mattermost_post",), passive=True,
+    configure=configure, by_default=False,
+    coverage=Coverage('source_has("plugins.platforms.mattermost.adapter", "authentication_challenge")',
+                      "no Mattermost platform adapter (plugins/platforms/mattermost)",
+                      forward="Hermes' Mattermost adapter gives aiohttp no proxy (trust_env off), so it ignores "
+                              "HTTPS_PROXY"),
+    battery=Battery("mattermost"),  # no tools: the gateway door's `messaging` phase drives it
+    plants={"mattermost-server": Plant(_server, frozenset({"wrong_key"}))},
+)
