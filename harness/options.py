@@ -16,7 +16,7 @@ from harness.capture.stubs.base import MODES
 from harness.core.evidence import UsageError
 from harness.drive import battery, plants, services
 from harness.drive.context import ScenarioOptions
-from harness.drive.doors import DOORS, SCENARIOS, backend_offers_every_tool, default_tenants
+from harness.drive.doors import ALL, DOORS, SCENARIOS, backend_offers_every_tool, default_tenants
 from harness.drive.install import default_python
 from harness.drive.phases import DEFAULT_PHASES, KNOWN_PHASES
 from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS
@@ -68,7 +68,11 @@ def check_options(opts: RunOptions) -> None:
             raise UsageError(f"unknown plant {p!r} (choose from {', '.join(plants.PLANTS)})")
         if plants.TOPOLOGY.get(p, opts.topology) != opts.topology:
             raise UsageError(f"plant {p!r} needs --topology {plants.TOPOLOGY[p]}")
-        if p in plants.SCENARIO and not backend_offers_every_tool(opts.scenario):
+        doors = SERVICES[plants.SERVICE_PLANTS[p][0]].doors if p in plants.SERVICE_PLANTS else ()
+        if doors and opts.scenario not in (*doors, ALL):
+            raise UsageError(f"plant {p!r} needs a scenario whose Hermes runs its service (--scenario "
+                             f"{', '.join(doors)} or all)")
+        if p in plants.SCENARIO and not doors and not backend_offers_every_tool(opts.scenario):
             choices = ", ".join(n for n, d in DOORS.items() if d.backend)
             raise UsageError(f"plant {p!r} needs a scenario whose Hermes offers its tool (--scenario {choices} "
                              "or all)")

@@ -30,14 +30,13 @@ ADAPTER = """
     async def main():
         a = MattermostAdapter(PlatformConfig(enabled=True, token=TOKEN, extra={"url": URL}))
         got = []
+        arrived = asyncio.Event()
         async def take(event):
             got.append(event)
+            arrived.set()
         a.handle_message = take
         ok = await a.connect()
-        for _ in range(100):
-            if got:
-                break
-            await asyncio.sleep(0.05)
+        await asyncio.wait_for(arrived.wait(), 60)  # the stub's message, however loaded the machine
         e = got[0]
         sent = await a.send(e.source.chat_id, "reply to " + e.text)
         await a.disconnect()

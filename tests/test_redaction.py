@@ -6,10 +6,11 @@ finding is a root cause of its own (entry `redaction`, F26)."""
 from __future__ import annotations
 
 import subprocess
+from types import SimpleNamespace
 
 from harness.detect.incidents import build, entry_point
 from harness.drive.hermes import hermetic_env
-from harness.drive.redaction import bleeds, secret
+from harness.drive.redaction import bleeds, secret, settings
 from harness.report.documented import documented
 
 
@@ -37,3 +38,20 @@ def test_hermes_masks_the_phases_secret_when_redaction_is_on(tmp_path, hermes_py
     assert done.returncode == 0, done.stderr[-2000:]
     out = done.stdout.strip()
     assert value not in out and out.startswith("OPENAI_API_KEY=sk-")  # masked, the shape kept
+
+
+def test_the_phases_settings_are_laid_down_for_its_doors_and_for_all_and_nowhere_else():
+    def ctx(scenario: str, phases: list[str]) -> SimpleNamespace:
+        return SimpleNamespace(scenario=scenario, opts=SimpleNamespace(phases=phases),
+                               sandbox=SimpleNamespace(launch="default"))
+    for scenario in ("serve", "gateway", "all"):  # `all` lays every door's homes down once
+        assert settings(ctx(scenario, ["turns", "redaction"]), "default") == (
+            {"security": {"redact_secrets": False}}, {"HERMES_REDACT_SECRETS": "false"})
+        assert settings(ctx(scenario, ["turns", "redaction"]), "alpha")[0] == {"security": {"redact_secrets": True}}
+    assert settings(ctx("tui", ["turns", "redaction"]), "default") == ({}, {})  # tui never honours it
+    assert settings(ctx("serve", ["turns"]), "default") == ({}, {})  # the phase not asked for
+
+
+def test_the_evidence_names_the_kind_the_secret_was_minted_as():
+    [found] = bleeds("default", {"alpha": True}, "all", "serve", {"alpha": "redaction_key_2"})
+    assert found.evidence == "<alpha:redaction_key_2> unmasked in its terminal result"

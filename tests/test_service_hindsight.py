@@ -29,7 +29,7 @@ def test_the_stub_answers_hermes_hindsight_plugin(tmp_path, hermes_python):
         (home / rel).write_bytes(data)
     try:
         got = run_in_hermes(hermes_python, tmp_path, """
-            import json, time
+            import json
             from plugins.memory.hindsight import HindsightMemoryProvider
             p = HindsightMemoryProvider()
             p.initialize("s1")
@@ -38,6 +38,8 @@ def test_the_stub_answers_hermes_hindsight_plugin(tmp_path, hermes_python):
             out["recall"] = json.loads(p.handle_tool_call("hindsight_recall", {"query": "note"}))
             out["reflect"] = json.loads(p.handle_tool_call("hindsight_reflect", {"query": "note"}))
             p.queue_prefetch("what do you know")
+            if p._prefetch_thread is not None:  # Hermes waits 3 s for it; a loaded machine may need longer
+                p._prefetch_thread.join(60)
             out["prefetch"] = p.prefetch("what do you know")
             p.sync_turn("hello", "hi there")
             p._retain_queue.join()

@@ -447,17 +447,17 @@ def test_the_honcho_stub_answers_hermes_honcho_provider(tmp_path, hermes_python)
     (home / "memories" / "MEMORY.md").write_text("a memory of the profile\n")  # uploaded at the session's start
     try:
         got = run_in_hermes(hermes_python, tmp_path, """
-            import json, time
+            import json
             from plugins.memory.honcho import HonchoMemoryProvider
             from plugins.memory.honcho.client import profile_host_key
             p = HonchoMemoryProvider()
             p.initialize("sess-1", platform="cli")
-            for _ in range(100):
-                if p._session_initialized:
-                    break
-                time.sleep(0.05)
+            if p._init_thread is not None:  # the session starts in a thread: wait for it, not for a clock
+                p._init_thread.join(60)
             out = {"ready": p._session_initialized, "prefetch": p.prefetch("what is in the environment?")}
             p.sync_turn("user says hello", "assistant says hi")
+            if p._sync_thread is not None:  # the sync too: the tools below read what it wrote
+                p._sync_thread.join(60)
             calls = [("honcho_conclude", {"conclusion": "note one"}), ("honcho_profile", {"card": ["card one"]}),
                      ("honcho_profile", {}), ("honcho_context", {}), ("honcho_search", {"query": "environment"}),
                      ("honcho_reasoning", {"query": "what?"}), ("honcho_conclude", {"list": True}),

@@ -24,6 +24,9 @@ from harness.drive.features import Features
 from harness.drive.hermes import Hermes, Sandbox, TurnResult, gateway_config
 from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS
 
+#: The scenario that drives every front door in turn (`--scenario all`).
+ALL = "all"
+
 
 @dataclass
 class ScenarioOptions:

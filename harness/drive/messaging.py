@@ -112,11 +112,11 @@ def run(ctx: Context) -> None:
         else:
             ctx.record(TurnResult(name, "gateway", False, time.monotonic() - started,
                                   "its Mattermost bot never authenticated on its websocket"), CONNECT, snapshot=False)
-    ctx.findings.extend(_tokens(ctx))
     marks = (f"mark{n}" for n in itertools.count(1))
     rounds = ((refused(ctx, bots), QUIET), (answered(ctx, bots), ctx.opts.timeout), (refused(ctx, bots), QUIET))
     for batch, wait in rounds:
         _exchange(ctx, [replace(m, mark=next(marks)) for m in batch], wait)
+    ctx.findings.extend(_tokens(ctx))  # every sign-in of the phase, a bot's reconnection after a turn included
 
 
 def _exchange(ctx: Context, messages: list[Message], wait: float) -> None:
@@ -181,7 +181,8 @@ def _judge(ctx: Context, m: Message, since: float, seconds: float) -> None:
                  and f"tenant{m.tenant}" in p["message"].replace(" ", "")]
         if stray:
             ctx.findings.append(_finding(ctx, m, "profile_bleed", other.name, "reply",
-                                         f"POST /api/v4/posts at {other.name}'s server in {stray[0]['channel_id']!r}",
+                                         f"POST /api/v4/posts at {other.name}'s server in "
+                                         f"{ctx.matcher().redact_text(repr(stray[0]['channel_id']))}",
                                          f"{m.tenant}'s agent reply was posted at {other.name}'s server"))
 
 

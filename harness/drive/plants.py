@@ -156,8 +156,8 @@ def battery_for(name: str) -> list[str]:
     """The battery groups a plant's run needs: those of the tools it must be caught through; none (the env
     probe only) for the other plants, which test the detectors (and a bypass must end inconclusive, which a
     leak the battery finds in Hermes, F8, would turn into a leak)."""
-    if name in SERVICE_PLANTS:
-        return [SERVICE_PLANTS[name][1]]
+    if name in SERVICE_PLANTS:  # a service without tools (a phase drives it) needs none
+        return [SERVICE_PLANTS[name][1]] if SERVICE_PLANTS[name][1] in TOOL_GROUPS else []
     if name in DRIVEN_BY:
         return [DRIVEN_BY[name]]
     tools = TOOL_PLANTS.get(name, frozenset())
@@ -170,8 +170,10 @@ def services_for(name: str) -> list[str]:
     return [SERVICE_PLANTS[name][0]] if name in SERVICE_PLANTS else []
 
 
-#: Plants whose tool only some scenarios offer (the one-shot CLI has no `cronjob`).
-SCENARIO = {"cronjob": "tui"}
+#: Plants whose tool only some scenarios offer (the one-shot CLI has no `cronjob`), and the plants of a service
+#: only some front doors drive (the first of them).
+SCENARIO = {"cronjob": "tui", **{name: spec.doors[0] for spec in ALL_SERVICES.values() if spec.doors
+                                 for name in spec.plants}}
 #: Plants that only show in one topology (an unowned host is visible only through the forward proxy).
 TOPOLOGY = {"egress": "forward"}
 

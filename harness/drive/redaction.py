@@ -32,9 +32,10 @@ from typing import Any
 
 from harness.capture.stubs.provider import ToolStep, probe_step
 from harness.core.findings import Finding
+from harness.core.protocol import placeholder
 from harness.core.registry import new_tag
 from harness.drive import battery
-from harness.drive.context import Context
+from harness.drive.context import ALL, Context
 from harness.drive.hermes import TurnResult
 from harness.drive.phases import wanted
 
@@ -48,7 +49,7 @@ MARKER = "tenancy-redaction-phase"
 
 def settings(ctx: Context, tenant: str) -> tuple[dict[str, Any], dict[str, str]]:
     """What the phase adds to a tenant's config and `.env` from the start (nothing when it does not run)."""
-    if not wanted(ctx, PHASE) or ctx.scenario not in DOORS:
+    if not wanted(ctx, PHASE) or ctx.scenario not in (*DOORS, ALL):  # `all`: one set of homes for every door
         return {}, {}
     on = tenant != ctx.sandbox.launch
     return {"security": {"redact_secrets": on}}, {"HERMES_REDACT_SECRETS": str(on).lower()}
@@ -67,18 +68,22 @@ def unmasked(ctx: Context, tenant: str, value: str, since: float) -> bool | None
     return any(value in text for text in seen) if seen else None
 
 
-def bleeds(launch: str, shown: dict[str, bool], scenario: str, driver: str) -> list[Finding]:
-    """A finding for every tenant but `launch` whose secret reached its model unmasked (`shown`)."""
+def bleeds(launch: str, shown: dict[str, bool], scenario: str, driver: str,
+           kinds: dict[str, str] | None = None) -> list[Finding]:
+    """A finding for every tenant but `launch` whose secret reached its model unmasked (`shown`; `kinds`: the kind
+    each tenant's secret was minted as, `KIND` unless the registry already held one)."""
     return [Finding("profile_bleed", launch, tenant, "redaction", "request", f"{driver}:{tenant}:tool terminal",
-                    "plain", f"<{tenant}:{KIND}> unmasked in its terminal result", tool="terminal",
+                    "plain", f"{placeholder(tenant, (kinds or {}).get(tenant, KIND))} unmasked in its terminal result",
+                    tool="terminal",
                     scenario=scenario, phase=PHASE,
                     detail=f"{tenant!r} says security.redact_secrets: true; its own key-shaped secret reached its "
                            f"model unmasked, under the launch profile {launch!r}'s false")
             for tenant, raw in shown.items() if tenant != launch and raw]
 
 
-def _read(ctx: Context, tenant: str, turn: Callable[[str], None]) -> bool | None:
-    """One turn of `tenant` reading a file of its own workdir that holds a new secret of its own."""
+def _read(ctx: Context, tenant: str, turn: Callable[[str], None]) -> tuple[bool | None, str]:
+    """One turn of `tenant` reading a file of its own workdir that holds a new secret of its own: whether its
+    model got it whole (`unmasked`), and the kind it was minted as."""
     t = ctx.registry[tenant]
     value = secret()
     kind = ctx.mint(tenant, KIND, value)
@@ -87,13 +92,14 @@ def _read(ctx: Context, tenant: str, turn: Callable[[str], None]) -> bool | None
     since = time.time()
     with battery.scripted(ctx, {tenant: [[probe_step(t)], [ToolStep("terminal", {"command": f"cat {path}"})]]}):
         turn(tenant)
-    return unmasked(ctx, tenant, value, since)
+    return unmasked(ctx, tenant, value, since), kind
 
 
 def run(ctx: Context, driver: str, turn: Callable[[str], None]) -> None:
     """The phase: see the module's docstring."""
     launch = ctx.sandbox.launch
-    shown = {name: _read(ctx, name, turn) for name in ctx.registry.names()}
+    read = {name: _read(ctx, name, turn) for name in ctx.registry.names()}
+    shown = {name: raw for name, (raw, _) in read.items()}
     if shown.get(launch) is not True:
         why = ("its terminal result never reached its provider" if shown.get(launch) is None
                else "its secret was masked: security.redact_secrets: false never took effect")
@@ -103,4 +109,5 @@ def run(ctx: Context, driver: str, turn: Callable[[str], None]) -> None:
         if raw is None:
             ctx.record(TurnResult(name, f"{driver}-{PHASE}", False, 0.0,
                                   "its terminal result never reached its provider"), PHASE, snapshot=False)
-    ctx.findings.extend(bleeds(launch, {n: bool(raw) for n, raw in shown.items()}, ctx.scenario, driver))
+    ctx.findings.extend(bleeds(launch, {n: bool(raw) for n, raw in shown.items()}, ctx.scenario, driver,
+                               {name: kind for name, (_, kind) in read.items()}))

@@ -81,9 +81,11 @@ def test_clean_two_tenant_audit(tenancy_audit):
 
 def _service_run(plant: str) -> str:
     """The audit a service's plant runs in: the default services' and those that hold no profile slot together;
-    a service chosen by name that takes a slot (another memory provider) in one of its own."""
+    a service chosen by name that takes a slot (another memory provider), or that one door drives (Mattermost:
+    the gateway), in one of its own."""
     spec = SERVICES[SERVICE_PLANTS[plant][0]]
-    return "services" if spec.by_default or not spec.slot else f"services {spec.name}"
+    alone = (spec.slot and not spec.by_default) or plant in SCENARIO  # a slot of its own, a door of its own
+    return f"services {spec.name}" if alone else "services"
 
 
 #: Plants that change different settings of the target, so one audit plants them all (each still judged alone:
@@ -98,7 +100,7 @@ RUNS = {**TOGETHER, **{p: [p] for p in sorted(set(PLANTS) - {p for ps in TOGETHE
 def test_planted_leaks_are_caught(tenancy_audit, run):
     names = RUNS[run]
     scenario = SCENARIO.get(names[0], "oneshot")
-    audit = tenancy_audit(plants=names, topology=TOPOLOGY.get(names[0], "reverse"), scenario=scenario,
+    audit = tenancy_audit(plants=names, topology=TOPOLOGY.get(names[0], "reverse"), scenario=scenario, tenants=2,
                           phases=[] if scenario == "oneshot" else ["turns"],
                           tools=sorted({g for p in names for g in battery_for(p)}),
                           services=sorted({s for p in names for s in services_for(p)}))
@@ -110,10 +112,10 @@ def test_planted_leaks_are_caught(tenancy_audit, run):
     for plant in names:
         expected = PLANTS[plant].expects
         assert expected <= audit.kinds, f"{plant}: expected {sorted(expected)}, got {sorted(audit.kinds)}"
-        if plant in SERVICE_PLANTS:  # caught through the service's own traffic (or the stdio server's record)
-            service = SERVICE_PLANTS[plant][0]
-            assert any(f.kind in expected and f.service == service and f.victim == "default"
-                       and f.seen_in == "alpha" for f in audit.findings), plant
+        if plant in SERVICE_PLANTS:  # caught through the service's own traffic (or the stdio server's record):
+            service = SERVICE_PLANTS[plant][0]  # default's credential at alpha's service, or alpha's at default's
+            assert any(f.kind in expected and f.service == service and {f.victim, f.seen_in} == {"default", "alpha"}
+                       for f in audit.findings), plant
         if plant in TOOL_PLANTS:  # caught through the tool (its result, its subprocess's env), not the file scan
             assert any(f.kind in expected | {"request_leak"} and f.tool in TOOL_PLANTS[plant] and f.channel != "file"
                        and f.victim == "default" and f.seen_in == "alpha" for f in audit.findings), plant

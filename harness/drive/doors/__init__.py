@@ -9,7 +9,7 @@ import pkgutil
 from collections.abc import Callable
 
 from harness.drive import approvals, redaction
-from harness.drive.context import Context
+from harness.drive.context import ALL, Context
 from harness.drive.doors.base import Door
 from harness.drive.features import Features
 
@@ -21,7 +21,6 @@ def _discover() -> dict[str, Door]:
 
 
 DOORS: dict[str, Door] = _discover()
-ALL = "all"
 
 
 def everything(ctx: Context) -> None:

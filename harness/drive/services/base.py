@@ -130,6 +130,7 @@ class ServiceSpec:
     slot: str = ""  # the profile setting it takes that holds one service (`memory.provider`): one per run
     by_default: bool = True  # in the run's services when `--services` is not given (else only by name)
     packages: tuple[str, ...] = ()  # distributions of the Hermes venv only its SDK brings (normalized names)
+    doors: tuple[str, ...] = ()  # the front doors that drive it (none: every one); elsewhere it is `n/a`
     words: frozenset[str] = frozenset()  # canary kinds the service rewrites to word characters: minted as such
     configure: Callable[[Tenant, Where], Setup] = lambda t, w: Setup()
 

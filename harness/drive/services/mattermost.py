@@ -183,7 +183,7 @@ SERVICE = ServiceSpec(
     "mattermost", "a Mattermost server: the gateway's messaging platform, one bot per profile", rank=70,
     make=lambda t, m: MattermostStub(t, m), credential="mattermost_key", credential_env="MATTERMOST_TOKEN",
     identity=("mattermost_user", "mattermost_channel"), data=("mattermost_post",), passive=True,
-    configure=configure, by_default=False,
+    configure=configure, by_default=False, doors=("gateway",),  # only `hermes gateway run` starts the bots
     coverage=Coverage('source_has("plugins.platforms.mattermost.adapter", "authentication_challenge")',
                       "no Mattermost platform adapter (plugins/platforms/mattermost)",
                       forward="Hermes' Mattermost adapter gives aiohttp no proxy (trust_env off), so it ignores "
