@@ -105,9 +105,14 @@ class MattermostStub(JsonApiStub):
                                                       "sender_name": f"@{user_id}"}, "broadcast": {}})
         return post_id
 
-    def wait_connected(self, timeout: float) -> bool:
-        """Whether the bot's websocket is up and has sent its authentication frame within `timeout`."""
-        return self._connected.wait(timeout)
+    def connected(self) -> bool:
+        """Whether a bot's websocket is up here and has sent its authentication frame."""
+        return self._connected.is_set()
+
+    def sign_ins(self) -> int:
+        """How many authentication frames reached this server."""
+        with self.lock:
+            return len(self.challenges)
 
     def posts_in(self, channel_id: str, since: float = 0.0) -> list[dict[str, Any]]:
         with self.lock:
@@ -143,9 +148,13 @@ class MattermostStub(JsonApiStub):
                         sock.sendall(ws.send(event.response()))
                     elif isinstance(event, CloseConnection):
                         return
-            while self._connected.is_set() and not self._events.empty():
+            while self._connected.is_set():
+                try:  # another bot signed in here too (a plant) may take an event first: never block on it
+                    event = self._events.get_nowait()
+                except queue.Empty:
+                    break
                 seq += 1
-                sock.sendall(ws.send(TextMessage(data=json.dumps({**self._events.get(), "seq": seq}))))
+                sock.sendall(ws.send(TextMessage(data=json.dumps({**event, "seq": seq}))))
 
     def _challenge(self, text: str) -> None:
         try:
