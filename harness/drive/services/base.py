@@ -8,6 +8,7 @@ and keeps the registry; no other module names a service.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -144,6 +145,14 @@ def edit_config(home: Path, edit: Callable[[dict], None]) -> None:
     cfg = yaml.safe_load(path.read_text(encoding="utf-8"))
     edit(cfg)
     path.write_text(yaml.safe_dump(cfg, sort_keys=False), encoding="utf-8")
+
+
+def edit_json(home: Path, rel: str, edit: Callable[[dict], None]) -> None:
+    """Change a JSON file of a profile's home in place (`rel`: its path in the home)."""
+    path = home / rel
+    doc = json.loads(path.read_text(encoding="utf-8"))
+    edit(doc)
+    path.write_text(json.dumps(doc), encoding="utf-8")
 
 
 def set_env(home: Path, name: str, value: str) -> None:

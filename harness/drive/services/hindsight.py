@@ -41,6 +41,7 @@ from harness.drive.services.base import (
     Turn,
     Where,
     credential_plant,
+    edit_json,
 )
 
 #: `/v1/default/banks/{bank}/{operation}`: the bank and what is asked of it.
@@ -111,10 +112,8 @@ def _lookups(u: Turn) -> list[ToolStep]:
 
 def _bank(c: PlantContext) -> None:
     """The donor's bank id in the target's `hindsight/config.json`."""
-    path = c.target_home / "hindsight" / "config.json"
-    doc = json.loads(path.read_text())
-    doc["bank_id"] = c.donor.canaries["hindsight_bank"]
-    path.write_text(json.dumps(doc))
+    edit_json(c.target_home, "hindsight/config.json",
+              lambda doc: doc.update(bank_id=c.donor.canaries["hindsight_bank"]))
 
 
 SERVICE = ServiceSpec(

@@ -45,6 +45,7 @@ from harness.drive.services.base import (
     Setup,
     Turn,
     Where,
+    edit_json,
     set_env,
 )
 
@@ -234,10 +235,8 @@ def _lookups(u: Turn) -> list[ToolStep]:
 
 def _edit_host(c: PlantContext, field_name: str, kind: str) -> None:
     """The donor's canary `kind` under `field_name` of the target's host block in its `honcho.json`."""
-    path = c.target_home / "honcho.json"
-    doc = json.loads(path.read_text())
-    doc["hosts"][host_key(c.target.name)][field_name] = c.donor.canaries[kind]
-    path.write_text(json.dumps(doc))
+    edit_json(c.target_home, "honcho.json",
+              lambda doc: doc["hosts"][host_key(c.target.name)].update({field_name: c.donor.canaries[kind]}))
 
 
 def _key(c: PlantContext) -> None:

@@ -34,6 +34,7 @@ from harness.drive.services.base import (
     Turn,
     Where,
     credential_plant,
+    edit_json,
 )
 
 
@@ -99,10 +100,7 @@ def _lookups(u: Turn) -> list[ToolStep]:
 
 def _user(c: PlantContext) -> None:
     """The donor's user id at the memory provider in the target's `mem0.json`."""
-    path = c.target_home / "mem0.json"
-    doc = json.loads(path.read_text())
-    doc["user_id"] = c.donor.canaries["memory_user"]
-    path.write_text(json.dumps(doc))
+    edit_json(c.target_home, "mem0.json", lambda doc: doc.update(user_id=c.donor.canaries["memory_user"]))
 
 
 SERVICE = ServiceSpec(

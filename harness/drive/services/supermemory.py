@@ -39,6 +39,7 @@ from harness.drive.services.base import (
     Turn,
     Where,
     credential_plant,
+    edit_json,
 )
 
 UPDATED = "2026-01-01T00:00:00Z"
@@ -130,10 +131,8 @@ def _lookups(u: Turn) -> list[ToolStep]:
 
 def _tag(c: PlantContext) -> None:
     """The donor's container tag in the target's `supermemory.json`."""
-    path = c.target_home / "supermemory.json"
-    doc = json.loads(path.read_text())
-    doc["container_tag"] = c.donor.canaries["supermemory_tag"]
-    path.write_text(json.dumps(doc))
+    edit_json(c.target_home, "supermemory.json",
+              lambda doc: doc.update(container_tag=c.donor.canaries["supermemory_tag"]))
 
 
 SERVICE = ServiceSpec(
