@@ -1,4 +1,4 @@
-"""Incidents linked to the documented Hermes findings (F1-F14): each signature with an incident it must match and a
+"""Incidents linked to the documented Hermes findings: each signature with an incident it must match and a
 near miss it must not, and the table in docs/hermes-findings.md equal to the code's."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ CASES = [
     ("F7", dict(kind="file_leak", victim="alpha", seen_in="default", canary="saved_key", channel="file",
                 location=".env@155"),
      dict(kind="file_leak", canary="saved_key", channel="file", location=".env@155")),
-    ("F8", dict(kind="request_leak", tool="session_search"), dict(kind="request_leak", tool="skill_view")),
+    ("F8", dict(kind="request_leak", tool="session_search"), dict(kind="request_leak", tool="todo")),
     ("F9", dict(kind="request_leak", tool="process"), dict(kind="request_leak", tool="terminal")),
     ("F10", dict(kind="env_leak", channel="env", tool="terminal"),
      dict(kind="env_leak", channel="env", tool="terminal", scenario="oneshot")),
@@ -59,6 +59,22 @@ CASES = [
      dict(kind="wrong_key", seen_in="default", canary="hindsight_key", service="hindsight")),
     ("F23", dict(kind="wrong_identity", victim="alpha", seen_in="default", canary="browser_user", service="browser"),
      dict(kind="request_leak", tool="browse")),
+    ("F24", dict(kind="profile_bleed", canary="allowed_channels", channel="rpc", service="mattermost"),
+     dict(kind="profile_bleed", canary="mattermost_post", channel="rpc", service="mattermost")),
+    ("F25", dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="allowed_users", channel="rpc",
+                 service="mattermost"),
+     dict(kind="shortfall", seen_in=None, canary=None, channel="env", phase="turns", location="gateway:turns")),
+    ("F26", dict(kind="profile_bleed", canary="redaction", tool="terminal", location="serve:alpha:tool terminal"),
+     dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="redaction", tool="terminal",
+          location="serve:default:tool terminal")),
+    ("F27", dict(kind="request_leak", canary="home", tool="skill_manage"), dict(kind="request_leak", tool="todo")),
+    ("F28", dict(kind="request_leak", canary="cron_job", tool="cronjob"),
+     dict(kind="file_leak", canary="cron_job", channel="file", tool="cronjob", location="cron/jobs.json@9")),
+    ("F29", dict(kind="wrong_cwd", seen_in="default", canary="workdir", channel="env", tool="execute_code",
+                 scenario="oneshot"),
+     dict(kind="wrong_cwd", seen_in="default", canary="workdir", channel="env", tool="execute_code")),
+    ("F30", dict(kind="wrong_key", victim="alpha", canary="aux_key", service="aux", scenario="oneshot"),
+     dict(kind="wrong_key", victim="alpha", canary="aux_key", service="aux", scenario="tui")),
 ]
 
 

@@ -69,7 +69,8 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F13": (Clause(("service web", "tool web_*")),),
     "F14": (Clause(("service aux",), ("wrong_key", "wrong_identity"), direction="launch -> other"),),
     "F15": (Clause(("service delegation",), direction="launch -> other"),
-            Clause(("request",), ("request_leak",), ("skill_*",), direction="launch -> other")),
+            Clause(("request",), ("request_leak",), ("skill_*",), direction="launch -> other"),
+            Clause(("tool delegate_task",), ("request_leak",), ("delegation_model",), direction="launch -> other")),
     "F16": (Clause(("tool execute_code",), ("wrong_path", "env_leak"), direction="launch -> other"),),
     "F17": (Clause(("file processes.json",), ("file_leak",), direction="other -> launch"),),
     "F18": (Clause(("request", "tool *"), ("request_leak",), scenarios=("api_server",), phases=("lookups",)),
@@ -84,6 +85,11 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F25": (Clause(("service mattermost",), ("profile_bleed",), ("allowed_users",)),
             Clause(("shortfall",), phases=("messaging",))),
     "F26": (Clause(("redaction",), ("profile_bleed",), direction="launch -> other"),),
+    "F27": (Clause(("tool skill_manage", "tool skills_list", "tool skill_view")),
+            Clause(("service delegation",), ("request_leak",), ("skill_*",), direction="other -> launch")),
+    "F28": (Clause(("tool cronjob",), ("request_leak",)),),
+    "F29": (Clause(("tool execute_code",), ("wrong_cwd",), scenarios=("oneshot",)),),
+    "F30": (Clause(("service aux",), ("wrong_key",), scenarios=("oneshot",)),),
 }
 
 
