@@ -439,6 +439,22 @@ def test_incidents_are_counted_per_release_and_merge_like_classes(tmp_path):
     assert f'<tr data-incident="{incident.id}" data-documented="F8">' in html
 
 
+def test_an_incident_row_holds_the_f_numbers_of_every_release_not_only_the_first():
+    """An incident (one entry point) can cross differently in each release: its row names every F-number any cell
+    linked it to, not the earliest release's alone (F27's skills in 0.16.0, F15's subagent key in 0.19.0)."""
+    plan, cells = recorded()
+    incident = build([LEAK])[0]
+
+    def entry(numbers: list[str]) -> dict:
+        return {incident.id: {"entry": incident.entry, "kinds": incident.kinds, "severity": incident.severity,
+                              "documented": numbers, "victim": "default", "seen_in": "alpha", "scenario": "oneshot",
+                              "phase": "lookups", "tool": "session_search", "service": None}}
+    by_release = {"0.16.0": [], "0.17.0": ["F27"], "0.18.2": [], "0.19.0": ["F15"]}
+    cells = [replace(c, incidents=entry(by_release[c.release])) for c in cells]
+    [row_] = matrix.document(plan, cells)["incidents"]
+    assert row_["documented"] == ["F15", "F27"]
+
+
 def test_a_matrix_from_before_incidents_is_read_and_not_merged_with_new_shards():
     plan, cells = recorded()
     old = matrix.document(plan, cells)

@@ -167,11 +167,15 @@ def _rows(plan: Plan, cells: list[Cell], key: str, name: str) -> list[dict[str, 
     cells per release and the first and last release it was seen in."""
     releases = sorted(plan.releases, key=release_key)
     items: dict[str, tuple[str, dict[str, Any]]] = {}  # fingerprint or id -> (the audit scenario, what it is)
+    numbers: dict[str, set[str]] = {}  # an incident's F-numbers in any cell (each release's crossings differ)
     for c in sorted(cells, key=lambda c: (release_key(c.release), c.scenario, c.run)):
         for ident, item in getattr(c, key).items():
             items.setdefault(ident, (c.scenario, item))
+            numbers.setdefault(ident, set()).update(item.get("documented") or ())
     out = []
     for ident, (scenario, item) in items.items():
+        if "documented" in item:
+            item = {**item, "documented": sorted(numbers[ident], key=lambda n: int(n.lstrip("F")))}
         per = {r: row_cell(item, r, [c for c in cells if c.release == r and c.scenario == scenario], ident, key)
                for r in releases}
         seen = [r for r in releases if per[r]["state"] == "seen"]
