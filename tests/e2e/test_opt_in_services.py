@@ -22,7 +22,7 @@ RUNS = {  # services (each its battery group) -> the findings the run must link
 
 @pytest.mark.parametrize("services", list(RUNS), ids=["+".join(s) for s in RUNS])
 def test_a_service_chosen_by_name_crosses_profiles_in_one_process(tenancy_audit, services):
-    audit = tenancy_audit(scenario="tui", tenants=3, phases=["turns"], tools=list(services), services=list(services))
+    audit = tenancy_audit(scenario="tui", tenants=2, phases=["turns"], tools=list(services), services=list(services))
     documented = {n for i in audit.doc["incidents"] for n in i["documented"]}
     assert RUNS[services] <= documented, json.dumps(audit.doc["incidents"])[:800]
     coverage = audit.doc["service_coverage"]["tui"]
