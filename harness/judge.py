@@ -107,12 +107,8 @@ def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *
     found = [f if f.scenario else replace(f, scenario=scenario, phase=f.phase or "end") for f in rec.findings + live]
     policy = policy or evidence_policy(out)
     kept, allowed = policy.apply(found, record.launch or registry.names()[0])
-    service_coverage = rec.coverage.service_table(record.services, kept, allowed)
-    for sc, row in service_coverage.items():  # a service only some doors drive is not expected elsewhere
-        for s, state in row.items():
-            doors = SERVICES[s].doors if s in SERVICES else ()
-            if state == "not driven" and doors and sc not in doors:
-                row[s] = f"n/a: only the {', '.join(doors)} door drives it"
+    service_coverage = rec.coverage.service_table(record.services, kept, allowed,
+                                                  {n: s.doors for n, s in SERVICES.items() if s.doors})
     door_coverage = door_table(record.doors, record.turns, kept, allowed)
     reasons = [*record.reasons, *rec.reasons, *check_plants(record.plants, found)]
     reasons += [f"service {s} was not driven in scenario {sc}: none of its requests reached its stub"

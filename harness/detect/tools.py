@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import PurePosixPath
 from typing import Any
@@ -234,10 +234,12 @@ class Coverage:
             out[scenario] = row
         return out
 
-    def service_table(self, states: dict[str, str], findings: list[Finding],
-                      allowed: Sequence[Finding] = ()) -> dict[str, dict[str, str]]:
+    def service_table(self, states: dict[str, str], findings: list[Finding], allowed: Sequence[Finding] = (),
+                      doors: Mapping[str, Sequence[str]] | None = None) -> dict[str, dict[str, str]]:
         """scenario -> service -> `leak`, `driven`, `failed`, `not driven` or `n/a: <why>` (`states`: what the
-        run recorded of each service, `on` or `n/a: <why>`)."""
+        run recorded of each service, `on` or `n/a: <why>`; `doors`: the services only some front doors drive,
+        `n/a` where no request of another scenario reached them)."""
+        doors = doors or {}
         leaks = {(f.scenario, f.service) for f in findings if f.service and f.kind not in ("shortfall", "bypass")}
         shared = {(f.scenario, f.service) for f in allowed if f.service}
         out: dict[str, dict[str, str]] = {}
@@ -254,6 +256,8 @@ class Coverage:
                     row[service] = "driven"
                 elif self.service_errors.get(scenario, {}).get(service):
                     row[service] = "failed"
+                elif doors.get(service) and scenario not in doors[service]:
+                    row[service] = f"n/a: only the {', '.join(doors[service])} door drives it"
                 else:
                     row[service] = "not driven"
             out[scenario] = row

@@ -90,13 +90,16 @@ class Context:
     def settle(self, quiet: float = 0.3, longest: float = 5.0) -> None:
         """Wait until no stub has received a request for `quiet` seconds (at most `longest`): what Hermes sends
         in the background after a turn (a memory provider's sync) belongs to the phase of that turn, every run."""
-        stubs = [*self.stubs.values(), *self.service_stubs.values()]
         deadline = time.monotonic() + longest
         while time.monotonic() < deadline:
-            last = max((r.time for s in stubs for r in s.snapshot()[-1:]), default=0.0)
-            if time.time() - last >= quiet:
+            if self.idle_seconds() >= quiet:
                 return
             time.sleep(0.1)
+
+    def idle_seconds(self) -> float:
+        """Seconds since any stub (a provider's or a service's) last received a request."""
+        stubs = [*self.stubs.values(), *self.service_stubs.values()]
+        return time.time() - max((r.time for s in stubs for r in s.snapshot()[-1:]), default=0.0)
 
     def matcher(self) -> Matcher:
         return matcher_for(self.registry)

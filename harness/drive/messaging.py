@@ -132,18 +132,12 @@ def _exchange(ctx: Context, messages: list[Message], wait: float) -> None:
     while time.monotonic() < deadline:
         if all(m.answered and _replies(ctx, m, since) for m in messages):
             break
-        if any(m.answered for m in messages) and time.monotonic() - started > QUIET and _idle(ctx) > IDLE:
+        if any(m.answered for m in messages) and time.monotonic() - started > QUIET and ctx.idle_seconds() > IDLE:
             break  # a message Hermes dropped: nothing more is coming
         time.sleep(0.25)
     ctx.settle(quiet=1.0, longest=10.0)
     for m in messages:
         _judge(ctx, m, since, time.monotonic() - started)
-
-
-def _idle(ctx: Context) -> float:
-    """Seconds since any stub last received a request."""
-    stubs = [*ctx.stubs.values(), *ctx.service_stubs.values()]
-    return time.time() - max((r.time for s in stubs for r in s.snapshot()[-1:]), default=0.0)
 
 
 def _turns(ctx: Context, m: Message) -> dict[str, int]:
@@ -152,11 +146,15 @@ def _turns(ctx: Context, m: Message) -> dict[str, int]:
     return {n: sum(mark in r.body for r in s.snapshot()) for n, s in ctx.stubs.items()}
 
 
-def _replies(ctx: Context, m: Message, since: float) -> list[dict]:
-    """The agent's replies in the message's channel: the provider stub's `probe done for tenant NAME`, whose
+def _reply_of(tenant: str, post: dict) -> bool:
+    """Whether a post is the agent's reply to `tenant`: the provider stub's `probe done for tenant NAME`, whose
     spaces Hermes' formatting may drop."""
-    return [p for p in _stub(ctx, m.tenant).posts_in(m.channel, since)
-            if f"tenant{m.tenant}" in p["message"].replace(" ", "")]
+    return f"tenant{tenant}" in post["message"].replace(" ", "")
+
+
+def _replies(ctx: Context, m: Message, since: float) -> list[dict]:
+    """The agent's replies in the message's channel."""
+    return [p for p in _stub(ctx, m.tenant).posts_in(m.channel, since) if _reply_of(m.tenant, p)]
 
 
 def _judge(ctx: Context, m: Message, since: float, seconds: float) -> None:
@@ -179,14 +177,14 @@ def _judge(ctx: Context, m: Message, since: float, seconds: float) -> None:
     ok = bool(mine) and own > 0 and all(p["token"] == key for p in mine)
     ctx.record(TurnResult(m.tenant, "gateway", ok, seconds,
                           "" if ok else f"{m.what}: {len(mine)} reply(ies), {own} request(s)"), PHASE)
-    for other in ctx.registry if m.note else ():  # once per tenant: its replies at every other server
-        stray = [p for p in _stub(ctx, other.name).posts if p["time"] >= since and other.name != m.tenant
-                 and f"tenant{m.tenant}" in p["message"].replace(" ", "")]
+    others = [o.name for o in ctx.registry if o.name != m.tenant] if m.note else []  # once per tenant
+    for other in others:  # its replies at every other server
+        stray = [p for p in _stub(ctx, other).posts_since(since) if _reply_of(m.tenant, p)]
         if stray:
-            ctx.findings.append(_finding(ctx, m, "profile_bleed", other.name, "reply",
-                                         f"POST /api/v4/posts at {other.name}'s server in "
+            ctx.findings.append(_finding(ctx, m, "profile_bleed", other, "reply",
+                                         f"POST /api/v4/posts at {other}'s server in "
                                          f"{ctx.matcher().redact_text(repr(stray[0]['channel_id']))}",
-                                         f"{m.tenant}'s agent reply was posted at {other.name}'s server"))
+                                         f"{m.tenant}'s agent reply was posted at {other}'s server"))
 
 
 def _finding(ctx: Context, m: Message, kind: str, seen_in: str, canary: str, evidence: str, detail: str) -> Finding:

@@ -252,6 +252,10 @@ class JsonApiStub(HttpStub):
         """(status, JSON payload) for one request; `body` is the parsed JSON, None when it is not JSON."""
         raise NotImplementedError
 
+    def respond(self, handler: JsonHandler, path: str, body: Any) -> tuple[int, Any]:
+        """`route` of the request; a service whose answer needs more of the request (a header) overrides this."""
+        return self.route(handler.command, path, body)
+
     def answer(self, handler: JsonHandler, raw: bytes) -> None:
         if self.check(handler, raw):
             return
@@ -259,7 +263,7 @@ class JsonApiStub(HttpStub):
             body = json.loads(raw) if raw else {}
         except ValueError:
             body = None
-        status, payload = self.route(handler.command, handler.path.split("?", 1)[0].rstrip("/"), body)
+        status, payload = self.respond(handler, handler.path.split("?", 1)[0].rstrip("/"), body)
         self.record(handler.command, handler.path, handler.header_dict(), raw, status)
         handler.send_json(status, payload)
 

@@ -57,19 +57,14 @@ class MattermostStub(JsonApiStub):
             self.record(handler.command, handler.path, handler.header_dict(), raw, 101)
             self._serve_ws(handler)
             return
-        if self.check(handler, raw):
-            return
-        try:
-            body = json.loads(raw) if raw else {}
-        except ValueError:
-            body = None
-        path, token = handler.path.split("?", 1)[0].rstrip("/"), handler.headers.get("authorization") or ""
+        super().answer(handler, raw)
+
+    def respond(self, handler: JsonHandler, path: str, body: Any) -> tuple[int, Any]:
+        """A bot's post is kept with the token it came with; every other request is routed."""
         if handler.command == "POST" and path == "/api/v4/posts" and isinstance(body, dict):
-            status, payload = 201, self._post(body, token.removeprefix("Bearer ").strip())
-        else:
-            status, payload = self.route(handler.command, path, body)
-        self.record(handler.command, handler.path, handler.header_dict(), raw, status)
-        handler.send_json(status, payload)
+            token = (handler.headers.get("authorization") or "").removeprefix("Bearer ").strip()
+            return 201, self._post(body, token)
+        return super().respond(handler, path, body)
 
     def _post(self, body: dict[str, Any], token: str) -> dict[str, Any]:
         """A post of the bot's, kept with the token it came with."""
@@ -114,9 +109,13 @@ class MattermostStub(JsonApiStub):
         with self.lock:
             return len(self.challenges)
 
-    def posts_in(self, channel_id: str, since: float = 0.0) -> list[dict[str, Any]]:
+    def posts_since(self, since: float) -> list[dict[str, Any]]:
+        """The bots' posts this server received from `since` on."""
         with self.lock:
-            return [p for p in self.posts if p["channel_id"] == channel_id and p["time"] >= since]
+            return [p for p in self.posts if p["time"] >= since]
+
+    def posts_in(self, channel_id: str, since: float = 0.0) -> list[dict[str, Any]]:
+        return [p for p in self.posts_since(since) if p["channel_id"] == channel_id]
 
     def stop(self) -> None:
         self._closing.set()
