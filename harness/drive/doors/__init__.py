@@ -42,8 +42,8 @@ NOT_DRIVEN: dict[str, str] = {
                            "their SDKs or servers, and MEDIA attachments and cron delivery through a bot are not "
                            "driven yet",
     "tool approvals": "a phase of tui and serve, not a door: `--phases approvals` (or `all,approvals`) drives an "
-                      "`always` approval of one profile against the others' commands (F19); every other phase runs "
-                      "with `approvals.mode: off`, and a command allowlist seeded per profile is not driven yet",
+                      "`always` approval and a `command_allowlist` seeded in one profile's config against the others' "
+                      "commands (F19); every other phase runs with `approvals.mode: off`",
     "kanban": "the board is shared across profiles by design in Hermes 0.19.0 (`hermes_cli/kanban_db.py`, "
               "`kanban_home`: 'The kanban board is shared across profiles **by design**'; its tools show only in "
               "profiles with the `kanban` toolset and in dispatcher workers): what one profile reads of another's "
