@@ -60,7 +60,7 @@ def settings(ctx: Context, tenant: str) -> dict[str, Any]:
     return {"command_allowlist": [ALLOWLIST]}
 
 
-def _set_mode(ctx: Context, mode: str) -> None:
+def set_mode(ctx: Context, mode: str) -> None:
     """`approvals.mode` in every tenant's config.yaml (Hermes reads it per command, its cache keyed on the file)."""
     for t in ctx.registry:
         path = ctx.sandbox.home_of(t.name) / "config.yaml"
@@ -114,7 +114,7 @@ def run(ctx: Context, backend: RpcBackend, driver: str, turn: Callable[[str], No
     first = first_tenant(ctx)
     at = names.index(first)
     others = names[at + 1:] + names[:at]
-    _set_mode(ctx, "manual")
+    set_mode(ctx, "manual")
     try:
         if not _asked(ctx, backend, first, "always", turn, ALWAYS):
             _failed(ctx, first, driver, "never asked to approve a recursive delete: approvals were not active")
@@ -129,4 +129,4 @@ def run(ctx: Context, backend: RpcBackend, driver: str, turn: Callable[[str], No
             return
         ctx.findings.extend(bleeds(first, asked, ctx.scenario, driver, SEEDED))
     finally:
-        _set_mode(ctx, "off")
+        set_mode(ctx, "off")
