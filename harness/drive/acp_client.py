@@ -33,6 +33,7 @@ class AcpClient:
     def __init__(self, hermes: Hermes, tenant: str, rpc_log: RpcLog, log_path: Path) -> None:
         self.hermes, self.tenant, self.rpc_log, self.log_path = hermes, tenant, rpc_log, log_path
         self.proc: subprocess.Popen[str] | None = None
+        self._stderr: IO[bytes] | None = None
         self._cond = threading.Condition()
         self._replies: dict[int, dict[str, Any]] = {}
         self._closed = False
@@ -42,7 +43,7 @@ class AcpClient:
 
     def start(self, timeout: float = 90.0) -> AcpClient:
         """Start the process and `initialize` it."""
-        self._stderr: IO[bytes] = self.log_path.open("ab")
+        self._stderr = self.log_path.open("ab")
         argv = [str(self.hermes.python), "-m", "hermes_cli.main", *self.hermes.sandbox.profile_args(self.tenant),
                 "acp"]
         self.proc = self.hermes.procs.spawn(
@@ -126,14 +127,15 @@ class AcpClient:
         return stop == "end_turn", "" if stop == "end_turn" else json.dumps(reply.get("error") or reply)[:200]
 
     def close(self) -> None:
-        if self.proc is None:
-            return
-        family = descendants(self.proc.pid)
-        try:
-            if self.proc.stdin:
-                self.proc.stdin.close()
-            self.proc.wait(timeout=15)
-        except (subprocess.TimeoutExpired, OSError, ValueError):
-            pass
-        stop_tree(self.proc, grace=10, family=family)
-        self._stderr.close()
+        """Close its stdin (the adapter leaves), then stop what is left of its process tree."""
+        if self.proc is not None:
+            family = descendants(self.proc.pid)
+            try:
+                if self.proc.stdin:
+                    self.proc.stdin.close()
+                self.proc.wait(timeout=15)
+            except (subprocess.TimeoutExpired, OSError, ValueError):
+                pass
+            stop_tree(self.proc, grace=10, family=family)
+        if self._stderr is not None:
+            self._stderr.close()

@@ -39,7 +39,7 @@ from harness.drive.phases import wanted
 PACKAGES = ("agent-client-protocol",)
 
 
-def _turn(ctx: Context, client: AcpClient, session: str, phase: str) -> TurnResult:
+def _turn(ctx: Context, client: AcpClient, session: str) -> TurnResult:
     started = time.monotonic()
     ok, detail = client.prompt(session, PROMPT, ctx.opts.timeout)
     return TurnResult(client.tenant, "acp", ok, time.monotonic() - started, detail, client.log_path)
@@ -48,13 +48,9 @@ def _turn(ctx: Context, client: AcpClient, session: str, phase: str) -> TurnResu
 def _round(ctx: Context, phase: str, clients: dict[str, AcpClient], sessions: dict[str, str],
            plans: dict[str, Plan], names: list[str]) -> None:
     with battery.scripted(ctx, plans), ThreadPoolExecutor(max_workers=len(names)) as pool:
-        results = list(pool.map(lambda name: _turn(ctx, clients[name], sessions[name], phase), names))
+        results = list(pool.map(lambda name: _turn(ctx, clients[name], sessions[name]), names))
     for r in results:
         ctx.record(r, phase)
-
-
-def _start(ctx: Context, name: str) -> AcpClient:
-    return AcpClient(ctx.hermes, name, ctx.rpc_log("acp"), ctx.out / "logs" / f"acp-{name}.log").start()
 
 
 def _bleed(ctx: Context, victim: str, seen_in: str, where: str, what: str) -> None:
@@ -67,6 +63,7 @@ def _across(ctx: Context, client: AcpClient, own: str, other: str, victim: str) 
     """The editor's moves across profiles in one process: the other profile's session id loaded, resumed,
     forked, listed; then its own session loaded (the near miss)."""
     me, cwd = client.tenant, ctx.registry[client.tenant].canaries["workdir"]
+
     def ask(method: str, **params: Any) -> Callable[[], dict[str, Any]]:
         return lambda: client.call(method, {"sessionId": other, "cwd": cwd, "mcpServers": [], **params})
 
@@ -100,13 +97,13 @@ def _across(ctx: Context, client: AcpClient, own: str, other: str, victim: str) 
 def acp(ctx: Context) -> None:
     """`hermes [-p NAME] acp` for every tenant, driven over ACP; the tenants' turns concurrent."""
     names = ctx.registry.names()
-    clients: dict[str, AcpClient] = {}
-    sessions: dict[str, str] = {}
+    clients = {name: AcpClient(ctx.hermes, name, ctx.rpc_log("acp"), ctx.out / "logs" / f"acp-{name}.log")
+               for name in names}
     started = time.time()
     try:
         with ctx.phase("turns"):
             with ThreadPoolExecutor(max_workers=len(names)) as pool:
-                clients = dict(zip(names, pool.map(lambda n: _start(ctx, n), names), strict=True))
+                list(pool.map(AcpClient.start, clients.values()))
             sessions = {name: clients[name].new_session(ctx.registry[name].canaries["workdir"]) for name in names}
             for n in range(ctx.opts.turns):
                 first = n == 0 and battery.enabled(ctx)
