@@ -23,6 +23,7 @@ from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
 from harness.detect.reconcile import LogSource, Reading, Reconciliation, reconcile
 from harness.detect.tools import door_table
 from harness.drive import plants
+from harness.drive.doors import DOORS
 from harness.drive.services import SERVICES
 from harness.report import baseline as baselines
 from harness.report import policy as policies
@@ -56,9 +57,10 @@ def venv_warnings(record: RunRecord, base: baselines.AnyBaseline | None) -> list
                                                "other versions"]
     made_with = getattr(base, "made_with", None) or {}
     if made_with.get("installed") and venv.get("installed"):
-        # a distribution only the SDK of a service this run did not drive brings cannot have changed it
+        # a distribution only the SDK of a service, or a door, this run did not drive brings cannot have changed it
         unused = frozenset(p for name, spec in SERVICES.items() if record.services.get(name) != "on"
-                           for p in spec.packages)
+                           for p in spec.packages) | frozenset(
+            p for name, door in DOORS.items() if record.doors.get(name) != "on" for p in door.packages)
         differs = differences(venv["installed"], made_with["installed"], "the Hermes venv", ignore=TOOLS | unused,
                               against=("the one that made the baseline", "baseline"))
         lines += [differs] if differs else []

@@ -187,7 +187,7 @@ def selftest(python: Path | None, out: Path | None) -> Iterator[PlantOutcome]:
         scenario = plants.SCENARIO.get(name, "oneshot")
         result = run_audit(RunOptions(plants=[name], out=(out / name) if out else None, hermes_python=python,
                                       quiet=True, topology=plants.TOPOLOGY.get(name, "reverse"), scenario=scenario,
-                                      tenants=2, phases=["turns"] if scenario != "oneshot" else [],
+                                      tenants=2, phases=plants.phases_for(name),
                                       tools=plants.battery_for(name), services=plants.services_for(name)))
         code = result.verdict.exit_code
         kinds = {f.kind for f in result.verdict.findings}

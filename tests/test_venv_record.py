@@ -14,10 +14,10 @@ PINNED = {"hermes-agent": "0.19.0", "openai": "2.21.0", "ripgrep": "14.1.0"}
 
 
 def record(installed: dict[str, str], lock: dict | None, problem: str | None = None,
-           services: dict[str, str] | None = None) -> RunRecord:
+           services: dict[str, str] | None = None, doors: dict[str, str] | None = None) -> RunRecord:
     venv = {"installed": installed, "lock": lock, **({"problem": problem} if problem else {})}
     return RunRecord.from_dict({"version": VERSION, "hermes-agent": "0.19.0", "hermes_venv": venv,
-                                "services": services or {}})
+                                "services": services or {}, "doors": doors or {}})
 
 
 def lock(committed: bool = True, differs: str | None = None) -> dict:
@@ -62,6 +62,18 @@ def test_a_distribution_only_an_undriven_services_sdk_brings_is_no_difference_fr
     [line] = venv_warnings(record(with_sdk, lock(), services={"honcho": "on"}), base)
     assert line == "the Hermes venv differs from the one that made the baseline: honcho-ai 2.2.0 (not in the one " \
                    "that made the baseline)"
+
+
+def test_a_distribution_only_an_undriven_door_uses_is_no_difference_from_the_baseline():
+    """The baselines were made before the ACP package joined the lock: a run that did not drive the `acp` door
+    cannot have used it (its baseline stays valid); one that drove it, against such a baseline, warns."""
+    base = Baseline(Path("b.json"), made_with={"installed": dict(PINNED)})
+    with_acp = {**PINNED, "agent-client-protocol": "0.9.0"}
+    assert venv_warnings(record(with_acp, lock(), doors={"oneshot": "on", "acp": "not driven: --scenario acp"}),
+                         base) == []
+    [line] = venv_warnings(record(with_acp, lock(), doors={"acp": "on"}), base)
+    assert line == "the Hermes venv differs from the one that made the baseline: agent-client-protocol 0.9.0 (not in " \
+                   "the one that made the baseline)"
 
 
 def test_a_folder_from_before_venvs_were_recorded_warns_of_nothing():

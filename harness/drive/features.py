@@ -2,7 +2,8 @@
 
 Older releases lack some of what the scenarios drive: `hermes -z --usage-file` (0.16.0 judges a one-shot
 turn by its exit code only), `hermes serve`, the multiplexed gateway (`gateway.multiplex_profiles`), the
-tui backend's per-profile sessions. `doors.missing(features, scenario)` names what a scenario's door needs
+tui backend's per-profile sessions, the ACP adapter (`hermes acp`: `acp_adapter` and the package of Hermes' `acp`
+extra). `doors.missing(features, scenario)` names what a scenario's door needs
 and the release lacks: the run is then impossible (`run`: one line, exit 2; `matrix`: an `n/a` cell with that reason).
 """
 
@@ -44,8 +45,9 @@ if tui:
     from tui_gateway.server import _methods
     create = _methods.get("session.create")
     tui = create is not None and '"profile"' in inspect.getsource(create)
+acp = has("acp_adapter.server") and has("acp")
 print(json.dumps({"oneshot": has("hermes_cli.oneshot"), "usage_file": usage, "multiplex": multiplex, "tui": tui,
-                  "services": services}), file=report, flush=True)
+                  "acp": acp, "services": services}), file=report, flush=True)
 os._exit(0)  # no interpreter teardown: 0.16.0's tui_gateway crashes there (SIGSEGV) now and then
 """
 
@@ -59,6 +61,7 @@ class Features:
     serve: bool = True  # `hermes serve`
     multiplex: bool = True  # `hermes gateway run` serving every profile (`gateway.multiplex_profiles`)
     tui: bool = True  # `tui_gateway.entry` with per-profile sessions (`session.create {profile}`)
+    acp: bool = True  # `hermes acp`: the ACP adapter (`acp_adapter`) and its `agent-client-protocol` package
     services: frozenset[str] = frozenset(SERVICES)  # the services it has (each service's `coverage.probe`)
 
 
@@ -95,4 +98,5 @@ def _ask(hermes: Hermes) -> Features:
     rc, _, _ = hermes.procs.run([str(hermes.python), "-m", "hermes_cli.main", "serve", "--help"], env=env, cwd=cwd,
                                 timeout=120)
     return Features(oneshot=found["oneshot"], usage_file=found["usage_file"], serve=rc == 0,
-                    multiplex=found["multiplex"], tui=found["tui"], services=frozenset(found["services"]))
+                    multiplex=found["multiplex"], tui=found["tui"], acp=found["acp"],
+                    services=frozenset(found["services"]))

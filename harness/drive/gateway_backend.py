@@ -34,7 +34,7 @@ class GatewayBackend:
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 raise BackendError(f"hermes gateway exited rc={self.proc.returncode} before /health answered")
-            status, _ = self.request("GET", "/health", None, None, tenant=None, log=False)
+            status, _ = self._send("GET", "/health", None, None, 120.0, {})
             if status == 200:
                 return self
             time.sleep(0.2)
@@ -45,19 +45,24 @@ class GatewayBackend:
         return path if tenant == launch else f"/p/{tenant}{path}"
 
     def request(self, method: str, path: str, key: str | None, body: dict[str, Any] | None, *, tenant: str | None,
-                timeout: float = 120.0, log: bool = True, headers: dict[str, str] | None = None
-                ) -> tuple[int, dict[str, Any] | str]:
-        """(status, parsed JSON or text); 0 when the connection failed."""
+                timeout: float = 120.0, headers: dict[str, str] | None = None) -> tuple[int, dict[str, Any] | str]:
+        """(status, parsed JSON or text); 0 when the connection failed. Both directions go to the RPC log."""
+        self.rpc_log.write("out", tenant, {"method": method, "path": path, "body": body,
+                                           **({"headers": headers} if headers else {})})
+        status, payload = self._send(method, path, key, body, timeout, headers or {})
+        if status:
+            self.rpc_log.write("in", tenant, {"status": status, "path": path, "body": payload})
+        return status, payload
+
+    def _send(self, method: str, path: str, key: str | None, body: dict[str, Any] | None, timeout: float,
+              headers: dict[str, str]) -> tuple[int, dict[str, Any] | str]:
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method)
         req.add_header("content-type", "application/json")
-        for name, value in (headers or {}).items():
+        for name, value in headers.items():
             req.add_header(name, value)
         if key:
             req.add_header("authorization", f"Bearer {key}")
-        if log:
-            self.rpc_log.write("out", tenant, {"method": method, "path": path, "body": body,
-                                               **({"headers": headers} if headers else {})})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 status, raw = resp.status, resp.read()
@@ -69,8 +74,6 @@ class GatewayBackend:
             payload: dict[str, Any] | str = json.loads(raw)
         except ValueError:
             payload = raw.decode("utf-8", "replace")
-        if log:
-            self.rpc_log.write("in", tenant, {"status": status, "path": path, "body": payload})
         return status, payload
 
     @property

@@ -9,7 +9,9 @@ settings (`SERVICE_PLANTS`) must be caught through that service: a finding that 
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -112,6 +114,50 @@ def _transient(c: PlantContext) -> None:
 
 
 
+#: How long the ACP session writer keeps copying after the donor's state.db last changed (its turn is over).
+ACP_QUIET_SECONDS = 4.0
+
+
+def _copy_acp_sessions(donor_db: Path, target_db: Path, copied: set[int]) -> bool:
+    """Copy the donor's ACP sessions and the messages not copied yet (`copied`: their ids) into the target's
+    state.db, both made by Hermes; whether anything new was copied."""
+    with contextlib.closing(sqlite3.connect(f"file:{target_db}", uri=True, timeout=5)) as conn, conn:
+        conn.execute("ATTACH DATABASE ? AS donor", (f"file:{donor_db}?mode=ro",))
+        ids = [r[0] for r in conn.execute("SELECT id FROM donor.sessions WHERE source = 'acp'")]
+        conn.executemany("INSERT OR IGNORE INTO main.sessions SELECT * FROM donor.sessions WHERE id = ?",
+                         [(i,) for i in ids])
+        columns = [r[1] for r in conn.execute("PRAGMA main.table_info(messages)") if r[1] != "id"]
+        new = [r[0] for r in conn.execute(
+            f"SELECT id FROM donor.messages WHERE session_id IN ({','.join('?' * len(ids))})", ids)
+            if r[0] not in copied]
+        names = ", ".join(columns)
+        conn.executemany(f"INSERT INTO main.messages ({names}) SELECT {names} FROM donor.messages WHERE id = ?",
+                         [(i,) for i in new])
+        copied.update(new)
+        return bool(new)
+
+
+def _acp_session(c: PlantContext) -> None:
+    """The donor's ACP sessions in the target's state.db while Hermes runs, as if the target's ACP process read
+    the donor's store: its `session/load` of the donor's session id then finds it (the door's `resume` phase).
+    Its own session's load beside it is the near miss."""
+    donor_db, target_db = Path(str(c.donor.home)) / "state.db", c.target_home / "state.db"
+
+    def write() -> None:
+        copied: set[int] = set()
+        quiet_since = deadline = time.monotonic()
+        deadline += 180.0
+        while time.monotonic() < deadline and time.monotonic() - quiet_since < ACP_QUIET_SECONDS:
+            time.sleep(0.2)
+            if not (donor_db.exists() and target_db.exists()):
+                quiet_since = time.monotonic()
+                continue
+            with contextlib.suppress(sqlite3.Error):  # a table not made yet, a lock held too long: next time
+                if _copy_acp_sessions(donor_db, target_db, copied) or not copied:
+                    quiet_since = time.monotonic()
+
+    c.during.append(threading.Thread(target=write, name="plant-acp-session", daemon=True))
+
 
 #: Plants of the tenants' own files and of the battery's tools (the services' are in their modules).
 OWN_PLANTS: dict[str, Plant] = {
@@ -125,6 +171,7 @@ OWN_PLANTS: dict[str, Plant] = {
     "code-env": Plant(_code_marker, frozenset({"env_leak"})),
     "home-path": Plant(_home_path, frozenset({"wrong_path"})),
     "transient": Plant(_transient, frozenset({"file_leak"})),
+    "acp-session": Plant(_acp_session, frozenset({"profile_bleed"})),
 }
 #: Every plant by name: what it does and the finding kinds the audit must then report.
 PLANTS: dict[str, Plant] = {**OWN_PLANTS, **{name: plant for spec in ALL_SERVICES.values()
@@ -174,6 +221,16 @@ def services_for(name: str) -> list[str]:
 #: only some front doors drive (the first of them).
 SCENARIO = {"cronjob": "tui", **{name: spec.doors[0] for spec in ALL_SERVICES.values() if spec.doors
                                  for name in spec.plants}}
+#: Plants only one door can catch (the ACP adapter's sessions: its door), and the phases beyond `turns` they need.
+DOOR_PLANTS: dict[str, tuple[str, tuple[str, ...]]] = {"acp-session": ("acp", ("resume",))}
+SCENARIO.update({name: door for name, (door, _) in DOOR_PLANTS.items()})
+
+
+def phases_for(name: str) -> list[str]:
+    """The phases a plant's run drives: the one-shot door has none to choose; every other door `turns` and the
+    phases the plant needs."""
+    scenario = SCENARIO.get(name, "oneshot")
+    return [] if scenario == "oneshot" else ["turns", *DOOR_PLANTS.get(name, ("", ()))[1]]
 #: Plants that only show in one topology (an unowned host is visible only through the forward proxy).
 TOPOLOGY = {"egress": "forward"}
 

@@ -24,6 +24,7 @@ from harness.drive.plants import (
     TOPOLOGY,
     TRANSIENT_FILE,
     battery_for,
+    phases_for,
     services_for,
 )
 from harness.drive.services import BATTERY_TOOLS, DEFAULT_SERVICES, GROUP_SERVICES, SERVICES, TOOL_GROUPS
@@ -101,7 +102,7 @@ def test_planted_leaks_are_caught(tenancy_audit, run):
     names = RUNS[run]
     scenario = SCENARIO.get(names[0], "oneshot")
     audit = tenancy_audit(plants=names, topology=TOPOLOGY.get(names[0], "reverse"), scenario=scenario, tenants=2,
-                          phases=[] if scenario == "oneshot" else ["turns"],
+                          phases=phases_for(names[0]),
                           tools=sorted({g for p in names for g in battery_for(p)}),
                           services=sorted({s for p in names for s in services_for(p)}))
     assert not [r for r in audit.doc["reasons"] if r.startswith("plant ")], audit.doc["reasons"]

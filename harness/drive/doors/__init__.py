@@ -53,10 +53,6 @@ NOT_DRIVEN: dict[str, str] = {
                  "profile (`hermes_cli/web_server.py`: `_SESSION_TOKEN`; `/api/profiles/sessions` is 'aggregated "
                  "across ALL profiles' by design), so a profile is not a boundary there; its endpoints without the "
                  "token or with another credential are not probed yet",
-    "acp": "one profile per process in Hermes 0.19.0: `acp_adapter/` has no notion of a profile (no name, no "
-           "field, no per-session home; `new_session` takes a cwd only), loads the `.env` of the home it was started "
-           "in (`entry.py`) and keeps its sessions in that home's `state.db` (`session.py`), so two profiles are two "
-           "`hermes -p NAME acp` processes, as with the one-shot CLI; not driven as a door yet",
     "log redaction": "a phase of serve and the gateway, not a door: `--phases redaction` (or `all,redaction`) "
                      "starts the backend with the launch profile's `security.redact_secrets: false` and every "
                      "other's true, then has each read a key-shaped secret of its own with the terminal tool; Hermes "

@@ -13,7 +13,8 @@ from harness.drive.context import Context
 class Door:
     """One way into Hermes. `needs`: (a `features.Features` field, what a release without it lacks); `backend`:
     one long-lived process serving every profile (the multi-profile phases run, and it offers every tool, the
-    `cronjob` tool among them); `gateway`: it needs a port for the gateway's API server."""
+    `cronjob` tool among them); `gateway`: it needs a port for the gateway's API server; `packages`: distributions
+    of the Hermes venv only this door uses (normalized names: no baseline of a run without it warns of them)."""
 
     name: str
     summary: str
@@ -23,3 +24,4 @@ class Door:
     tenants: int = 3
     backend: bool = True
     gateway: bool = False
+    packages: tuple[str, ...] = ()
