@@ -38,7 +38,7 @@ _KIND_ENTRY = {"wrong_key": PROVIDER, "wrong_model": PROVIDER, "route_auth": "ro
                "bypass": "bypass", "shortfall": "shortfall"}
 #: Entry points named by the setting a profile bleed carried, before its tool: an approval is a root cause of its
 #: own, not the terminal's environment the command ran in.
-_SETTING_ENTRY = {"approval": "approval", "redaction": "redaction"}
+_SETTING_ENTRY = {"approval": "approval", "redaction": "redaction", "kanban_board": "kanban board"}
 
 
 def entry_point(f: Finding) -> str:
