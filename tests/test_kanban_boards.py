@@ -2,7 +2,8 @@
 the tenant whose switch pointed there (the plant); a card on its own board is not (the near miss); a card is found
 on a board by its canary in the title, never by a canary one character short; the finding is a root cause of its
 own (entry `kanban board`, F34); the cards in the launch profile's kanban databases are allowed by the `hermes`
-policy, the bleed is not."""
+policy, the bleed is not. A card worked by Hermes' dispatcher in a profile other than its assignee's is a finding,
+as its assignee it is not."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from harness.detect.incidents import build, entry_point
 from harness.detect.tools import tool_for_file
 from harness.drive import doors
 from harness.drive.kanban import bleeds, board_of, boards
+from harness.drive.kanban_workers import Card, cards, misrouted, prompt
 from harness.report import policy
 from harness.report.documented import documented
 
@@ -62,7 +64,7 @@ def test_the_shared_board_is_allowed_by_the_hermes_policy_and_the_bleed_is_not()
     assert tool_for_file("kanban.db-wal@12") == "kanban_create"
     card = Finding("file_leak", "beta", "default", "kanban_card", "file", "kanban/boards/tenancy-beta-x/kanban.db@8",
                    tool="kanban_create", scenario="tui", phase="end")
-    into_profile = Finding("file_leak", "default", "beta", "kanban_card", "file", "kanban.db@8",
+    into_profile = Finding("file_leak", "alpha", "beta", "kanban_card", "file", "kanban.db@8",
                            tool="kanban_create", scenario="tui", phase="end")
     bled = bleeds({"alpha": "tenancy-beta-x"}, OWN, "tui", "tui")
     kept, allowed = policy.load("hermes").apply([card, into_profile, *bled], "default")
@@ -74,3 +76,32 @@ def test_the_phase_is_a_way_in_of_tui_and_serve_only():
     assert doors.door_states("serve", ["turns", "kanban"])["kanban"] == "phase kanban"
     assert doors.door_states("tui")["kanban"].startswith("out of scope: ")  # the phase did not run
     assert doors.door_states("gateway", ["kanban"])["kanban"].startswith("out of scope: ")  # not its phase
+
+
+def test_a_card_worked_in_another_profile_is_a_finding_and_as_its_assignee_is_not():
+    worked = [Card("tenancy-beta-x", "t_1", "alpha", 11), Card("tenancy-beta-x", "t_2", "default", 12),
+              Card("tenancy-beta-x", "t_3", "beta", 13)]
+    seen = {"t_1": {"alpha"}, "t_2": {"beta"}, "t_3": {"beta"}}  # t_2, assigned to default, ran as beta
+    found = misrouted(worked, seen, "serve", "serve", "kanban")
+    assert [(f.kind, f.victim, f.seen_in, f.canary) for f in found] == [
+        ("profile_bleed", "default", "beta", "kanban_worker")]
+    assert {entry_point(f) for f in found} == {"kanban worker"}
+    assert misrouted(worked, {"t_1": {"alpha"}, "t_2": {"default"}, "t_3": {"beta"}}, "tui", "tui", "kanban") == []
+
+
+def test_a_workers_prompt_is_told_from_its_card_id_in_a_tool_result():
+    """The assigner's provider receives the new card's id in kanban_create's result: not a worker."""
+    assert prompt("t_1") == "work kanban task t_1"
+    assert prompt("t_1") not in '{"role": "tool", "content": "{\\"task_id\\": \\"t_1\\"}"}'
+
+
+def test_the_cards_of_the_phase_are_read_with_their_worker(tmp_path):
+    db = tmp_path / "kanban.db"
+    with sqlite3.connect(db) as conn:
+        conn.execute("CREATE TABLE tasks (id TEXT, title TEXT, assignee TEXT, worker_pid INTEGER)")
+        conn.executemany("INSERT INTO tasks VALUES (?, ?, ?, ?)", [
+            ("t_1", "tenancy-card-x-alpha-to-beta", "beta", 7), ("t_2", "tenancy-card-x card", "alpha", None),
+            ("t_3", "tenancy-card-y card", "alpha", 9)])
+    conn.close()
+    assert cards({"b": db}, "tenancy-card-x") == [Card("b", "t_1", "beta", 7), Card("b", "t_2", "alpha", None)]
+    assert cards({"b": tmp_path / "missing.db"}, "tenancy-card-x") == []

@@ -25,7 +25,7 @@ from typing import Any
 from harness.capture.stubs.provider import ToolStep, probe_step
 from harness.core.findings import Finding
 from harness.core.registry import new_tag
-from harness.drive import battery
+from harness.drive import battery, kanban_workers
 from harness.drive.backends import BackendError, RpcBackend
 from harness.drive.context import ALL, Context
 from harness.drive.hermes import TurnResult
@@ -95,33 +95,38 @@ def _switch(ctx: Context, backend: RpcBackend, tenant: str, sid: str, slug: str,
     return ok
 
 
-def _card(ctx: Context, tenant: str, assignee: str, turn: Callable[[str], None]) -> str:
-    """One turn of `tenant` (after the env probe) creating a card assigned to `assignee`, no board named; the
-    canary in its title."""
-    t = ctx.registry[tenant]
-    title = f"kanbancard-{tenant}-{new_tag()}"
-    ctx.mint(tenant, KIND, title)
-    create = ToolStep("kanban_create", {"title": f"{title} card", "assignee": assignee,
+def _card(ctx: Context, tenant: str, assignee: str, title: str, turn: Callable[[str], None]) -> None:
+    """One turn of `tenant` (after the env probe) creating a card titled `title`, assigned to `assignee`, no board
+    named."""
+    create = ToolStep("kanban_create", {"title": title, "assignee": assignee,
                                         "body": f"a card of {tenant} for {assignee}"})
-    with battery.scripted(ctx, {tenant: [[probe_step(t)], [create]]}):
+    with battery.scripted(ctx, {tenant: [[probe_step(ctx.registry[tenant])], [create]]}):
         turn(tenant)
-    return title
 
 
 def run(ctx: Context, backend: RpcBackend, sessions: dict[str, str], driver: str,
         turn: Callable[[str], None]) -> None:
     """The phase: see the module's docstring."""
     names, root, tag = ctx.registry.names(), ctx.sandbox.hermes_root, new_tag()
-    own = {name: f"tenancy-{name}-{tag}" for name in names}
+    own, marker = {name: f"tenancy-{name}-{tag}" for name in names}, f"tenancy-card-{tag}"
     for name in names:
         if not _switch(ctx, backend, name, sessions[name], own[name], driver):
             return
-        landed = board_of(root, _card(ctx, name, name, turn))
+        title = f"kanbancard-{name}-{new_tag()}"
+        ctx.mint(name, KIND, title)
+        _card(ctx, name, name, f"{title} {marker}", turn)
+        landed = board_of(root, title)
         if landed != own[name]:  # the near miss: its own card on its own board
             ctx.record(TurnResult(name, f"{driver}-{PHASE}", False, 0.0,
                                   f"its card landed on {landed or 'no board'}, not on the board it switched to: "
                                   "the switch or kanban_create never took effect"), PHASE, snapshot=False)
             return
-    later = {name: _card(ctx, name, battery.neighbour(ctx, name), turn) for name in names}
-    ctx.findings.extend(bleeds({name: board_of(root, title) for name, title in later.items()}, own,
-                               ctx.scenario, driver))
+    later = {}
+    for name in names:  # no canary in these: a card addressed to another profile is its to read, by design
+        neighbour = battery.neighbour(ctx, name)
+        _card(ctx, name, neighbour, f"{marker}-{name}-to-{neighbour}", turn)
+        later[name] = board_of(root, f"{marker}-{name}-to-")
+    ctx.findings.extend(bleeds(later, own, ctx.scenario, driver))
+    every = boards(root)
+    kanban_workers.run(ctx, {slug: every[slug] for slug in sorted({s for s in later.values() if s})}, marker,
+                       driver, PHASE)
