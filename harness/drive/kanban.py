@@ -42,11 +42,12 @@ DEFAULT_BOARD = "default"
 
 
 def settings(ctx: Context, tenant: str) -> dict[str, Any]:
-    """What the phase adds to a tenant's config from the start: the `kanban` toolset (nothing when it does not
-    run). Hermes caches a tool's availability check for 30 s in the process, so it is on before the backend."""
+    """What the phase adds to a tenant's config from the start (nothing when it does not run): the `kanban` toolset
+    (Hermes caches a tool's availability check for 30 s in the process, so it is on before the backend), and no
+    dispatcher in the gateway (under `all` it would work the cards the phase leaves ready on its own ticks)."""
     if not wanted(ctx, PHASE) or ctx.scenario not in (*DOORS, ALL):
         return {}
-    return {"toolsets": ["hermes-cli", "kanban"]}
+    return {"toolsets": ["hermes-cli", "kanban"], "kanban": {"dispatch_in_gateway": False}}
 
 
 def boards(root: Path) -> dict[str, Path]:

@@ -48,8 +48,9 @@ NOT_DRIVEN: dict[str, str] = {
               "a board of its own (`/kanban boards switch`) and create cards with no board named (F34: the current "
               "board is one pointer for every profile); the boards themselves are shared by design in Hermes 0.19.0 "
               "(`hermes_cli/kanban_db.py`, `kanban_home`: 'The kanban board is shared across profiles **by design**'; "
-              "the `hermes` policy allows the cards in the launch profile's kanban databases); the dispatcher's "
-              "workers (a card worked as its assignee, in its profile) are not driven yet",
+              "the `hermes` policy allows the cards in the launch profile's kanban databases); then Hermes' dispatcher "
+              "works the cards, each of which must run as its assignee; the gateway's embedded dispatcher is not "
+              "driven yet",
     "dashboard": "the install's administration UI in Hermes 0.19.0: one session token or login opens every "
                  "profile (`hermes_cli/web_server.py`: `_SESSION_TOKEN`; `/api/profiles/sessions` is 'aggregated "
                  "across ALL profiles' by design), so a profile is not a boundary there; its endpoints without the "
