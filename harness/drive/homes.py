@@ -21,7 +21,7 @@ def write_homes(ctx: Context) -> None:
         extra = services.setup(t, active, where, second=t.name == ctx.registry.names()[1])
         phase_config, phase_env = redaction.settings(ctx, t.name)
         home = ctx.sandbox.home_of(t.name)
-        phase_config = services.merged(phase_config, kanban.settings(ctx, t.name))
+        phase_config = services.merged(phase_config, kanban.settings(ctx))
         config = services.merged(services.merged(ctx.extra_config(t.name), phase_config), extra.config)
         write_home(t, home, ctx.proxy.base_url(t.name), launch=t.name == ctx.sandbox.launch,
                    extra_config=config, extra_env={**extra.env, **phase_env})

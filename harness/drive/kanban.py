@@ -9,9 +9,10 @@ from the start. Then, profile by profile, each creates a board of its own and sw
 `/kanban boards create SLUG --switch` on its own session) and its model creates a card (`kanban_create`, no board
 named; a canary of the tenant, kind `kanban_card`, in its title) assigned to itself: the card must land on its own
 board, the near miss, never reported (elsewhere: the switch never took effect, a failed turn). After the last
-switch every profile's model creates one more card, assigned to its ring neighbour: a card that lands on another
-profile's board went where that profile's switch pointed (`profile_bleed` from that profile, canary kind
-`kanban_board`, entry point `kanban board`).
+switch every profile's model creates one more card, assigned to its ring neighbour (no canary in it: a card
+addressed to another profile is its to read): a card that lands on another profile's board went where that profile's
+switch pointed (`profile_bleed` from that profile, canary kind `kanban_board`, entry point `kanban board`). Then
+Hermes' dispatcher works the cards of the boards those last cards landed on (`kanban_workers`).
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ BLEED = "kanban_board"
 DEFAULT_BOARD = "default"
 
 
-def settings(ctx: Context, tenant: str) -> dict[str, Any]:
-    """What the phase adds to a tenant's config from the start (nothing when it does not run): the `kanban` toolset
+def settings(ctx: Context) -> dict[str, Any]:
+    """What the phase adds to every tenant's config from the start (nothing when it does not run): the `kanban` toolset
     (Hermes caches a tool's availability check for 30 s in the process, so it is on before the backend), and no
     dispatcher in the gateway (under `all` it would work the cards the phase leaves ready on its own ticks)."""
     if not wanted(ctx, PHASE) or ctx.scenario not in (*DOORS, ALL):
@@ -127,6 +128,9 @@ def run(ctx: Context, backend: RpcBackend, sessions: dict[str, str], driver: str
         neighbour = battery.neighbour(ctx, name)
         _card(ctx, name, neighbour, f"{marker}-{name}-to-{neighbour}", turn)
         later[name] = board_of(root, f"{marker}-{name}-to-")
+        if later[name] is None:
+            ctx.record(TurnResult(name, f"{driver}-{PHASE}", False, 0.0, "its card is on no board: kanban_create "
+                                  "never took effect"), PHASE, snapshot=False)
     ctx.findings.extend(bleeds(later, own, ctx.scenario, driver))
     every = boards(root)
     kanban_workers.run(ctx, {slug: every[slug] for slug in sorted({s for s in later.values() if s})}, marker,
