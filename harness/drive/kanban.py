@@ -97,11 +97,20 @@ def _switch(ctx: Context, backend: RpcBackend, tenant: str, sid: str, slug: str,
     return ok
 
 
+def workspace(ctx: Context) -> Path:
+    """The folder every card of the phase names as its workspace: in the sandbox, in no tenant's home or workdir.
+    Hermes' default (`scratch`) is a folder at the shared root, the launch profile's home, which it names in the
+    worker's prompt: the launch profile's home path in every other profile's context, a consequence of the shared
+    root, not what the phase looks at."""
+    return ctx.sandbox.root / "kanban-work"
+
+
 def _card(ctx: Context, tenant: str, assignee: str, title: str, turn: Callable[[str], None]) -> None:
     """One turn of `tenant` (after the env probe) creating a card titled `title`, assigned to `assignee`, no board
     named."""
     create = ToolStep("kanban_create", {"title": title, "assignee": assignee,
-                                        "body": f"a card of {tenant} for {assignee}"})
+                                        "body": f"a card of {tenant} for {assignee}", "workspace_kind": "dir",
+                                        "workspace_path": str(workspace(ctx))})
     with battery.scripted(ctx, {tenant: [[probe_step(ctx.registry[tenant])], [create]]}):
         turn(tenant)
 

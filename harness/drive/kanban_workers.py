@@ -8,8 +8,9 @@ assignee's provider stub (the near miss: every card worked as its assignee is ne
 model (the addon checks those on every route). A card's prompt at another tenant's provider ran in that tenant's
 profile: a `profile_bleed` of the assignee seen there, canary kind `kanban_worker` (entry point `kanban worker`). A
 card never spawned, or whose worker never called a provider, is a failed step. The stubs answer the workers with
-text (no env probe: a worker's cwd and kanban paths are the task's workspace at the shared root by design, which
-the probe's own checks would take for another tenant's), and the step waits for every worker to exit.
+text (no env probe: a worker's cwd is its task's workspace, not its profile's workdir, and its kanban paths are at
+the shared root by design, which the probe's own checks would take for another tenant's), and the step waits for
+every worker to exit.
 """
 
 from __future__ import annotations
