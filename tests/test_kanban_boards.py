@@ -7,15 +7,18 @@ as its assignee it is not."""
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
+from types import SimpleNamespace
 
+from harness.capture.stubs.base import StubRequest
 from harness.core.findings import Finding
 from harness.detect.incidents import build, entry_point
 from harness.detect.tools import tool_for_file
 from harness.drive import doors
 from harness.drive.kanban import bleeds, board_of, boards
-from harness.drive.kanban_workers import Card, cards, misrouted, prompt
+from harness.drive.kanban_workers import Card, cards, misrouted, prompt, workers_seen
 from harness.report import policy
 from harness.report.documented import documented
 
@@ -90,9 +93,19 @@ def test_a_card_worked_in_another_profile_is_a_finding_and_as_its_assignee_is_no
 
 
 def test_a_workers_prompt_is_told_from_its_card_id_in_a_tool_result():
-    """The assigner's provider receives the new card's id in kanban_create's result: not a worker."""
+    """The assigner's provider receives the new card's id in kanban_create's result: not a worker. A request before
+    the step is not one either."""
+    def request(at: float, *messages: dict[str, str]) -> StubRequest:
+        return StubRequest(0, "POST", "/v1/chat/completions", {}, json.dumps({"messages": list(messages)}).encode(),
+                           200, at)
+
+    result = {"role": "tool", "tool_call_id": "c1", "content": json.dumps({"task_id": "t_1"})}
+    worker = {"role": "user", "content": "work kanban task t_1"}
+    stubs = {"alpha": SimpleNamespace(snapshot=lambda: [request(5.0, result)]),
+             "beta": SimpleNamespace(snapshot=lambda: [request(5.0, worker)]),
+             "default": SimpleNamespace(snapshot=lambda: [request(1.0, worker)])}
     assert prompt("t_1") == "work kanban task t_1"
-    assert prompt("t_1") not in '{"role": "tool", "content": "{\\"task_id\\": \\"t_1\\"}"}'
+    assert workers_seen(SimpleNamespace(stubs=stubs), ["t_1", "t_2"], 2.0) == {"t_1": {"beta"}, "t_2": set()}
 
 
 def test_the_cards_of_the_phase_are_read_with_their_worker(tmp_path):
