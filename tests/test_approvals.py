@@ -1,11 +1,16 @@
-"""The `approvals` phase's judgement without Hermes: an "always" approval of one tenant that let another tenant's
-command run unasked is a finding (the plant); the tenant's own command running on its own "always" is not (the
-near miss); the finding is a root cause of its own (entry `approval`, F19), not the terminal's environment."""
+"""The `approvals` phase's judgement without Hermes: an "always" approval or a seeded command allowlist of one
+tenant that let another tenant's command run unasked is a finding (the plant); the tenant's own command running on
+its own "always" or allowlist is not (the near miss); the finding is a root cause of its own (entry `approval`,
+F19), not the terminal's environment. Only the phase's first tenant has the allowlist, and only when the phase
+runs."""
 
 from __future__ import annotations
 
+import fnmatch
+from types import SimpleNamespace
+
 from harness.detect.incidents import build, entry_point
-from harness.drive.approvals import bleeds
+from harness.drive.approvals import ALLOWLIST, ALWAYS, SEEDED, bleeds, settings
 from harness.report.documented import documented
 
 
@@ -22,3 +27,31 @@ def test_an_approval_enters_through_its_own_entry_point_and_is_f19():
     assert {entry_point(f) for f in found} == {"approval"}
     incidents = build(found)
     assert [(i.entry, documented(i)) for i in incidents] == [("approval", ["F19"])]
+
+
+def test_another_tenants_command_that_ran_on_the_first_tenants_allowlist_is_a_finding_and_its_own_is_not():
+    found = bleeds("alpha", {"beta": 0, "default": 1, "alpha": 0}, "serve", "serve", SEEDED)
+    assert [(f.kind, f.victim, f.seen_in, f.canary) for f in found] == [
+        ("profile_bleed", "alpha", "beta", "command_allowlist")]
+    assert ALLOWLIST in found[0].detail
+    assert bleeds("alpha", {"beta": 1, "default": 1, "alpha": 0}, "serve", "serve", SEEDED) == []
+    assert [(i.entry, documented(i)) for i in build(found)] == [("approval", ["F19"])]
+
+
+def test_the_allowlist_names_the_seeded_command_in_any_workdir_and_not_the_recursive_delete():
+    seeded, always = SEEDED[0].format("/w/beta/allowlisted-1a2b"), ALWAYS[0].format("/w/beta/approval-1a2b")
+    assert fnmatch.fnmatchcase(seeded, ALLOWLIST) and not fnmatch.fnmatchcase(always, ALLOWLIST)
+
+
+def _ctx(phases, scenario="tui"):
+    names = ["default", "alpha", "beta"]
+    return SimpleNamespace(opts=SimpleNamespace(phases=phases), scenario=scenario,
+                           sandbox=SimpleNamespace(launch="default"), registry=SimpleNamespace(names=lambda: names))
+
+
+def test_only_the_first_tenant_that_is_not_the_launch_profile_has_the_allowlist_and_only_when_the_phase_runs():
+    ctx = _ctx(["turns", "approvals"])
+    assert [settings(ctx, n) for n in ("default", "alpha", "beta")] == [{}, {"command_allowlist": [ALLOWLIST]}, {}]
+    assert settings(_ctx(["turns"]), "alpha") == {}
+    assert settings(_ctx(["turns", "approvals"], scenario="gateway"), "alpha") == {}
+    assert settings(_ctx(["turns", "approvals"], scenario="all"), "alpha") == {"command_allowlist": [ALLOWLIST]}

@@ -1,19 +1,28 @@
 """The `approvals` phase of the backends that serve every profile in one process (tui, serve): an approval one
-profile gives for good ("always") must not approve another profile's commands.
+profile gives for good ("always"), or a command allowlist in one profile's config, must not approve another
+profile's commands.
 
 For the phase every tenant's config says `approvals.mode: manual` (and `off` again after it, as for every other
-phase). The first tenant that is not the launch profile runs a command Hermes asks about (a recursive delete of a
-scratch folder in its own workdir) and answers the approval request "always"; then every other tenant runs the
-same kind of command in its own workdir, answering "once", and must be asked: a command that ran unasked ran on
-the first tenant's approval (`profile_bleed`, canary kind `approval`). The first tenant's own second command
-running unasked is its own "always" at work, the near miss, never reported. A first tenant that is not asked at
-all means approvals were not active: a failed turn (the phase proved nothing), never a clean one.
+phase). The first tenant that is not the launch profile (the phase's first tenant) is the only one whose config
+seeds a `command_allowlist`, from the start: a glob naming a world-writable `chmod` of a folder whose name marks it
+(`ALLOWLIST`). The phase then has two parts, each run by every tenant in its own workdir:
+
+- `always`: the first tenant runs a command Hermes asks about (a recursive delete of a scratch folder) and answers
+  the approval request "always"; then every other tenant runs the same kind of command, answering "once";
+- `allowlist`: every other tenant, then the first, runs the `chmod` its allowlist names, answering "once".
+
+Every other tenant must be asked in both: a command that ran unasked ran on the first tenant's approval or
+allowlist (`profile_bleed`, canary kind `approval` or `command_allowlist`). The first tenant's own command running
+unasked is its own "always" or allowlist at work, the near miss, never reported. A first tenant that is asked where
+its own approval or allowlist should have let it run, or is never asked at all, means the part proved nothing: a
+failed turn, never a clean one.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
@@ -22,15 +31,36 @@ from harness.core.findings import Finding
 from harness.core.registry import new_tag
 from harness.drive import battery
 from harness.drive.backends import RpcBackend
-from harness.drive.context import Context
+from harness.drive.context import ALL, Context
 from harness.drive.hermes import TurnResult
+from harness.drive.phases import wanted
 
 PHASE = "approvals"
 #: The doors whose driver runs the phase (`rpc_phases.drive_rpc`).
 DOORS = ("tui", "serve")
+#: The two parts of the phase: the command each runs in a scratch folder of the tenant's workdir (its name's stem),
+#: and the canary kind of a command of another tenant that ran unasked.
+ALWAYS = ("rm -rf {}", "approval", "approval")
+SEEDED = ("chmod 777 {}", "allowlisted", "command_allowlist")
+#: The first tenant's `command_allowlist` (a glob, as a user writes `podman *`): it names the `chmod` of a folder
+#: whose name starts `allowlisted-`, in any workdir.
+ALLOWLIST = "chmod 777 *allowlisted-*"
 
 
-def _set_mode(ctx: Context, mode: str) -> None:
+def first_tenant(ctx: Context) -> str:
+    """The phase's first tenant: the first that is not the launch profile."""
+    return next(n for n in ctx.registry.names() if n != ctx.sandbox.launch)
+
+
+def settings(ctx: Context, tenant: str) -> dict[str, Any]:
+    """What the phase adds to a tenant's config from the start: the first tenant's allowlist (nothing else, and
+    nothing when the phase does not run)."""
+    if not wanted(ctx, PHASE) or ctx.scenario not in (*DOORS, ALL) or tenant != first_tenant(ctx):
+        return {}
+    return {"command_allowlist": [ALLOWLIST]}
+
+
+def set_mode(ctx: Context, mode: str) -> None:
     """`approvals.mode` in every tenant's config.yaml (Hermes reads it per command, its cache keyed on the file)."""
     for t in ctx.registry:
         path = ctx.sandbox.home_of(t.name) / "config.yaml"
@@ -39,48 +69,64 @@ def _set_mode(ctx: Context, mode: str) -> None:
         path.write_text(yaml.safe_dump(cfg, sort_keys=False))
 
 
-def _asked(ctx: Context, backend: RpcBackend, tenant: str, choice: str, turn: Callable[[str], None]) -> int:
-    """One turn of `tenant` deleting a scratch folder of its own workdir (after the env probe), its approval
-    requests answered `choice`: how many it was asked."""
+def _asked(ctx: Context, backend: RpcBackend, tenant: str, choice: str, turn: Callable[[str], None],
+           part: tuple[str, str, str]) -> int:
+    """One turn of `tenant` running `part`'s command on a scratch folder of its own workdir (after the env probe),
+    its approval requests answered `choice`: how many it was asked."""
+    command, stem, _ = part
     t = ctx.registry[tenant]
-    scratch = Path(t.canaries["workdir"]) / f"approval-{new_tag()}"
+    scratch = Path(t.canaries["workdir"]) / f"{stem}-{new_tag()}"
     scratch.mkdir(parents=True, exist_ok=True)
     before = backend.asked[tenant]
     backend.choices[tenant] = choice
     try:
-        delete = ToolStep("terminal", {"command": f"rm -rf {scratch}"})
-        with battery.scripted(ctx, {tenant: [[probe_step(t)], [delete]]}):
+        step = ToolStep("terminal", {"command": command.format(scratch)})
+        with battery.scripted(ctx, {tenant: [[probe_step(t)], [step]]}):
             turn(tenant)
     finally:
         backend.choices.pop(tenant, None)
     return backend.asked[tenant] - before
 
 
-def bleeds(first: str, asked: dict[str, int], scenario: str, driver: str) -> list[Finding]:
-    """A finding for every tenant but `first` whose command ran unasked after `first` answered "always" (`asked`:
-    approval requests per tenant in its turn after that answer); `first`'s own count is never a finding."""
-    return [Finding("profile_bleed", first, tenant, "approval", "rpc", f"{driver}:approval.request", "plain",
-                    "rm -rf <scratch of its own workdir> ran without an approval request", tool="terminal",
-                    scenario=scenario, phase=PHASE,
-                    detail=f"{first!r} answered a recursive delete 'always'; {tenant!r}'s recursive delete then "
-                           "ran unasked, on that approval")
+def bleeds(first: str, asked: dict[str, int], scenario: str, driver: str, part: tuple[str, str, str] = ALWAYS
+           ) -> list[Finding]:
+    """A finding for every tenant but `first` whose `part` command ran unasked (`asked`: approval requests per
+    tenant in its turn of that part, after `first` answered "always" or with `first`'s allowlist seeded); `first`'s
+    own count is never a finding."""
+    command, stem, kind = part
+    shown = command.format(f"<{stem}-* of its own workdir>")
+    why = ("answered a recursive delete 'always'" if part == ALWAYS
+           else f"has {ALLOWLIST!r} in its config's command_allowlist")
+    return [Finding("profile_bleed", first, tenant, kind, "rpc", f"{driver}:approval.request", "plain",
+                    f"{shown} ran without an approval request", tool="terminal", scenario=scenario, phase=PHASE,
+                    detail=f"{first!r} {why}; {tenant!r}'s {command.split()[0]} then ran unasked, on that "
+                           f"{'approval' if part == ALWAYS else 'allowlist'}")
             for tenant, n in asked.items() if tenant != first and n == 0]
+
+
+def _failed(ctx: Context, tenant: str, driver: str, why: str) -> None:
+    ctx.record(TurnResult(tenant, f"{driver}-{PHASE}", False, 0.0, why), PHASE, snapshot=False)
 
 
 def run(ctx: Context, backend: RpcBackend, driver: str, turn: Callable[[str], None]) -> None:
     """The phase: see the module's docstring."""
     names = ctx.registry.names()
-    first = next(n for n in names if n != ctx.sandbox.launch)
-    _set_mode(ctx, "manual")
+    first = first_tenant(ctx)
+    at = names.index(first)
+    others = names[at + 1:] + names[:at]
+    set_mode(ctx, "manual")
     try:
-        if not _asked(ctx, backend, first, "always", turn):
-            ctx.record(TurnResult(first, f"{driver}-{PHASE}", False, 0.0,
-                                  "never asked to approve a recursive delete: approvals were not active"), PHASE,
-                       snapshot=False)
+        if not _asked(ctx, backend, first, "always", turn, ALWAYS):
+            _failed(ctx, first, driver, "never asked to approve a recursive delete: approvals were not active")
             return
-        at = names.index(first)
-        asked = {name: _asked(ctx, backend, name, "once", turn) for name in names[at + 1:] + names[:at]}
-        asked[first] = _asked(ctx, backend, first, "once", turn)  # its own "always": the near miss
+        asked = {name: _asked(ctx, backend, name, "once", turn, ALWAYS) for name in others}
+        asked[first] = _asked(ctx, backend, first, "once", turn, ALWAYS)  # its own "always": the near miss
         ctx.findings.extend(bleeds(first, asked, ctx.scenario, driver))
+        asked = {name: _asked(ctx, backend, name, "once", turn, SEEDED) for name in others}
+        if _asked(ctx, backend, first, "once", turn, SEEDED):  # its own allowlist: the near miss
+            _failed(ctx, first, driver, f"asked to approve what its command_allowlist {ALLOWLIST!r} names: the "
+                                        "allowlist was not in effect")
+            return
+        ctx.findings.extend(bleeds(first, asked, ctx.scenario, driver, SEEDED))
     finally:
-        _set_mode(ctx, "off")
+        set_mode(ctx, "off")

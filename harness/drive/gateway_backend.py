@@ -45,15 +45,19 @@ class GatewayBackend:
         return path if tenant == launch else f"/p/{tenant}{path}"
 
     def request(self, method: str, path: str, key: str | None, body: dict[str, Any] | None, *, tenant: str | None,
-                timeout: float = 120.0, log: bool = True) -> tuple[int, dict[str, Any] | str]:
+                timeout: float = 120.0, log: bool = True, headers: dict[str, str] | None = None
+                ) -> tuple[int, dict[str, Any] | str]:
         """(status, parsed JSON or text); 0 when the connection failed."""
         data = json.dumps(body).encode() if body is not None else None
         req = urllib.request.Request(f"http://127.0.0.1:{self.port}{path}", data=data, method=method)
         req.add_header("content-type", "application/json")
+        for name, value in (headers or {}).items():
+            req.add_header(name, value)
         if key:
             req.add_header("authorization", f"Bearer {key}")
         if log:
-            self.rpc_log.write("out", tenant, {"method": method, "path": path, "body": body})
+            self.rpc_log.write("out", tenant, {"method": method, "path": path, "body": body,
+                                               **({"headers": headers} if headers else {})})
         try:
             with urllib.request.urlopen(req, timeout=timeout) as resp:
                 status, raw = resp.status, resp.read()

@@ -19,7 +19,8 @@ def test_api_server_objects_cross_profiles_and_every_incident_is_documented(tena
     assert audit.code == 1 and doc["reasons"] == [], doc["reasons"]
     assert all(t["ok"] for t in doc["timeline"]), [t for t in doc["timeline"] if not t["ok"]]
     drivers = {t["driver"] for t in doc["timeline"]}
-    assert {"api-server-responses", "api-server-runs", "api-server-lookup"} <= drivers, drivers
+    assert {"api-server-responses", "api-server-runs", "api-server-lookup", "api-server-chat",
+            "api-server-control"} <= drivers, drivers
     new = [i for i in doc["incidents"] if not i["documented"] and not i["allowed"]]
     assert new == [], [(i["entry"], i["kinds"], i["directions"]) for i in new]
     f18 = [i for i in doc["incidents"] if "F18" in i["documented"]]
@@ -30,6 +31,17 @@ def test_api_server_objects_cross_profiles_and_every_incident_is_documented(tena
     # continued: another tenant's tool results (its memory entry) in the asking tenant's provider request
     assert {(f["victim"], f["seen_in"]) for f in lookups
             if f["kind"] == "request_leak" and f["tool"] == "memory"} >= LOOKUPS
+    # run control: alpha's runs, waiting for their approval, answered and stopped on beta's route (the tenant that
+    # looks up alpha's objects); alpha's own answer to its third run is the near miss
+    control = [t for t in doc["timeline"] if t["driver"] == "api-server-control"]
+    assert len(control) == 6 and {t["tenant"] for t in control} == {"alpha"}, control
+    taken = {f["location"] for f in doc["findings"] if f["canary"] == "run_control"}
+    assert taken == {"api-server:/v1/runs/{id}/approval", "api-server:/v1/runs/{id}/stop"}, taken
+    assert {(f["victim"], f["seen_in"]) for f in doc["findings"] if f["canary"] == "run_control"} == {
+        ("alpha", "beta")}
+    assert [i["documented"] for i in doc["incidents"] if i["entry"] == "run"] == [["F18"]]
+    rpc = (audit.out / "logs" / "rpc-api-server.jsonl").read_text()
+    assert '"X-Hermes-Session-Id"' in rpc and "/events" in rpc  # a session continued by id, a run's event stream
     # every profile's conversations stored in the launch profile's home
     stored = {f["victim"] for f in doc["findings"] if f["location"].startswith("response_store.db")}
     assert {"alpha", "beta"} <= stored, stored

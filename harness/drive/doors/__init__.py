@@ -42,8 +42,8 @@ NOT_DRIVEN: dict[str, str] = {
                            "their SDKs or servers, and MEDIA attachments and cron delivery through a bot are not "
                            "driven yet",
     "tool approvals": "a phase of tui and serve, not a door: `--phases approvals` (or `all,approvals`) drives an "
-                      "`always` approval of one profile against the others' commands (F19); every other phase runs "
-                      "with `approvals.mode: off`, and a command allowlist seeded per profile is not driven yet",
+                      "`always` approval and a `command_allowlist` seeded in one profile's config against the others' "
+                      "commands (F19); every other phase runs with `approvals.mode: off`",
     "kanban": "a phase of tui and serve, not a door: `--phases kanban` (or `all,kanban`) has every profile switch to "
               "a board of its own (`/kanban boards switch`) and create cards with no board named (F34: the current "
               "board is one pointer for every profile); the boards themselves are shared by design in Hermes 0.19.0 "

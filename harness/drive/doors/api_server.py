@@ -9,8 +9,11 @@ Phases:
 - `lookups`: every tenant names its ring neighbour's objects on its own route: the stored response by id
   (`GET /v1/responses/{id}`), a response continuing it (`previous_response_id`) and one continuing its named
   conversation, its run by id (`GET /v1/runs/{id}`), its sessions (`GET /api/sessions/{id}/messages`) and the
-  session list, each answer in the RPC log under the asking tenant. Whatever of the neighbour comes back (in a
-  reply, or in the asking tenant's provider request when Hermes rebuilds the conversation) is a finding.
+  session list, the run's event stream (`GET /v1/runs/{id}/events`), and a chat completion continuing its session
+  by id (`X-Hermes-Session-Id`), each answer in the RPC log under the asking tenant. Whatever of the neighbour comes
+  back (in a reply, or in the asking tenant's provider request when Hermes rebuilds the conversation) is a finding.
+  Then run control (`harness/drive/run_control.py`): a run of the first tenant that is not the launch profile,
+  waiting for its approval, is answered and stopped by the tenant that looks up its objects.
 
 Hermes has no per-profile API-server key (F4): a tenant's own key that is refused is retried with the launch
 profile's, as the `gateway` door does.
@@ -24,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core.protocol import PROMPT
-from harness.drive import battery
+from harness.drive import battery, run_control
 from harness.drive.context import Context
 from harness.drive.doors.base import Door
 from harness.drive.gateway_backend import GatewayBackend
@@ -32,6 +35,8 @@ from harness.drive.hermes import TurnResult
 from harness.drive.phases import wanted
 
 DRIVER = "api-server"
+#: The header a chat completion names the session it continues with.
+SESSION_HEADER = "X-Hermes-Session-Id"
 #: How long a run may take to end, polled every half second.
 RUN_WAIT = 120.0
 
@@ -51,14 +56,15 @@ def conversation_name(tenant: str) -> str:
 
 
 def _call(ctx: Context, gw: GatewayBackend, tenant: str, method: str, path: str,
-          body: dict[str, Any] | None = None) -> tuple[int, Any]:
+          body: dict[str, Any] | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any]:
     """One request on the tenant's route with its own key, retried with the launch profile's when refused."""
     route = gw.route(tenant, ctx.sandbox.launch, path)
     own = ctx.registry[tenant].canaries["api_server_key"]
-    status, payload = gw.request(method, route, own, body, tenant=tenant, timeout=ctx.opts.timeout)
+    status, payload = gw.request(method, route, own, body, tenant=tenant, timeout=ctx.opts.timeout, headers=headers)
     if status == 401 and tenant != ctx.sandbox.launch:
         launch = ctx.registry[ctx.sandbox.launch].canaries["api_server_key"]
-        status, payload = gw.request(method, route, launch, body, tenant=tenant, timeout=ctx.opts.timeout)
+        status, payload = gw.request(method, route, launch, body, tenant=tenant, timeout=ctx.opts.timeout,
+                                     headers=headers)
     return status, payload
 
 
@@ -95,6 +101,18 @@ def _run(ctx: Context, gw: GatewayBackend, tenant: str, phase: str) -> str:
     return run_id
 
 
+def _chat(ctx: Context, gw: GatewayBackend, tenant: str, session: str) -> None:
+    """A chat completion of `tenant` continuing `session` (another tenant's) by its id in `X-Hermes-Session-Id`:
+    whatever of that session comes back, or reaches the tenant's provider, is a finding; a refusal is isolation."""
+    started = time.monotonic()
+    body = {"model": ctx.registry[tenant].model, "messages": [{"role": "user", "content": PROMPT}]}
+    status, payload = _call(ctx, gw, tenant, "POST", "/v1/chat/completions", body, {SESSION_HEADER: session})
+    ok = status in (200, 400, 403, 404)
+    ctx.record(TurnResult(tenant, f"{DRIVER}-chat", ok, time.monotonic() - started,
+                          "" if ok else f"HTTP {status}: {json.dumps(payload)[:160]}"), "lookups",
+               snapshot=status == 200)
+
+
 def _look(ctx: Context, gw: GatewayBackend, tenant: str, method: str, path: str) -> None:
     """A lookup that runs no agent turn: recorded as driven when the server answered at all."""
     status, _ = _call(ctx, gw, tenant, method, path)
@@ -112,9 +130,11 @@ def _lookups(ctx: Context, gw: GatewayBackend, seeker: str, theirs: Objects) -> 
         _respond(ctx, gw, seeker, "lookups", {"conversation": theirs.conversation})
     if theirs.run:
         _look(ctx, gw, seeker, "GET", f"/v1/runs/{theirs.run}")
+        _look(ctx, gw, seeker, "GET", f"/v1/runs/{theirs.run}/events")
     _look(ctx, gw, seeker, "GET", "/api/sessions")
     for sid in theirs.sessions[:1]:
         _look(ctx, gw, seeker, "GET", f"/api/sessions/{sid}/messages")
+        _chat(ctx, gw, seeker, sid)
 
 
 def api_server(ctx: Context) -> None:
@@ -138,6 +158,9 @@ def api_server(ctx: Context) -> None:
                     made[name].sessions = battery.learn(ctx, name, started).sessions
                 for name in names:
                     _lookups(ctx, gw, name, made[battery.neighbour(ctx, name)])
+                owner = next(n for n in names if n != ctx.sandbox.launch)
+                actor = next(n for n in names if battery.neighbour(ctx, n) == owner)
+                run_control.run(ctx, lambda t, m, p, b: _call(ctx, gw, t, m, p, b), owner, actor, "lookups")
     finally:
         gw.close()
 
