@@ -65,8 +65,8 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
                      "per finding class how often it was seen (seen k/N; OUT/matrix.json, .md, .html)")
     run.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
     run.add_argument("--phases", help="comma-separated multi-profile phases (default: all but cron; 'cron' waits "
-                     "for the tickers; 'all': every phase, cron included; 'approvals' (tui, serve) and 'redaction' "
-                     "(serve, gateway) only when named, as in 'all,approvals')")
+                     "for the tickers; 'all': every phase, cron included; 'approvals' (tui, serve), 'redaction' "
+                     "(serve, gateway) and 'kanban' (tui, serve) only when named, as in 'all,approvals')")
     run.add_argument("--cron-wait", type=float, default=75.0, help="seconds after the backend starts within which "
                      "every cron job must fire (its ticker ticks at start and every 60 s)")
     run.add_argument("--tools", help="tool battery groups, comma-separated (default: all of "

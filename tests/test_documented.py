@@ -75,6 +75,10 @@ CASES = [
      dict(kind="wrong_cwd", seen_in="default", canary="workdir", channel="env", tool="execute_code")),
     ("F30", dict(kind="wrong_key", victim="alpha", canary="aux_key", service="aux", scenario="oneshot"),
      dict(kind="wrong_key", victim="alpha", canary="aux_key", service="aux", scenario="tui")),
+    ("F34", dict(kind="profile_bleed", victim="beta", canary="kanban_board", tool="kanban_create",
+                 location="tui:kanban_create"),
+     dict(kind="file_leak", victim="beta", seen_in="default", canary="kanban_card", channel="file",
+          tool="kanban_create", location="kanban/boards/tenancy-beta/kanban.db@8082")),
 ]
 
 

@@ -66,8 +66,12 @@ def test_an_allowed_finding_is_of_another_class_than_under_strict():
 
 def test_the_default_policy_cites_hermes_for_each_entry():
     policy = policies.load("hermes")
-    assert {e.name for e in policy.shared} == {"read_file", "search_files", "write_file", "patch"}
-    assert all("hermes-agent 0.19.0" in e.source and "NOT a security boundary" in e.source for e in policy.shared)
+    assert {e.name for e in policy.shared} == {"read_file", "search_files", "write_file", "patch", "kanban_create"}
+    assert all("hermes-agent 0.19.0" in e.source for e in policy.shared)
+    assert all("NOT a security boundary" in e.source for e in policy.shared if e.name != "kanban_create")
+    [board] = [e for e in policy.shared if e.name == "kanban_create"]  # the boards' store only, into the shared root
+    assert "shared across profiles **by design**" in board.source and board.kinds == {"file_leak"}
+    assert (board.victim, board.recipient) == ("profile", "launch")
     assert parse(__import__("yaml").safe_dump(policy.to_dict()), "copy") == policy  # the evidence's copy reads back
 
 

@@ -18,7 +18,8 @@ from typing import Any
 from harness.core.findings import INCONCLUSIVE_KINDS, Finding
 
 #: File stores of the battery's tools, relative to a profile's home (a file finding's location starts so).
-_STORES = (("memories/", "memory"), ("skills/", "skill_manage"), ("cron/", "cronjob"))
+_STORES = (("memories/", "memory"), ("skills/", "skill_manage"), ("cron/", "cronjob"),
+           ("kanban.db", "kanban_create"), ("kanban/", "kanban_create"))
 
 _DECODER = json.JSONDecoder()
 

@@ -88,6 +88,19 @@ def _home_path(c: PlantContext) -> None:
     _append(c.target_home / ".env", f"TENANCY_PLANTED_HOME={c.donor.canaries['home']}\n")
 
 
+def _kanban_card(c: PlantContext) -> None:
+    """A kanban card of the donor on a board in the target's own home: the `hermes` policy allows every profile's
+    cards at the shared root (the launch profile's home) only, so this one is a leak. Beside it, the near miss: a
+    card one character off."""
+    canary = c.donor.canaries["memory"]
+    near = canary[:-1] + ("0" if canary[-1] != "0" else "1")
+    db = c.target_home / "kanban" / "boards" / "tenancy-planted" / "kanban.db"
+    db.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.closing(sqlite3.connect(db)) as conn, conn:
+        conn.execute("CREATE TABLE tasks (id TEXT PRIMARY KEY, title TEXT, assignee TEXT)")
+        conn.executemany("INSERT INTO tasks VALUES (?, ?, ?)", [("t_planted1", f"{canary} card", c.target.name),
+                                                                 ("t_planted2", f"{near} card", c.target.name)])
+
 
 #: The files the transient writer writes and removes while Hermes runs, in the target's home.
 TRANSIENT_FILE, NEAR_MISS_FILE = "tenancy-checkpoint.json", "tenancy-checkpoint-near.json"
@@ -172,6 +185,7 @@ OWN_PLANTS: dict[str, Plant] = {
     "home-path": Plant(_home_path, frozenset({"wrong_path"})),
     "transient": Plant(_transient, frozenset({"file_leak"})),
     "acp-session": Plant(_acp_session, frozenset({"profile_bleed"})),
+    "kanban-card": Plant(_kanban_card, frozenset({"file_leak"})),
 }
 #: Every plant by name: what it does and the finding kinds the audit must then report.
 PLANTS: dict[str, Plant] = {**OWN_PLANTS, **{name: plant for spec in ALL_SERVICES.values()

@@ -12,6 +12,8 @@ Phases (each followed by the same invariants, findings tagged with their phase):
 - `after-settings`: another round of turns (does a settings write leak into later turns?);
 - `approvals` (when asked for): an "always" approval given in one profile must not approve another profile's
   commands (`drive.approvals`);
+- `kanban` (when asked for): one profile's switch of its current kanban board must not move another profile's next
+  card (`drive.kanban`);
 - `profiles`: a profile created and deleted next to the live backend (its PID must not change);
 - `resume`: the backend restarted, every stored session resumed in its own profile.
 """
@@ -27,7 +29,7 @@ from typing import Any
 from harness.core.findings import Finding
 from harness.core.protocol import PROMPT
 from harness.core.registry import new_tag
-from harness.drive import approvals, battery, redaction
+from harness.drive import approvals, battery, kanban, redaction
 from harness.drive.backends import BackendError, RpcBackend
 from harness.drive.context import Context
 from harness.drive.hermes import TurnResult
@@ -119,6 +121,10 @@ def drive_rpc(ctx: Context, make: Callable[[], RpcBackend], driver: str, cron: b
             with ctx.phase(redaction.PHASE):
                 redaction.run(ctx, driver,
                               lambda name: _turn(ctx, backend, name, sessions[name], redaction.PHASE, driver))
+        if wanted(ctx, kanban.PHASE):
+            with ctx.phase(kanban.PHASE):
+                kanban.run(ctx, backend, sessions, driver,
+                           lambda name: _turn(ctx, backend, name, sessions[name], kanban.PHASE, driver))
         if wanted(ctx, "profiles"):
             with ctx.phase("profiles"):
                 profiles(ctx, backend.pid, backend.proc, driver)

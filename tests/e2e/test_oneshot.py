@@ -93,7 +93,7 @@ def _service_run(plant: str) -> str:
 #: `check_plants` wants every plant's kinds, through its tool or service); every other plant runs alone.
 TOGETHER = {**{run: sorted(p for p in SERVICE_PLANTS if _service_run(p) == run)
                for run in sorted({_service_run(p) for p in SERVICE_PLANTS})},
-            "tool surface": ["code-env", "delegate-model", "home-path"]}
+            "tool surface": ["code-env", "delegate-model", "home-path", "kanban-card"]}
 RUNS = {**TOGETHER, **{p: [p] for p in sorted(set(PLANTS) - {p for ps in TOGETHER.values() for p in ps})}}
 
 

@@ -8,7 +8,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 
-from harness.drive import approvals, redaction
+from harness.drive import approvals, kanban, redaction
 from harness.drive.context import ALL, Context
 from harness.drive.doors.base import Door
 from harness.drive.features import Features
@@ -44,11 +44,13 @@ NOT_DRIVEN: dict[str, str] = {
     "tool approvals": "a phase of tui and serve, not a door: `--phases approvals` (or `all,approvals`) drives an "
                       "`always` approval and a `command_allowlist` seeded in one profile's config against the others' "
                       "commands (F19); every other phase runs with `approvals.mode: off`",
-    "kanban": "the board is shared across profiles by design in Hermes 0.19.0 (`hermes_cli/kanban_db.py`, "
-              "`kanban_home`: 'The kanban board is shared across profiles **by design**'; its tools show only in "
-              "profiles with the `kanban` toolset and in dispatcher workers): what one profile reads of another's "
-              "cards there is not a leak; a board pointer or a worker running in the wrong profile would be, and "
-              "is not driven yet",
+    "kanban": "a phase of tui and serve, not a door: `--phases kanban` (or `all,kanban`) has every profile switch to "
+              "a board of its own (`/kanban boards switch`) and create cards with no board named (F34: the current "
+              "board is one pointer for every profile); the boards themselves are shared by design in Hermes 0.19.0 "
+              "(`hermes_cli/kanban_db.py`, `kanban_home`: 'The kanban board is shared across profiles **by design**'; "
+              "the `hermes` policy allows the cards in the launch profile's kanban databases); then Hermes' dispatcher "
+              "works the cards, each of which must run as its assignee; the gateway's embedded dispatcher is not "
+              "driven yet",
     "dashboard": "the install's administration UI in Hermes 0.19.0: one session token or login opens every "
                  "profile (`hermes_cli/web_server.py`: `_SESSION_TOKEN`; `/api/profiles/sessions` is 'aggregated "
                  "across ALL profiles' by design), so a profile is not a boundary there; its endpoints without the "
@@ -64,7 +66,8 @@ NOT_DRIVEN: dict[str, str] = {
 #: Ways into Hermes that a phase of the backends drives, not a door of their own: way -> (phase, the doors whose
 #: driver runs it).
 PHASE_WAYS: dict[str, tuple[str, tuple[str, ...]]] = {"tool approvals": (approvals.PHASE, approvals.DOORS),
-                                                      "log redaction": (redaction.PHASE, redaction.DOORS)}
+                                                      "log redaction": (redaction.PHASE, redaction.DOORS),
+                                                      "kanban": (kanban.PHASE, kanban.DOORS)}
 
 
 def door_states(scenario: str, phases: tuple[str, ...] | list[str] = ()) -> dict[str, str]:
