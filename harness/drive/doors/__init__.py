@@ -8,7 +8,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 
-from harness.drive import approvals, redaction
+from harness.drive import approvals, messaging, redaction
 from harness.drive.context import ALL, Context
 from harness.drive.doors.base import Door
 from harness.drive.features import Features
@@ -38,9 +38,9 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {**{n: d.drive for n, d in DOO
 #: a `clean` never stands for "not looked" (docs/doors.md).
 NOT_DRIVEN: dict[str, str] = {
     "messaging platforms": "Mattermost is the `mattermost` service, driven by the gateway door's `messaging` phase "
-                           "(--services mattermost); the other platforms (telegram, discord, slack, matrix...) need "
-                           "their SDKs or servers, and MEDIA attachments and cron delivery through a bot are not "
-                           "driven yet",
+                           "(--services mattermost): every profile's bot, its allowlists, the files its replies name "
+                           "(`MEDIA:`) and, with `--phases cron`, its cron job's output in its home channel; the other "
+                           "platforms (telegram, discord, slack, matrix...) need their SDKs or servers",
     "tool approvals": "a phase of tui and serve, not a door: `--phases approvals` (or `all,approvals`) drives an "
                       "`always` approval of one profile against the others' commands (F19); every other phase runs "
                       "with `approvals.mode: off`, and a command allowlist seeded per profile is not driven yet",
@@ -68,7 +68,8 @@ NOT_DRIVEN: dict[str, str] = {
 #: Ways into Hermes that a phase of the backends drives, not a door of their own: way -> (phase, the doors whose
 #: driver runs it).
 PHASE_WAYS: dict[str, tuple[str, tuple[str, ...]]] = {"tool approvals": (approvals.PHASE, approvals.DOORS),
-                                                      "log redaction": (redaction.PHASE, redaction.DOORS)}
+                                                      "log redaction": (redaction.PHASE, redaction.DOORS),
+                                                      "messaging platforms": (messaging.PHASE, messaging.DOORS)}
 
 
 def door_states(scenario: str, phases: tuple[str, ...] | list[str] = ()) -> dict[str, str]:

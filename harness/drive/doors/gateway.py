@@ -25,8 +25,8 @@ def gateway(ctx: Context) -> None:
     launch = ctx.sandbox.launch
     names = ctx.registry.names()
     log = ctx.rpc_log("gateway")
-    if wanted(ctx, "cron"):
-        seed_cron(ctx)
+    if wanted(ctx, "cron"):  # with bots, every job's output goes to its profile's home channel
+        seed_cron(ctx, messaging.SERVICE if messaging.enabled(ctx) else "local")
     started = time.time()
     gw = GatewayBackend(ctx.hermes, ctx.gateway_port, log, ctx.out / "logs" / "backend-gateway.log").start()
     try:
