@@ -75,6 +75,10 @@ CASES = [
      dict(kind="wrong_cwd", seen_in="default", canary="workdir", channel="env", tool="execute_code")),
     ("F30", dict(kind="wrong_key", victim="alpha", canary="aux_key", service="aux", scenario="oneshot"),
      dict(kind="wrong_key", victim="alpha", canary="aux_key", service="aux", scenario="tui")),
+    ("F31", dict(kind="request_leak", victim="alpha", seen_in="beta", canary="mattermost_file", service="mattermost",
+                 scenario="gateway", phase="messaging"),
+     dict(kind="wrong_key", victim="alpha", seen_in="beta", canary="mattermost_key", service="mattermost",
+          scenario="gateway", phase="messaging")),
 ]
 
 
