@@ -9,8 +9,9 @@ through its bot: another tenant's bytes in an upload are a `request_leak` at the
 reports, and an upload with another tenant's token a `wrong_key`). The paths are relative to the shared HOME
 (`~/.hermes/profiles/NAME/...`), so the reply's text names no canary.
 
-A cron job that fired (the `cron` phase, run first) must have posted its output in its profile's home channel at
-its profile's server with its profile's token; its output at another tenant's server is a `profile_bleed`.
+A cron job that fired (the `cron` phase, run after this one when the bots are on) must have posted its output
+(`Cronjob Response: ...`, Hermes' wrapping) in its profile's home channel at its profile's server with its
+profile's token; its output at another tenant's server is a `profile_bleed`.
 """
 
 from __future__ import annotations
@@ -70,7 +71,12 @@ def judge_media(ctx: Context, since: float, seconds: float) -> None:
                    PHASE, snapshot=False)
 
 
-def judge_cron(ctx: Context, until: float) -> None:
+def cron_output(tenant: str, post: dict[str, Any]) -> bool:
+    """Whether a post is the output of `tenant`'s cron job."""
+    return "CronjobResponse" in post["message"].replace(" ", "") and reply_of(tenant, post)
+
+
+def judge_cron(ctx: Context) -> None:
     """Every tenant whose cron job fired: its output posted in its home channel at its own server with its own
     token; its output at another tenant's server is a `profile_bleed`. A job that never fired (F6) is the `cron`
     phase's shortfall and has no step here."""
@@ -78,14 +84,14 @@ def judge_cron(ctx: Context, until: float) -> None:
     for t in ctx.registry:
         if t.name not in fired:
             continue
-        before = [p for p in stub_of(ctx, t.name).posts_since(0.0) if p["time"] < until and reply_of(t.name, p)]
+        mine = [p for p in stub_of(ctx, t.name).posts_since(0.0) if cron_output(t.name, p)]
         key, home = t.canaries["mattermost_key"], t.canaries["mattermost_channel"]
-        ok = any(p["channel_id"] == home and p["token"] == key for p in before)
+        ok = any(p["channel_id"] == home and p["token"] == key for p in mine)
         ctx.record(TurnResult(t.name, CRON, ok, 0.0, "" if ok else
-                              f"its cron output: {len(before)} post(s) at its server, none in its home channel "
+                              f"its cron output: {len(mine)} post(s) at its server, none in its home channel "
                               "with its token"), PHASE, snapshot=False)
         for o in ctx.registry:
-            stray = [p for p in stub_of(ctx, o.name).posts_since(0.0) if p["time"] < until and reply_of(t.name, p)]
+            stray = [p for p in stub_of(ctx, o.name).posts_since(0.0) if cron_output(t.name, p)]
             if o.name != t.name and stray:
                 ctx.findings.append(Finding(
                     "profile_bleed", t.name, o.name, "cron_delivery", "rpc",

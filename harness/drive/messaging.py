@@ -17,8 +17,8 @@ with a mark of its own in its text, so the provider requests it caused are count
 
 A turn on another tenant's provider, or a reply of the tenant's at another tenant's server, is a
 `profile_bleed`; a bot's websocket token that is not its tenant's a `wrong_key` (the proxy sees the REST
-requests' keys itself, not the websocket's frames). The replies of round 2 name files to attach (`MEDIA:`), and a
-cron job that fired before (the `cron` phase) posted its output through its bot: `harness.drive.attachments`.
+requests' keys itself, not the websocket's frames). The replies of round 2 name files to attach (`MEDIA:`):
+`harness.drive.attachments`, which also judges the cron jobs' output posted through the bots (the gateway door).
 """
 
 from __future__ import annotations
@@ -106,8 +106,7 @@ def answered(ctx: Context, bots: list[str]) -> list[Message]:
 
 def run(ctx: Context) -> None:
     names = ctx.registry.names()
-    started, begun = time.monotonic(), time.time()
-    attachments.judge_cron(ctx, begun)  # the cron phase ran before: its jobs' output, posted through the bots
+    started = time.monotonic()
     # every bot signed in somewhere (a bot pointed at another profile's server signs in there), or the time is up
     while sum(_stub(ctx, n).sign_ins() for n in names) < len(names) and time.monotonic() - started < SIGN_IN:
         time.sleep(0.2)
