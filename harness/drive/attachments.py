@@ -55,12 +55,13 @@ def script_media(ctx: Context, on: bool) -> None:
         ctx.stubs[name].say(media_lines(ctx, name) if on else "")
 
 
-def judge_media(ctx: Context, since: float, seconds: float) -> None:
-    """Every tenant whose agent replied through its bot since `since` must have uploaded its own media file there,
-    with its own token (the near miss); a tenant that got no reply has no step."""
+def judge_media(ctx: Context, since: float, until: float, seconds: float) -> None:
+    """Every tenant whose agent replied through its bot between `since` and `until` (the replies that name files)
+    must have uploaded its own media file there, with its own token (the near miss); a tenant that got no reply
+    then (a message refused, F25) has no step."""
     for t in ctx.registry:
         stub = stub_of(ctx, t.name)
-        if not any(reply_of(t.name, p) for p in stub.posts_since(since)):
+        if not any(reply_of(t.name, p) and p["time"] < until for p in stub.posts_since(since)):
             continue
         canary, key = t.canaries["mattermost_file"].encode(), t.canaries["mattermost_key"]
         own = [f for f in stub.files_since(since) if canary in f["data"] and f["token"] == key]

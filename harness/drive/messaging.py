@@ -122,8 +122,9 @@ def run(ctx: Context) -> None:
         _exchange(ctx, [replace(m, mark=next(marks)) for m in answered(ctx, bots)], ctx.opts.timeout)
     finally:
         attachments.script_media(ctx, False)
+    until = time.time()
     _exchange(ctx, [replace(m, mark=next(marks)) for m in refused(ctx, bots)], QUIET)
-    attachments.judge_media(ctx, since, time.monotonic() - started)  # after round 3: every upload has landed
+    attachments.judge_media(ctx, since, until, time.monotonic() - started)  # after round 3: every upload landed
     ctx.findings.extend(_tokens(ctx))  # every sign-in of the phase, a bot's reconnection after a turn included
 
 

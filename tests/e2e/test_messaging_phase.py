@@ -26,14 +26,17 @@ def test_every_profile_has_its_bot_but_the_process_environment_decides_who_it_an
     first = {s for v, s, c in bled if v == "default" and c == "allowed_users"}  # the profile that took over
     assert len(first) == 1 and first <= {"alpha", "beta"}, bled
     assert not [c for c in bled if c[2] == "cron_delivery"], bled
-    # MEDIA: each tenant's neighbour's file (default -> beta -> alpha -> default) at the tenant's server
-    uploaded = {(f["victim"], f["seen_in"], f["canary"]) for f in found if f["kind"] == "request_leak"}
-    assert {("beta", "default", "mattermost_file"), ("alpha", "beta", "mattermost_file"),
-            ("default", "alpha", "mattermost_file")} <= uploaded, uploaded
-    assert {("beta", "default", "mattermost_key"), ("alpha", "beta", "mattermost_key")} <= uploaded, uploaded
-    assert ("default", "alpha", "mattermost_key") not in uploaded  # the launch profile's .env: Hermes denies it
+    # MEDIA: every tenant that replied (F25 may refuse the launch profile's own messages) attached its own file
+    # (the near miss: a `media` step, never a finding) and its neighbour's file and `.env` through its bot
     steps = {(t["tenant"], t["driver"]): t["ok"] for t in audit.doc["timeline"] if t["phase"] == "messaging"}
-    assert steps[("default", "cron-delivery")] and all(steps[(n, "media")] for n in ("default", "alpha", "beta"))
+    attached = [n for n in ("default", "alpha", "beta") if steps.get((n, "media"))]
+    assert len(attached) >= 2 and all(steps.get((n, "media"), True) for n in ("default", "alpha", "beta")), steps
+    uploaded = {(f["victim"], f["seen_in"], f["canary"]) for f in found if f["kind"] == "request_leak"}
+    neighbour = {"default": "beta", "alpha": "default", "beta": "alpha"}
+    assert {(neighbour[n], n, "mattermost_file") for n in attached} <= uploaded, uploaded
+    assert {(neighbour[n], n, "mattermost_key") for n in attached if neighbour[n] != "default"} <= uploaded, uploaded
+    assert not [u for u in uploaded if u[0] == "default" and u[2] != "mattermost_file"]  # Hermes denies its .env
+    assert steps[("default", "cron-delivery")], steps
     fired = {t["tenant"]: t["ok"] for t in audit.doc["timeline"] if t["phase"] == "cron"}
     assert fired == {"default": True, "alpha": False, "beta": False}  # F6
     documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
