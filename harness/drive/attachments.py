@@ -57,14 +57,14 @@ def script_media(ctx: Context, on: bool) -> None:
 
 def judge_media(ctx: Context, since: float, until: float, seconds: float) -> None:
     """Every tenant whose agent replied through its bot between `since` and `until` (the replies that name files)
-    must have uploaded its own media file there, with its own token (the near miss); a tenant that got no reply
-    then (a message refused, F25) has no step."""
+    must have uploaded its own media file (as its home holds it: a plant may have changed it) there, with its own
+    token (the near miss); a tenant that got no reply then (a message refused, F25) has no step."""
     for t in ctx.registry:
         stub = stub_of(ctx, t.name)
         if not any(reply_of(t.name, p) and p["time"] < until for p in stub.posts_since(since)):
             continue
-        canary, key = t.canaries["mattermost_file"].encode(), t.canaries["mattermost_key"]
-        own = [f for f in stub.files_since(since) if canary in f["data"] and f["token"] == key]
+        mine, key = (ctx.sandbox.home_of(t.name) / MEDIA_FILE).read_bytes(), t.canaries["mattermost_key"]
+        own = [f for f in stub.files_since(since) if f["data"] == mine and f["token"] == key]
         attached = {fid for p in stub.posts_since(since) for fid in p["file_ids"]}
         ok = any(f["id"] in attached for f in own)
         ctx.record(TurnResult(t.name, MEDIA, ok, seconds, "" if ok else
