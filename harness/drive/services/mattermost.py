@@ -261,5 +261,6 @@ SERVICE = ServiceSpec(
                               "HTTPS_PROXY"),
     battery=Battery("mattermost"),  # no tools: the gateway door's `messaging` phase drives it
     plants={"mattermost-server": Plant(_server, frozenset({"wrong_key"})),
-            "mattermost-media": Plant(_media, frozenset({"request_leak"}))},
+            # alone: beside `mattermost-server` the target's bot signs in at the donor's server and gets no message
+            "mattermost-media": Plant(_media, frozenset({"request_leak"}), alone=True)},
 )
