@@ -100,9 +100,9 @@ def test_a_multipart_body_gives_its_fields_and_its_files_byte_for_byte():
     assert multipart("application/json", b"{}") == ({}, [])
 
 
-def _upload(reg, tenant: str, data: bytes):
+def _upload(reg, tenant: str, data: bytes, token: str = ""):
     port = reg[tenant].services["mattermost"].listen
-    headers = [("Authorization", f"Bearer {reg[tenant].canaries['mattermost_key']}"),
+    headers = [("Authorization", f"Bearer {token or reg[tenant].canaries['mattermost_key']}"),
                ("Content-Type", f"multipart/form-data; boundary={BOUNDARY}")]
     return inspect_request(reg, matcher_for(reg), Route("reverse", listen_port=port),
                            RawRequest("f1", "POST", "/api/v4/files", headers, _form(data)))
@@ -114,6 +114,14 @@ def test_another_tenants_file_in_an_upload_is_a_request_leak_and_the_tenants_own
     assert [(f.kind, f.victim, f.seen_in, f.canary, f.service) for f in theirs.findings] == [
         ("request_leak", "default", "alpha", "mattermost_file", "mattermost")]
     assert _upload(reg, "alpha", media_text(reg["alpha"].canaries["mattermost_file"])).findings == []  # near miss
+
+
+def test_an_upload_through_another_tenants_bot_is_a_wrong_key_at_the_service(tmp_path):
+    reg = _registry(tmp_path)
+    own = media_text(reg["alpha"].canaries["mattermost_file"])
+    report = _upload(reg, "alpha", own, token=reg["default"].canaries["mattermost_key"])
+    assert [(f.kind, f.victim, f.seen_in, f.canary, f.service) for f in report.findings] == [
+        ("wrong_key", "default", "alpha", "mattermost_key", "mattermost")]
 
 
 def test_a_reply_ends_with_the_lines_it_is_told_to_say(tmp_path):
