@@ -138,7 +138,8 @@ def _record(audit: RunState) -> RunRecord:
         homes={t.name: Path(t.home).resolve().relative_to(out).as_posix() for t in ctx.registry if t.home},
         tools=[t for g in ctx.opts.tools for t in TOOL_GROUPS[g]], services=ctx.service_states(),
         services_to_drive=ctx.services_to_drive(), launch=ctx.sandbox.launch, file_versions=ctx.versions_kept,
-        hermes_venv=audit.venv, harness_venv=current(), doors=door_states(audit.opts.scenario, audit.opts.phases or ()))
+        hermes_venv=audit.venv, harness_venv=current(),
+        doors=door_states(audit.opts.scenario, [*(audit.opts.phases or ()), *(p.name for p in ctx.phases)]))
     record.write(out)
     return record
 

@@ -1,5 +1,7 @@
 """The Mattermost stub answers Hermes' own Mattermost adapter (run in the Hermes venv against it): the bot
-authenticates with its token, receives a direct message over the websocket and posts its reply."""
+authenticates with its token, receives a direct message over the websocket, posts its reply and uploads a file
+(`MEDIA:` delivery). An upload's multipart body is scanned as any request body: another tenant's file there is a
+`request_leak` at the service, the tenant's own is not."""
 
 from __future__ import annotations
 
@@ -8,10 +10,14 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+from harness.capture.stubs.provider import answer_for
 from harness.core.registry import mint
-from harness.drive import services
+from harness.detect.checks import RawRequest
+from harness.detect.engine.matcher import matcher_for
+from harness.detect.flows import Route, inspect_request
+from harness.drive import doors, services
 from harness.drive.hermes import hermetic_env
-from harness.drive.services.mattermost import MattermostStub, bot_id
+from harness.drive.services.mattermost import MattermostStub, bot_id, media_text, multipart
 
 
 def _registry(tmp_path: Path):
@@ -39,9 +45,10 @@ ADAPTER = """
         await asyncio.wait_for(arrived.wait(), 60)  # the stub's message, however loaded the machine
         e = got[0]
         sent = await a.send(e.source.chat_id, "reply to " + e.text)
+        doc = await a.send_document(e.source.chat_id, FILE)
         await a.disconnect()
         print(json.dumps({"ok": ok, "user": e.source.user_id, "chat": e.source.chat_id, "text": e.text,
-                          "sent": sent.success}))
+                          "sent": sent.success, "doc": doc.success}))
 
     asyncio.run(main())
 """
@@ -54,7 +61,10 @@ def test_the_mattermost_stub_answers_hermes_adapter(tmp_path, hermes_python):
     stub.deliver(user, channel, "hello")
     home = tmp_path / "home"
     (home / ".hermes").mkdir(parents=True)
-    code = f"TOKEN, URL = {a.canaries['mattermost_key']!r}, {stub.url!r}\n" + textwrap.dedent(ADAPTER)
+    media = home / "report.txt"
+    media.write_bytes(media_text(a.canaries["mattermost_file"]) + bytes(range(256)))  # every byte value, verbatim
+    code = (f"TOKEN, URL, FILE = {a.canaries['mattermost_key']!r}, {stub.url!r}, {str(media)!r}\n"
+            + textwrap.dedent(ADAPTER))
     try:
         done = subprocess.run([str(hermes_python), "-c", code], capture_output=True, text=True, timeout=60,
                               env=hermetic_env(home, hermes_python, {}), cwd=home)
@@ -62,8 +72,67 @@ def test_the_mattermost_stub_answers_hermes_adapter(tmp_path, hermes_python):
         stub.stop()
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
-    assert got == {"ok": True, "user": user, "chat": channel, "text": "hello", "sent": True}
+    assert got == {"ok": True, "user": user, "chat": channel, "text": "hello", "sent": True, "doc": True}
     assert stub.challenges == [a.canaries["mattermost_key"]]
-    [post] = stub.posts_in(channel)
+    post, attached = stub.posts_in(channel)
     assert post["message"] == "reply to hello" and post["token"] == a.canaries["mattermost_key"]
     assert bot_id("alpha") in post["id"] and not any(r.wrong_key for r in stub.snapshot())
+    [upload] = stub.files_since(0.0)
+    assert upload["data"] == media.read_bytes() and upload["name"] == "report.txt"
+    assert upload["channel_id"] == channel and upload["token"] == a.canaries["mattermost_key"]
+    assert attached["file_ids"] == [upload["id"]] and attached["token"] == a.canaries["mattermost_key"]
+
+
+BOUNDARY = "b0undary"
+
+
+def _form(data: bytes, name: str = "tenancy-media.txt") -> bytes:
+    """A multipart body as aiohttp's FormData writes Hermes' upload: the channel, then the file."""
+    return (f"--{BOUNDARY}\r\ncontent-disposition: form-data; name=\"channel_id\"\r\n\r\nchan\r\n"
+            f"--{BOUNDARY}\r\ncontent-type: text/plain\r\ncontent-disposition: form-data; name=\"files\"; "
+            f"filename=\"{name}\"\r\n\r\n").encode() + data + f"\r\n--{BOUNDARY}--\r\n".encode()
+
+
+def test_a_multipart_body_gives_its_fields_and_its_files_byte_for_byte():
+    data = bytes(range(256)) + b"\r\n--not-the-boundary\r\n"
+    fields, parts = multipart(f"multipart/form-data; boundary={BOUNDARY}", _form(data))
+    assert fields == {"channel_id": "chan"} and parts == [("tenancy-media.txt", data)]
+    assert multipart("application/json", b"{}") == ({}, [])
+
+
+def _upload(reg, tenant: str, data: bytes, token: str = ""):
+    port = reg[tenant].services["mattermost"].listen
+    headers = [("Authorization", f"Bearer {token or reg[tenant].canaries['mattermost_key']}"),
+               ("Content-Type", f"multipart/form-data; boundary={BOUNDARY}")]
+    return inspect_request(reg, matcher_for(reg), Route("reverse", listen_port=port),
+                           RawRequest("f1", "POST", "/api/v4/files", headers, _form(data)))
+
+
+def test_another_tenants_file_in_an_upload_is_a_request_leak_and_the_tenants_own_is_not(tmp_path):
+    reg = _registry(tmp_path)
+    theirs = _upload(reg, "alpha", media_text(reg["default"].canaries["mattermost_file"]))
+    assert [(f.kind, f.victim, f.seen_in, f.canary, f.service) for f in theirs.findings] == [
+        ("request_leak", "default", "alpha", "mattermost_file", "mattermost")]
+    assert _upload(reg, "alpha", media_text(reg["alpha"].canaries["mattermost_file"])).findings == []  # near miss
+
+
+def test_an_upload_through_another_tenants_bot_is_a_wrong_key_at_the_service(tmp_path):
+    reg = _registry(tmp_path)
+    own = media_text(reg["alpha"].canaries["mattermost_file"])
+    report = _upload(reg, "alpha", own, token=reg["default"].canaries["mattermost_key"])
+    assert [(f.kind, f.victim, f.seen_in, f.canary, f.service) for f in report.findings] == [
+        ("wrong_key", "default", "alpha", "mattermost_key", "mattermost")]
+
+
+def test_a_reply_ends_with_the_lines_it_is_told_to_say(tmp_path):
+    a = _registry(tmp_path)["alpha"]
+    body = {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function",
+                                                                       "function": {"name": "other"}}]}
+    assert answer_for(a, body)["content"] == "probe done for tenant alpha"
+    assert answer_for(a, body, tail="MEDIA:~/x.txt")["content"] == "probe done for tenant alpha\nMEDIA:~/x.txt"
+
+
+def test_messaging_platforms_are_driven_where_the_messaging_phase_ran():
+    assert doors.door_states("gateway", ["route-auth", "messaging"])["messaging platforms"] == "phase messaging"
+    assert doors.door_states("gateway", ["route-auth"])["messaging platforms"].startswith("out of scope: ")
+    assert doors.door_states("tui", ["messaging"])["messaging platforms"].startswith("out of scope: ")

@@ -17,7 +17,8 @@ with a mark of its own in its text, so the provider requests it caused are count
 
 A turn on another tenant's provider, or a reply of the tenant's at another tenant's server, is a
 `profile_bleed`; a bot's websocket token that is not its tenant's a `wrong_key` (the proxy sees the REST
-requests' keys itself, not the websocket's frames).
+requests' keys itself, not the websocket's frames). The replies of round 2 name files to attach (`MEDIA:`):
+`harness.drive.attachments`, which also judges the cron jobs' output posted through the bots (the gateway door).
 """
 
 from __future__ import annotations
@@ -28,13 +29,17 @@ from dataclasses import dataclass, replace
 
 from harness.core.findings import Finding
 from harness.core.registry import Tenant
+from harness.drive import attachments
+from harness.drive.attachments import reply_of
+from harness.drive.attachments import stub_of as _stub
 from harness.drive.context import Context
 from harness.drive.hermes import TurnResult
 from harness.drive.services.mattermost import SERVICE as SPEC
-from harness.drive.services.mattermost import MattermostStub, bot_id, lead
+from harness.drive.services.mattermost import bot_id, lead
 
 SERVICE = SPEC.name
 PHASE = "messaging"
+DOORS = SPEC.doors  # the doors whose driver runs it: those that start the bots
 SIGN_IN = 60.0  # how long every profile's bot has to sign in after the gateway started
 CONNECT = "messaging-connect"  # the label of a bot's failed sign-in: a release without a bot per profile, not F25
 QUIET = 12.0  # how long a refused round waits for turns it must not cause
@@ -78,12 +83,6 @@ def enabled(ctx: Context) -> bool:
     return SERVICE in ctx.services()
 
 
-def _stub(ctx: Context, tenant: str) -> MattermostStub:
-    stub = ctx.service_stubs[(tenant, SERVICE)]
-    assert isinstance(stub, MattermostStub)
-    return stub
-
-
 def refused(ctx: Context, bots: list[str]) -> list[Message]:
     """The messages no bot may answer, to the bots of `bots`."""
     out = []
@@ -116,9 +115,16 @@ def run(ctx: Context) -> None:
         ctx.record(TurnResult(name, "gateway", False, time.monotonic() - started,
                               "its Mattermost bot never authenticated on its websocket"), CONNECT, snapshot=False)
     marks = (f"mark{n}" for n in itertools.count(1))
-    rounds = ((refused(ctx, bots), QUIET), (answered(ctx, bots), ctx.opts.timeout), (refused(ctx, bots), QUIET))
-    for batch, wait in rounds:
-        _exchange(ctx, [replace(m, mark=next(marks)) for m in batch], wait)
+    _exchange(ctx, [replace(m, mark=next(marks)) for m in refused(ctx, bots)], QUIET)
+    attachments.script_media(ctx, True)  # the answered round's replies name files to attach
+    try:
+        since = time.time()
+        _exchange(ctx, [replace(m, mark=next(marks)) for m in answered(ctx, bots)], ctx.opts.timeout)
+    finally:
+        attachments.script_media(ctx, False)
+    until = time.time()
+    _exchange(ctx, [replace(m, mark=next(marks)) for m in refused(ctx, bots)], QUIET)
+    attachments.judge_media(ctx, since, until, time.monotonic() - started)  # after round 3: every upload landed
     ctx.findings.extend(_tokens(ctx))  # every sign-in of the phase, a bot's reconnection after a turn included
 
 
@@ -146,15 +152,9 @@ def _turns(ctx: Context, m: Message) -> dict[str, int]:
     return {n: sum(mark in r.body for r in s.snapshot()) for n, s in ctx.stubs.items()}
 
 
-def _reply_of(tenant: str, post: dict) -> bool:
-    """Whether a post is the agent's reply to `tenant`: the provider stub's `probe done for tenant NAME`, whose
-    spaces Hermes' formatting may drop."""
-    return f"tenant{tenant}" in post["message"].replace(" ", "")
-
-
 def _replies(ctx: Context, m: Message, since: float) -> list[dict]:
     """The agent's replies in the message's channel."""
-    return [p for p in _stub(ctx, m.tenant).posts_in(m.channel, since) if _reply_of(m.tenant, p)]
+    return [p for p in _stub(ctx, m.tenant).posts_in(m.channel, since) if reply_of(m.tenant, p)]
 
 
 def _judge(ctx: Context, m: Message, since: float, seconds: float) -> None:
@@ -179,7 +179,7 @@ def _judge(ctx: Context, m: Message, since: float, seconds: float) -> None:
                           "" if ok else f"{m.what}: {len(mine)} reply(ies), {own} request(s)"), PHASE)
     others = [o.name for o in ctx.registry if o.name != m.tenant] if m.note else []  # once per tenant
     for other in others:  # its replies at every other server
-        stray = [p for p in _stub(ctx, other).posts_since(since) if _reply_of(m.tenant, p)]
+        stray = [p for p in _stub(ctx, other).posts_since(since) if reply_of(m.tenant, p)]
         if stray:
             ctx.findings.append(_finding(ctx, m, "profile_bleed", other, "reply",
                                          f"POST /api/v4/posts at {other}'s server in "

@@ -16,8 +16,9 @@ from harness.drive.hermes import TurnResult
 CRON_SEED = (
     "import sys, json; from cron.jobs import create_job, trigger_job, list_jobs; "
     "jobs = [j for j in list_jobs(include_disabled=True) if j.get('name') == 'tenancy-canary']; "
-    "j = jobs[0] if jobs else create_job(sys.argv[1], '30m', name='tenancy-canary', repeat=1, deliver='local'); "
-    "trigger_job(j['id']); print(json.dumps({'id': j['id']}))"
+    "j = jobs[0] if jobs else create_job(sys.argv[1], sys.argv[3] or '30m', name='tenancy-canary', repeat=1, "
+    "deliver=sys.argv[2]); "
+    "sys.argv[3] or trigger_job(j['id']); print(json.dumps({'id': j['id']}))"
 )
 DEFAULT_PHASES = ("turns", "lookups", "settings", "after-settings", "profiles", "resume", "route-auth")
 ALL_PHASES = (*DEFAULT_PHASES, "cron")
@@ -31,12 +32,15 @@ def wanted(ctx: Context, phase: str) -> bool:
     return phase in (ctx.opts.phases or DEFAULT_PHASES)
 
 
-def seed_cron(ctx: Context) -> None:
-    """A due job in every profile's own cron store (Hermes' cron.jobs API, HERMES_HOME = that profile)."""
+def seed_cron(ctx: Context, deliver: str = "local", later: bool = False) -> None:
+    """A due job in every profile's own cron store (Hermes' cron.jobs API, HERMES_HOME = that profile), its output
+    delivered to `deliver` (`local`: kept in the profile's home; `mattermost`: the profile's home channel there);
+    `later`: due a minute after now (every `1m`), so it fires at the ticker's second tick, not its first."""
     for t in ctx.registry:
         prompt = f"{t.canaries['cron_prompt']}: {PROMPT}"
         home = ctx.sandbox.home_of(t.name)
-        rc, _, err = ctx.hermes.procs.run([str(ctx.hermes.python), "-c", CRON_SEED, prompt],
+        argv = [str(ctx.hermes.python), "-c", CRON_SEED, prompt, deliver, "1m" if later else ""]
+        rc, _, err = ctx.hermes.procs.run(argv,
                                           env=ctx.hermes.env({"HERMES_HOME": str(home)}), cwd=ctx.sandbox.home,
                                           timeout=120)
         if rc != 0:

@@ -92,6 +92,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F28": (Clause(("tool cronjob",), ("request_leak",)),),
     "F29": (Clause(("tool execute_code",), ("wrong_cwd",), scenarios=("oneshot",)),),
     "F30": (Clause(("service aux",), ("wrong_key",), scenarios=("oneshot",)),),
+    "F31": (Clause(("service mattermost",), ("request_leak",)),),
     "F34": (Clause(("kanban board",), ("profile_bleed",)),),
 }
 

@@ -83,8 +83,10 @@ def test_clean_two_tenant_audit(tenancy_audit):
 def _service_run(plant: str) -> str:
     """The audit a service's plant runs in: the default services' and those that hold no profile slot together;
     a service chosen by name that takes a slot (another memory provider), or that one door drives (Mattermost:
-    the gateway), in one of its own."""
+    the gateway), in one of its own; a plant that says so alone."""
     spec = SERVICES[SERVICE_PLANTS[plant][0]]
+    if PLANTS[plant].alone:  # a run of its own (the Mattermost media plant beside the server one gets no message)
+        return plant
     alone = (spec.slot and not spec.by_default) or plant in SCENARIO  # a slot of its own, a door of its own
     return f"services {spec.name}" if alone else "services"
 

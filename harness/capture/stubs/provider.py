@@ -81,12 +81,12 @@ def _round_index(messages: list[Any]) -> int:
 
 
 def answer_for(tenant: Tenant, body: dict[str, Any], plan: Plan | None = None,
-               aux_text: str | None = None) -> dict[str, Any]:
+               aux_text: str | None = None, tail: str = "") -> dict[str, Any]:
     """The assistant message the stub answers a chat completion with: the plan's next round of offered
-    steps as parallel tool calls, else text. Without a plan every conversation gets the env probe (a cron job's
-    too). With one, the plan runs in the conversation a driver started (its last user message starts with
-    `PROMPT`), a subagent's task (`SUBAGENT_TASK`) gets the env probe, and any other conversation Hermes starts
-    itself (a background result re-entering the session) gets text."""
+    steps as parallel tool calls, else text (with `tail`'s lines after it). Without a plan every conversation gets
+    the env probe (a cron job's too). With one, the plan runs in the conversation a driver started (its last user
+    message starts with `PROMPT`), a subagent's task (`SUBAGENT_TASK`) gets the env probe, and any other
+    conversation Hermes starts itself (a background result re-entering the session) gets text."""
     messages = body.get("messages") or []
     tools = body.get("tools")
     if tools:
@@ -101,7 +101,7 @@ def answer_for(tenant: Tenant, body: dict[str, Any], plan: Plan | None = None,
             calls = [{"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
                       "function": {"name": name, "arguments": json.dumps(args)}} for name, args in offered[i]]
             return {"role": "assistant", "content": None, "tool_calls": calls}
-        return {"role": "assistant", "content": f"probe done for tenant {tenant.name}"}
+        return {"role": "assistant", "content": "\n".join(filter(None, [f"probe done for tenant {tenant.name}", tail]))}
     return {"role": "assistant", "content": aux_text or f"Tenant {tenant.name} notes"}
 
 
@@ -113,6 +113,7 @@ class StubProvider(HttpStub):
     fault: str = ""
     plan: Plan | None = None  # rounds of tool calls; None: the env probe only
     aux_text: str | None = None  # the answer to requests without tools (titles, summaries)
+    tail: str = ""  # lines after a main turn's final text (the `messaging` phase's `MEDIA:` paths)
     chunk_delay: float = 0.0
     hang_seconds: float = 300.0
     release: threading.Event = field(default_factory=threading.Event)
@@ -126,6 +127,11 @@ class StubProvider(HttpStub):
         """Answer the next main turns with `plan` (None: the env probe only)."""
         with self.lock:
             self.plan = plan
+
+    def say(self, tail: str) -> None:
+        """End the next main turns' final text with these lines ("": none)."""
+        with self.lock:
+            self.tail = tail
 
     def stop(self) -> None:
         self.release.set()
@@ -161,8 +167,8 @@ class StubProvider(HttpStub):
             return handler.send_json(400, {"error": {"message": "body is not JSON"}})
         self.record(handler.command, handler.path, headers, raw, 200)
         with self.lock:
-            plan, aux_text = self.plan, self.aux_text
-        message = answer_for(self.tenant, body, plan, aux_text)
+            plan, aux_text, tail = self.plan, self.aux_text, self.tail
+        message = answer_for(self.tenant, body, plan, aux_text, tail)
         if body.get("stream"):
             return self._stream(handler, body, message)
         finish = "tool_calls" if message.get("tool_calls") else "stop"

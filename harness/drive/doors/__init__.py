@@ -8,7 +8,7 @@ import importlib
 import pkgutil
 from collections.abc import Callable
 
-from harness.drive import approvals, kanban, redaction
+from harness.drive import approvals, kanban, messaging, redaction
 from harness.drive.context import ALL, Context
 from harness.drive.doors.base import Door
 from harness.drive.features import Features
@@ -38,9 +38,9 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {**{n: d.drive for n, d in DOO
 #: a `clean` never stands for "not looked" (docs/doors.md).
 NOT_DRIVEN: dict[str, str] = {
     "messaging platforms": "Mattermost is the `mattermost` service, driven by the gateway door's `messaging` phase "
-                           "(--services mattermost); the other platforms (telegram, discord, slack, matrix...) need "
-                           "their SDKs or servers, and MEDIA attachments and cron delivery through a bot are not "
-                           "driven yet",
+                           "(--services mattermost): every profile's bot, its allowlists, the files its replies name "
+                           "(`MEDIA:`) and, with `--phases cron`, its cron job's output in its home channel; the other "
+                           "platforms (telegram, discord, slack, matrix...) need their SDKs or servers",
     "tool approvals": "a phase of tui and serve, not a door: `--phases approvals` (or `all,approvals`) drives an "
                       "`always` approval and a `command_allowlist` seeded in one profile's config against the others' "
                       "commands (F19); every other phase runs with `approvals.mode: off`",
@@ -67,7 +67,8 @@ NOT_DRIVEN: dict[str, str] = {
 #: driver runs it).
 PHASE_WAYS: dict[str, tuple[str, tuple[str, ...]]] = {"tool approvals": (approvals.PHASE, approvals.DOORS),
                                                       "log redaction": (redaction.PHASE, redaction.DOORS),
-                                                      "kanban": (kanban.PHASE, kanban.DOORS)}
+                                                      "kanban": (kanban.PHASE, kanban.DOORS),
+                                                      "messaging platforms": (messaging.PHASE, messaging.DOORS)}
 
 
 def door_states(scenario: str, phases: tuple[str, ...] | list[str] = ()) -> dict[str, str]:

@@ -4,6 +4,10 @@ Phases: `cron` (when asked for; first and alone, as in `rpc_phases`), `route-aut
 API-server key tried on every tenant's route: `route_auth`), `messaging` (when the `mattermost` service is on:
 a bot per profile, `harness.drive.messaging`), `turns` (the first running the tool battery's
 write plan), `lookups` (every tenant asks the tools for another tenant's identifiers) and `profiles`.
+
+With the bots on, every cron job delivers to its profile's home channel and is due at the ticker's second tick,
+so `cron` runs after `messaging`: a job's turn before the secondary bots' would load the launch profile's `.env`
+first and hide F25 (docs/hermes-findings.md); the jobs' deliveries are then judged (`attachments.judge_cron`).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import time
 
 from harness.core.findings import Finding
 from harness.core.protocol import PROMPT, placeholder
-from harness.drive import battery, messaging, redaction
+from harness.drive import attachments, battery, messaging, redaction
 from harness.drive.context import Context
 from harness.drive.doors.base import Door
 from harness.drive.gateway_backend import GatewayBackend
@@ -25,21 +29,27 @@ def gateway(ctx: Context) -> None:
     launch = ctx.sandbox.launch
     names = ctx.registry.names()
     log = ctx.rpc_log("gateway")
-    if wanted(ctx, "cron"):
-        seed_cron(ctx)
+    bots = messaging.enabled(ctx)
+    if wanted(ctx, "cron"):  # with bots, every job's output goes to its profile's home channel, a tick later
+        seed_cron(ctx, messaging.SERVICE if bots else "local", later=bots)
     started = time.time()
     gw = GatewayBackend(ctx.hermes, ctx.gateway_port, log, ctx.out / "logs" / "backend-gateway.log").start()
     try:
-        if wanted(ctx, "cron"):
+        if wanted(ctx, "cron") and not bots:
             with ctx.phase("cron"):
                 wait_cron(ctx, ctx.opts.cron_wait, "gateway", started)
         launch_key = ctx.registry[launch].canaries["api_server_key"]
         if wanted(ctx, "route-auth"):
             with ctx.phase("route-auth"):
                 _route_auth(ctx, gw)
-        if messaging.enabled(ctx):
+        if bots:
             with ctx.phase(messaging.PHASE):
                 messaging.run(ctx)
+            if wanted(ctx, "cron"):
+                with ctx.phase("cron"):
+                    wait_cron(ctx, ctx.opts.cron_wait, "gateway", started)
+                with ctx.phase(messaging.PHASE):  # what the jobs that fired posted through the bots
+                    attachments.judge_cron(ctx)
         with ctx.phase("turns"):
             battery.write_turns(ctx, lambda name: _gateway_turn(ctx, gw, name, launch_key, "turns"))
             for _ in range(ctx.opts.turns - 1):

@@ -96,6 +96,7 @@ class Plant:
     action: Callable[[PlantContext], None]
     expects: frozenset[str]
     through_service: bool = True
+    alone: bool = False  # needs an audit of its own: another plant of its service would take away what it needs
 
 
 @dataclass(frozen=True)

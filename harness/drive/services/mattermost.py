@@ -10,7 +10,9 @@ The stub is the subset of the Mattermost API the adapter calls:
 - `GET /api/v4/users/me`: the bot's identity on connect (`connect`);
 - `GET /api/v4/websocket` (upgrade): the event stream; the adapter's first frame is an
   `authentication_challenge` carrying its token, and the stub sends `posted` events on it (`deliver`);
-- `POST /api/v4/posts` `{"channel_id", "message"}`: the bot's replies (kept in `posts`);
+- `POST /api/v4/posts` `{"channel_id", "message", "file_ids"}`: the bot's replies (kept in `posts`);
+- `POST /api/v4/files` (multipart: `channel_id` and the `files` part): an attachment uploaded before the post that
+  names it, as the gateway delivers a reply's `MEDIA:` paths and a cron job's files (kept in `files`);
   `PUT /api/v4/posts/{id}/patch`, `GET /api/v4/posts/{id}`, `GET /api/v4/channels/{id}`,
   `POST /api/v4/users/{id}/typing`: edits, thread roots, channel info, typing.
 """
@@ -18,6 +20,8 @@ The stub is the subset of the Mattermost API the adapter calls:
 from __future__ import annotations
 
 import base64
+import email.parser
+import email.policy
 import hashlib
 import json
 import queue
@@ -35,6 +39,9 @@ from harness.core.registry import Tenant
 from harness.drive.services.base import Battery, Coverage, Plant, PlantContext, ServiceSpec, Setup, Where, set_env
 
 WS_PATH = "/api/v4/websocket"
+FILES_PATH = "/api/v4/files"
+#: A file in every profile's home holding its `mattermost_file` canary: what its agent attaches to a reply (`MEDIA:`).
+MEDIA_FILE = "tenancy-media.txt"
 _WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
@@ -48,6 +55,7 @@ class MattermostStub(JsonApiStub):
     service: str = "mattermost"
     posts: list[dict[str, Any]] = field(default_factory=list)  # what the bot posted: channel, message, token
     challenges: list[str] = field(default_factory=list)  # the tokens of the websocket's authentication frames
+    files: list[dict[str, Any]] = field(default_factory=list)  # the uploads: id, channel, name, data, token, time
     _events: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
     _connected: threading.Event = field(default_factory=threading.Event)
     _closing: threading.Event = field(default_factory=threading.Event)
@@ -57,13 +65,31 @@ class MattermostStub(JsonApiStub):
             self.record(handler.command, handler.path, handler.header_dict(), raw, 101)
             self._serve_ws(handler)
             return
+        if handler.command == "POST" and handler.path.split("?", 1)[0].rstrip("/") == FILES_PATH:
+            self._upload(handler, raw)
+            return
         super().answer(handler, raw)
+
+    def _upload(self, handler: JsonHandler, raw: bytes) -> None:
+        """A multipart upload: each `files` part kept with the channel and the token it came with."""
+        if self.check(handler, raw):
+            return
+        fields, parts = multipart(handler.headers.get("content-type", ""), raw)
+        with self.lock:
+            infos = []
+            for name, data in parts:
+                info = {"id": f"{bot_id(self.tenant.name)}-file{len(self.files) + 1}", "name": name,
+                        "channel_id": fields.get("channel_id", ""), "data": data, "token": _token(handler),
+                        "time": time.time()}
+                self.files.append(info)
+                infos.append({"id": info["id"], "name": name, "size": len(data)})
+        self.record(handler.command, handler.path, handler.header_dict(), raw, 201 if infos else 400)
+        handler.send_json(201 if infos else 400, {"file_infos": infos} if infos else {"message": "no files"})
 
     def respond(self, handler: JsonHandler, path: str, body: Any) -> tuple[int, Any]:
         """A bot's post is kept with the token it came with; every other request is routed."""
         if handler.command == "POST" and path == "/api/v4/posts" and isinstance(body, dict):
-            token = (handler.headers.get("authorization") or "").removeprefix("Bearer ").strip()
-            return 201, self._post(body, token)
+            return 201, self._post(body, _token(handler))
         return super().respond(handler, path, body)
 
     def _post(self, body: dict[str, Any], token: str) -> dict[str, Any]:
@@ -71,7 +97,8 @@ class MattermostStub(JsonApiStub):
         me = bot_id(self.tenant.name)
         with self.lock:
             post = {"id": f"{me}-post{len(self.posts) + 1}", "channel_id": str(body.get("channel_id", "")),
-                    "message": str(body.get("message", "")), "token": token, "time": time.time()}
+                    "message": str(body.get("message", "")), "file_ids": [str(f) for f in body.get("file_ids") or []],
+                    "token": token, "time": time.time()}
             self.posts.append(post)
         return {**post, "user_id": me, "root_id": ""}
 
@@ -116,6 +143,11 @@ class MattermostStub(JsonApiStub):
 
     def posts_in(self, channel_id: str, since: float = 0.0) -> list[dict[str, Any]]:
         return [p for p in self.posts_since(since) if p["channel_id"] == channel_id]
+
+    def files_since(self, since: float) -> list[dict[str, Any]]:
+        """The uploads this server received from `since` on."""
+        with self.lock:
+            return [f for f in self.files if f["time"] >= since]
 
     def stop(self) -> None:
         self._closing.set()
@@ -167,6 +199,25 @@ class MattermostStub(JsonApiStub):
             self._connected.set()
 
 
+def _token(handler: JsonHandler) -> str:
+    return (handler.headers.get("authorization") or "").removeprefix("Bearer ").strip()
+
+
+def multipart(content_type: str, raw: bytes) -> tuple[dict[str, str], list[tuple[str, bytes]]]:
+    """A `multipart/form-data` body: its plain fields, and its file parts (filename, bytes)."""
+    doc = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        f"content-type: {content_type}\r\n\r\n".encode() + raw)
+    fields: dict[str, str] = {}
+    parts: list[tuple[str, bytes]] = []
+    for part in doc.iter_parts() if doc.is_multipart() else ():
+        data = part.get_payload(decode=True) or b""
+        if part.get_filename():
+            parts.append((part.get_filename() or "", data))
+        elif name := part.get_param("name", header="content-disposition"):
+            fields[str(name)] = data.decode(errors="replace")
+    return fields, parts
+
+
 def lead(t: Tenant, what: str = "lead") -> str:
     """The tenant's lead (`lead`: a second allowed user) or lead channel (`leadchannel`: a second allowed
     channel): ids only its own allowlists name, not canaries (the harness sends them to every bot)."""
@@ -177,7 +228,13 @@ def configure(t: Tenant, where: Where) -> Setup:
     return Setup(env={"MATTERMOST_URL": where.url, "MATTERMOST_TOKEN": t.canaries["mattermost_key"],
                       "MATTERMOST_ALLOWED_USERS": f"{t.canaries['mattermost_user']},{lead(t)}",
                       "MATTERMOST_ALLOWED_CHANNELS": f"{t.canaries['mattermost_channel']},{lead(t, 'leadchannel')}",
-                      "MATTERMOST_HOME_CHANNEL": t.canaries["mattermost_channel"]})
+                      "MATTERMOST_HOME_CHANNEL": t.canaries["mattermost_channel"]},
+                 files={MEDIA_FILE: media_text(t.canaries["mattermost_file"])})
+
+
+def media_text(canary: str) -> bytes:
+    """What a profile's media file holds."""
+    return f"attachment {canary}\n".encode()
 
 
 def _server(c: PlantContext) -> None:
@@ -187,15 +244,23 @@ def _server(c: PlantContext) -> None:
     set_env(c.target_home, "MATTERMOST_URL", f"http://127.0.0.1:{c.donor.services['mattermost'].listen}")
 
 
+def _media(c: PlantContext) -> None:
+    """The donor's `mattermost_file` canary in the target's own media file: the target's own attachment (the
+    near miss of the `messaging` phase) then carries it to the target's server, a `request_leak` there."""
+    (c.target_home / MEDIA_FILE).write_bytes(media_text(c.donor.canaries["mattermost_file"]))
+
+
 SERVICE = ServiceSpec(
     "mattermost", "a Mattermost server: the gateway's messaging platform, one bot per profile", rank=70,
     make=lambda t, m: MattermostStub(t, m), credential="mattermost_key", credential_env="MATTERMOST_TOKEN",
-    identity=("mattermost_user", "mattermost_channel"), data=("mattermost_post",), passive=True,
+    identity=("mattermost_user", "mattermost_channel"), data=("mattermost_post", "mattermost_file"), passive=True,
     configure=configure, by_default=False, doors=("gateway",),  # only `hermes gateway run` starts the bots
     coverage=Coverage('source_has("plugins.platforms.mattermost.adapter", "authentication_challenge")',
                       "no Mattermost platform adapter (plugins/platforms/mattermost)",
                       forward="Hermes' Mattermost adapter gives aiohttp no proxy (trust_env off), so it ignores "
                               "HTTPS_PROXY"),
     battery=Battery("mattermost"),  # no tools: the gateway door's `messaging` phase drives it
-    plants={"mattermost-server": Plant(_server, frozenset({"wrong_key"}))},
+    plants={"mattermost-server": Plant(_server, frozenset({"wrong_key"})),
+            # alone: beside `mattermost-server` the target's bot signs in at the donor's server and gets no message
+            "mattermost-media": Plant(_media, frozenset({"request_leak"}), alone=True)},
 )
