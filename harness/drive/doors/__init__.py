@@ -55,6 +55,12 @@ NOT_DRIVEN: dict[str, str] = {
                  "profile (`hermes_cli/web_server.py`: `_SESSION_TOKEN`; `/api/profiles/sessions` is 'aggregated "
                  "across ALL profiles' by design), so a profile is not a boundary there; its endpoints without the "
                  "token or with another credential are not probed yet",
+    "webhooks": "the gateway's generic webhook platform is one listener of the launch profile in Hermes 0.19.0: a "
+                "secondary profile may not configure it (`gateway/run.py`, `SecondaryPortBindingConfigError`: 'The "
+                "default profile owns the single shared HTTP listener and serves every profile through the "
+                "/p/<profile>/ URL prefix'), and `/p/<profile>/webhooks/<route>` runs the launch profile's route, "
+                "secret and prompt as that profile (`gateway/platforms/webhook.py`, `_handle_webhook`): the routes "
+                "are the install owner's by design, so a profile has no webhook secret of its own to test",
     "log redaction": "a phase of serve and the gateway, not a door: `--phases redaction` (or `all,redaction`) "
                      "starts the backend with the launch profile's `security.redact_secrets: false` and every "
                      "other's true, then has each read a key-shaped secret of its own with the terminal tool; Hermes "
