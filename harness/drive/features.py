@@ -2,8 +2,9 @@
 
 Older releases lack some of what the scenarios drive: `hermes -z --usage-file` (0.16.0 judges a one-shot
 turn by its exit code only), `hermes serve`, the multiplexed gateway (`gateway.multiplex_profiles`), the
-tui backend's per-profile sessions. `doors.missing(features, scenario)` names what a scenario's door needs
-and the release lacks: the run is then impossible (`run`: one line, exit 2; `matrix`: an `n/a` cell with that reason).
+tui backend's per-profile sessions, the web dashboard. `doors.missing(features, scenario)` names what a
+scenario's door needs and the release lacks: the run is then impossible (`run`: one line, exit 2; `matrix`: an
+`n/a` cell with that reason).
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ def source_has(mod, text):
         return bool(spec and spec.origin and text in open(spec.origin, encoding="utf-8").read())
     except (ImportError, OSError, ValueError):
         return False
+def dist():
+    spec = importlib.util.find_spec("hermes_cli")
+    return any(os.path.exists(os.path.join(d, "web_dist", "index.html")) for d in spec.submodule_search_locations)
+dashboard = has("uvicorn") and source_has("hermes_cli.web_server", "HERMES_DASHBOARD_READY") and dist()
 services = [name for name, offered in {SERVICES}.items() if offered]
 tui = has("tui_gateway.entry") and has("tui_gateway.server")
 if tui:
@@ -45,7 +50,7 @@ if tui:
     create = _methods.get("session.create")
     tui = create is not None and '"profile"' in inspect.getsource(create)
 print(json.dumps({"oneshot": has("hermes_cli.oneshot"), "usage_file": usage, "multiplex": multiplex, "tui": tui,
-                  "services": services}), file=report, flush=True)
+                  "dashboard": dashboard, "services": services}), file=report, flush=True)
 os._exit(0)  # no interpreter teardown: 0.16.0's tui_gateway crashes there (SIGSEGV) now and then
 """
 
@@ -59,6 +64,7 @@ class Features:
     serve: bool = True  # `hermes serve`
     multiplex: bool = True  # `hermes gateway run` serving every profile (`gateway.multiplex_profiles`)
     tui: bool = True  # `tui_gateway.entry` with per-profile sessions (`session.create {profile}`)
+    dashboard: bool = True  # `hermes dashboard` with its built web UI, printing the port it bound
     services: frozenset[str] = frozenset(SERVICES)  # the services it has (each service's `coverage.probe`)
 
 
@@ -95,4 +101,5 @@ def _ask(hermes: Hermes) -> Features:
     rc, _, _ = hermes.procs.run([str(hermes.python), "-m", "hermes_cli.main", "serve", "--help"], env=env, cwd=cwd,
                                 timeout=120)
     return Features(oneshot=found["oneshot"], usage_file=found["usage_file"], serve=rc == 0,
-                    multiplex=found["multiplex"], tui=found["tui"], services=frozenset(found["services"]))
+                    multiplex=found["multiplex"], tui=found["tui"],
+                    dashboard=found["dashboard"], services=frozenset(found["services"]))

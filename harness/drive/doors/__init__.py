@@ -49,10 +49,6 @@ NOT_DRIVEN: dict[str, str] = {
               "profiles with the `kanban` toolset and in dispatcher workers): what one profile reads of another's "
               "cards there is not a leak; a board pointer or a worker running in the wrong profile would be, and "
               "is not driven yet",
-    "dashboard": "the install's administration UI in Hermes 0.19.0: one session token or login opens every "
-                 "profile (`hermes_cli/web_server.py`: `_SESSION_TOKEN`; `/api/profiles/sessions` is 'aggregated "
-                 "across ALL profiles' by design), so a profile is not a boundary there; its endpoints without the "
-                 "token or with another credential are not probed yet",
     "acp": "one profile per process in Hermes 0.19.0: `acp_adapter/` has no notion of a profile (no name, no "
            "field, no per-session home; `new_session` takes a cwd only), loads the `.env` of the home it was started "
            "in (`entry.py`) and keeps its sessions in that home's `state.db` (`session.py`), so two profiles are two "
