@@ -72,7 +72,9 @@ def check_options(opts: RunOptions) -> None:
         if doors and opts.scenario not in (*doors, ALL):
             raise UsageError(f"plant {p!r} needs a scenario whose Hermes runs its service (--scenario "
                              f"{', '.join(doors)} or all)")
-        if p in plants.SCENARIO and not doors and not backend_offers_every_tool(opts.scenario):
+        if p in plants.DOOR and opts.scenario not in (plants.DOOR[p], ALL):
+            raise UsageError(f"plant {p!r} needs --scenario {plants.DOOR[p]} or all")
+        if p in plants.SCENARIO and not doors and p not in plants.DOOR and not backend_offers_every_tool(opts.scenario):
             choices = ", ".join(n for n, d in DOORS.items() if d.backend)
             raise UsageError(f"plant {p!r} needs a scenario whose Hermes offers its tool (--scenario {choices} "
                              "or all)")

@@ -26,7 +26,8 @@ TOKEN_ENV = "HERMES_DASHBOARD_SESSION_TOKEN"
 TOKEN_HEADER = "X-Hermes-Session-Token"
 
 #: One child prints the dashboard app's route table: every route, those of the routers it includes (plugins,
-#: login) with their prefix, each HTTP route with its methods and every websocket.
+#: login) with their prefix, each HTTP route with its methods and whether its handler takes a `profile` query
+#: parameter, and every websocket (each reads its query itself).
 _ROUTES = """
 import json, os
 report = os.fdopen(os.dup(1), "w")
@@ -39,8 +40,10 @@ def walk(routes, prefix):
             yield from walk(inner.routes, prefix + r.include_context.prefix)
         elif hasattr(r, "path"):
             yield r, prefix + r.path
-rows = [{"path": p, "ws": isinstance(r, WebSocketRoute), "methods": sorted(getattr(r, "methods", None) or [])}
-        for r, p in walk(app.routes, "")]
+def profiled(r):
+    return any(q.name == "profile" for q in getattr(getattr(r, "dependant", None), "query_params", ()))
+rows = [{"path": p, "ws": isinstance(r, WebSocketRoute), "methods": sorted(getattr(r, "methods", None) or []),
+         "profile": isinstance(r, WebSocketRoute) or profiled(r)} for r, p in walk(app.routes, "")]
 print(json.dumps(rows), file=report, flush=True)
 os._exit(0)
 """
@@ -48,10 +51,12 @@ os._exit(0)
 
 @dataclass(frozen=True)
 class Route:
-    """One route of the dashboard: its path template, and whether it is a websocket."""
+    """One route of the dashboard: its path template, whether it is a websocket, and whether it answers per
+    profile (`?profile=NAME`; every websocket may)."""
 
     path: str
     ws: bool = False
+    profiled: bool = True
 
     def concrete(self, fill: str = "tenancy") -> str:
         """The path with every parameter (`{id}`, `{rest:path}`) filled."""
@@ -64,7 +69,7 @@ def data_routes(rows: list[dict[str, Any]]) -> list[Route]:
     seen: dict[str, Route] = {}
     for row in rows:
         if row["ws"] or "GET" in row["methods"]:
-            seen.setdefault(row["path"], Route(row["path"], bool(row["ws"])))
+            seen.setdefault(row["path"], Route(row["path"], bool(row["ws"]), bool(row["profile"])))
     return list(seen.values())
 
 

@@ -87,6 +87,13 @@ def _home_path(c: PlantContext) -> None:
 
 
 
+def _dashboard(c: PlantContext) -> None:
+    """The donor's env marker as the target's provider name, which the dashboard's public `/api/model/info`
+    serves to any caller (`?profile=TARGET`): a served route answering without the session token with a canary
+    of another tenant."""
+    edit_config(c.target_home, lambda cfg: cfg["model"].update(provider=f"custom:{c.donor.canaries['env_marker']}"))
+
+
 #: The files the transient writer writes and removes while Hermes runs, in the target's home.
 TRANSIENT_FILE, NEAR_MISS_FILE = "tenancy-checkpoint.json", "tenancy-checkpoint-near.json"
 
@@ -125,6 +132,7 @@ OWN_PLANTS: dict[str, Plant] = {
     "code-env": Plant(_code_marker, frozenset({"env_leak"})),
     "home-path": Plant(_home_path, frozenset({"wrong_path"})),
     "transient": Plant(_transient, frozenset({"file_leak"})),
+    "dashboard": Plant(_dashboard, frozenset({"route_auth"})),
 }
 #: Every plant by name: what it does and the finding kinds the audit must then report.
 PLANTS: dict[str, Plant] = {**OWN_PLANTS, **{name: plant for spec in ALL_SERVICES.values()
@@ -170,10 +178,12 @@ def services_for(name: str) -> list[str]:
     return [SERVICE_PLANTS[name][0]] if name in SERVICE_PLANTS else []
 
 
-#: Plants whose tool only some scenarios offer (the one-shot CLI has no `cronjob`), and the plants of a service
-#: only some front doors drive (the first of them).
-SCENARIO = {"cronjob": "tui", **{name: spec.doors[0] for spec in ALL_SERVICES.values() if spec.doors
-                                 for name in spec.plants}}
+#: Plants only one front door can catch (what it asks is the only way to them): the door.
+DOOR = {"dashboard": "dashboard"}
+#: Plants whose tool only some scenarios offer (the one-shot CLI has no `cronjob`), those of one door, and the plants
+#: of a service only some front doors drive (the first of them).
+SCENARIO = {"cronjob": "tui", **DOOR,
+            **{name: spec.doors[0] for spec in ALL_SERVICES.values() if spec.doors for name in spec.plants}}
 #: Plants that only show in one topology (an unowned host is visible only through the forward proxy).
 TOPOLOGY = {"egress": "forward"}
 

@@ -91,6 +91,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F28": (Clause(("tool cronjob",), ("request_leak",)),),
     "F29": (Clause(("tool execute_code",), ("wrong_cwd",), scenarios=("oneshot",)),),
     "F30": (Clause(("service aux",), ("wrong_key",), scenarios=("oneshot",)),),
+    "F33": (Clause(("route dashboard",), ("route_auth",)),),
 }
 
 

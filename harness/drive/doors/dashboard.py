@@ -1,8 +1,9 @@
 """The `dashboard` front door: `hermes dashboard`, the install's web administration UI, one process on loopback
 for every profile (`?profile=NAME` scopes a request to a profile).
 
-Phase `route-auth`: every data route of the install's own route table (every route that takes GET, every
-websocket), for every profile, is asked
+Phase `route-auth` (the door's only one): every data route of the install's own route table (every route that
+takes GET, every websocket), for every profile when its handler takes one (once, for the launch profile, when
+not), is asked
 - with no credential, with a wrong token of the session token's shape, and with the session token from a
   foreign `Host` (a DNS-rebinding page: Hermes' `host_header_middleware` must refuse it);
 - with every credential a tenant holds (its provider key, API-server key and services' keys), each sent as the
@@ -33,7 +34,6 @@ from harness.drive.context import Context
 from harness.drive.dashboard_backend import TOKEN_HEADER, DashboardBackend, Route
 from harness.drive.doors.base import Door
 from harness.drive.hermes import TurnResult
-from harness.drive.phases import wanted
 
 PHASE = "route-auth"
 #: The label of the RPC log and of a finding's location (`dashboard:GET /api/...`).
@@ -115,13 +115,15 @@ class Hits:
 
 def _judge(ctx: Context, a: Answer, hits: list[ScanHit]) -> list[Finding]:
     """What an answer to a request without the session token (or from a foreign host) gave away: a canary of a
-    tenant other than the credential's, or a websocket it opened at all."""
+    tenant other than the credential's, or a websocket opened without the session token at all (it serves every
+    profile). A socket the session token opened from a foreign host is only said: the token is what such a page
+    cannot get (the Host check refuses it the SPA that holds it)."""
     found = [Finding("route_auth", h.tenant, a.credential.owner, h.kind, "response", f"{LABEL}:{a.where}",
                      h.encoding, f"{a.credential.label} -> HTTP {a.status}", scenario=ctx.scenario, phase=PHASE,
                      detail=f"{a.credential.label} read {h.tenant}'s {h.kind} from the dashboard's "
                             f"{a.route.path} (profile {a.profile})")
              for h in hits if h.tenant != a.credential.owner]
-    if a.route.ws and a.status == 101:
+    if a.route.ws and a.status == 101 and not a.credential.host:
         found.append(Finding("route_auth", ctx.sandbox.launch, a.credential.owner, None, "response",
                              f"{LABEL}:{a.where}", evidence=f"{a.credential.label} -> HTTP 101", scenario=ctx.scenario,
                              phase=PHASE, detail=f"{a.credential.label} opened the dashboard's {a.route.path}"))
@@ -132,7 +134,8 @@ def probe(ctx: Context, dash: DashboardBackend, routes: list[Route]) -> None:
     """Every route, for every profile, with every credential; findings, the RPC log and the positive control."""
     log = ctx.rpc_log(LABEL)
     started = time.monotonic()
-    asks = [Answer(r, p, c) for r in routes for p in ctx.registry.names()
+    names = ctx.registry.names()
+    asks = [Answer(r, p, c) for r in routes for p in (names if r.profiled else [ctx.sandbox.launch])
             for c in credentials(ctx, dash.token) if not (r.ws and c.authorized)]
     with ThreadPoolExecutor(max_workers=8) as pool:
         answers = list(pool.map(lambda a: _ask(dash, a), asks))
@@ -153,6 +156,8 @@ def probe(ctx: Context, dash: DashboardBackend, routes: list[Route]) -> None:
         for f in _judge(ctx, a, hits(a)):
             found.setdefault(f.identity(), f)
     ctx.findings += found.values()
+    for path in sorted({a.route.path for a in answers if a.route.ws and a.status == 101 and a.credential.host}):
+        ctx.say(f"  dashboard: the session token from a foreign host opened {path} (no Host/Origin check there)")
     seconds = time.monotonic() - started
     ctx.say(f"  dashboard: {len(answers)} requests on {len(routes)} routes in {asked:.1f}s, judged in "
             f"{seconds - asked:.1f}s: {len(found)} route_auth finding(s)")
@@ -164,13 +169,16 @@ def probe(ctx: Context, dash: DashboardBackend, routes: list[Route]) -> None:
 
 
 def dashboard(ctx: Context) -> None:
-    if not wanted(ctx, PHASE):
-        return
+    """The dashboard's one phase (always: it is what the door does)."""
     ctx.rpc_log(LABEL)
-    dash = DashboardBackend(ctx.hermes, ctx.out / "logs" / "backend-dashboard.log").start()
+    dash = DashboardBackend(ctx.hermes, ctx.out / "logs" / "backend-dashboard.log")
     try:
+        with ThreadPoolExecutor(max_workers=1) as pool:  # the route table is read while the dashboard starts
+            table = pool.submit(dash.routes)
+            dash.start()
+            routes = table.result()
         with ctx.phase(PHASE):
-            probe(ctx, dash, dash.routes())
+            probe(ctx, dash, routes)
     finally:
         dash.close()
 
