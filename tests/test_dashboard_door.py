@@ -10,11 +10,13 @@ from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from harness.drive.backends import RpcLog
+import pytest
+
 from harness.core.protocol import placeholder
 from harness.core.registry import Registry, mint
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.incidents import build, entry_point
+from harness.drive.backends import RpcLog
 from harness.drive.dashboard_backend import Route, data_routes
 from harness.drive.doors.dashboard import FOREIGN_HOST, credentials, probe
 from harness.report.documented import documented
@@ -141,3 +143,14 @@ def test_the_data_routes_are_every_get_and_every_websocket_of_the_table():
     routes = data_routes(rows)
     assert [r.path for r in routes] == ["/api/config", "/api/pty", "/api/sessions/{session_id}"]
     assert routes[2].concrete() == "/api/sessions/tenancy" and routes[1].ws
+
+
+def test_the_dashboard_plant_needs_its_door_and_the_selftest_runs_it_there():
+    from harness.drive import plants
+    from harness.options import RunOptions, UsageError, check_options
+
+    check_options(RunOptions(scenario="dashboard", plants=["dashboard"]))
+    check_options(RunOptions(scenario="all", plants=["dashboard"]))
+    with pytest.raises(UsageError, match="plant 'dashboard' needs --scenario dashboard or all"):
+        check_options(RunOptions(scenario="serve", plants=["dashboard"]))
+    assert plants.SCENARIO["dashboard"] == "dashboard" and plants.PLANTS["dashboard"].expects == {"route_auth"}
