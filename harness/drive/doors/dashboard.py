@@ -8,9 +8,11 @@ not), is asked
   foreign `Host` (a DNS-rebinding page: Hermes' `host_header_middleware` must refuse it);
 - with every credential a tenant holds (its provider key, API-server key and services' keys), each sent as the
   session token header, as a bearer token and as `?token=` at once.
-A tenant's canary in any of those answers is a `route_auth` finding (entry point `route dashboard`); each answer
-goes to the RPC log whole, under the tenant whose credential asked (nobody's for the others), where the
-reconciler finds it again.
+A canary in any of those answers, of any tenant but the credential's holder, is a `route_auth` finding (entry
+point `route dashboard`). Its recipient is nobody (`seen_in` None): an answer reaches the dashboard's caller, not
+a tenant's Hermes, whatever credential it sent (the detail names it); so it explains no copy in a tenant's files
+or requests, which stay crossings of their own. Each answer goes whole to the RPC log, nobody's too, where the
+reconciler finds every secret in it again.
 
 The near miss: the same routes with the session token. One token opens every profile by design in Hermes
 0.19.0, so what it reads is the operator's, never reported: its answers are logged as the canaries they carried
@@ -117,14 +119,14 @@ def _judge(ctx: Context, a: Answer, hits: list[ScanHit]) -> list[Finding]:
     """What an answer to a request without the session token (or from a foreign host) gave away: a canary of a
     tenant other than the credential's, or a websocket opened without the session token at all (it serves every
     profile). A socket the session token opened from a foreign host is only said: the token is what such a page
-    cannot get (the Host check refuses it the SPA that holds it)."""
-    found = [Finding("route_auth", h.tenant, a.credential.owner, h.kind, "response", f"{LABEL}:{a.where}",
+    cannot get (the Host check keeps from it the SPA page that holds the token)."""
+    found = [Finding("route_auth", h.tenant, None, h.kind, "response", f"{LABEL}:{a.where}",
                      h.encoding, f"{a.credential.label} -> HTTP {a.status}", scenario=ctx.scenario, phase=PHASE,
                      detail=f"{a.credential.label} read {h.tenant}'s {h.kind} from the dashboard's "
                             f"{a.route.path} (profile {a.profile})")
              for h in hits if h.tenant != a.credential.owner]
     if a.route.ws and a.status == 101 and not a.credential.host:
-        found.append(Finding("route_auth", ctx.sandbox.launch, a.credential.owner, None, "response",
+        found.append(Finding("route_auth", ctx.sandbox.launch, None, None, "response",
                              f"{LABEL}:{a.where}", evidence=f"{a.credential.label} -> HTTP 101", scenario=ctx.scenario,
                              phase=PHASE, detail=f"{a.credential.label} opened the dashboard's {a.route.path}"))
     return found
@@ -145,14 +147,14 @@ def probe(ctx: Context, dash: DashboardBackend, routes: list[Route]) -> None:
     seen: set[tuple[str, str]] = set()
     failed = [a for a in answers if a.status == 0]
     for a in answers:
-        log.write("out", a.credential.owner, {"request": a.where, "credential": a.credential.label})
+        log.write("out", None, {"request": a.where, "credential": a.credential.label})
         if a.credential.authorized:
             carried = {(h.tenant, h.kind) for h in hits(a)}
             seen |= carried
             log.write("in", None, {"request": a.where, "status": a.status, "bytes": len(a.body),
                                    "carried": sorted(placeholder(t, k) for t, k in carried)})
             continue
-        log.write("in", a.credential.owner, {"request": a.where, "status": a.status, "body": a.body})
+        log.write("in", None, {"request": a.where, "status": a.status, "body": a.body})
         for f in _judge(ctx, a, hits(a)):
             found.setdefault(f.identity(), f)
     ctx.findings += found.values()
