@@ -175,7 +175,10 @@ class DashboardBackend:
         return self.proc.pid if self.proc else None
 
     def close(self) -> None:
+        """Stop it, killed after 5 s: a websocket it accepted keeps uvicorn's graceful shutdown waiting (0.19.0's
+        kanban events handler only sends, so it never sees its client leave: 41 s by hand), and a dashboard that
+        ran no turn has nothing to finish."""
         if self.proc is None:
             return
-        stop_tree(self.proc)
+        stop_tree(self.proc, grace=5.0)
         self._out.close()
