@@ -476,7 +476,8 @@ def test_a_scenario_needs_only_its_own_features():
     assert missing(old, "oneshot") is None and missing(old, "tui") is None  # --usage-file is not needed
     assert missing(old, "all") == "scenario serve: no `hermes serve`"
     assert missing(Features(), "all") is None
-    assert missing(Features(dashboard=False), "dashboard") == "scenario dashboard: no web dashboard (hermes dashboard)"
+    assert missing(Features(dashboard=False), "dashboard") == \
+        "scenario dashboard: no web dashboard that says the port it bound (hermes dashboard --port 0)"
     assert missing(Features(dashboard=False), "tui") is None
 
 

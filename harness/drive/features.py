@@ -64,7 +64,7 @@ class Features:
     serve: bool = True  # `hermes serve`
     multiplex: bool = True  # `hermes gateway run` serving every profile (`gateway.multiplex_profiles`)
     tui: bool = True  # `tui_gateway.entry` with per-profile sessions (`session.create {profile}`)
-    dashboard: bool = True  # `hermes dashboard` with its built web UI, printing the port it bound
+    dashboard: bool = True  # `hermes dashboard` with its built web UI, printing the port it bound (from 0.17.0)
     services: frozenset[str] = frozenset(SERVICES)  # the services it has (each service's `coverage.probe`)
 
 

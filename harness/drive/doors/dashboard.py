@@ -187,4 +187,5 @@ def dashboard(ctx: Context) -> None:
 
 DOOR = Door("dashboard", "`hermes dashboard`, the web administration UI of every profile: every data route "
             "without its session token, with each tenant's credentials and from a foreign host", rank=60,
-            drive=dashboard, backend=False, needs=(("dashboard", "no web dashboard (hermes dashboard)"),))
+            drive=dashboard, backend=False,
+            needs=(("dashboard", "no web dashboard that says the port it bound (hermes dashboard --port 0)"),))
