@@ -41,7 +41,8 @@ def source_has(mod, text):
         return False
 def dist():
     spec = importlib.util.find_spec("hermes_cli")
-    return any(os.path.exists(os.path.join(d, "web_dist", "index.html")) for d in spec.submodule_search_locations)
+    dirs = (spec.submodule_search_locations or []) if spec else []
+    return any(os.path.exists(os.path.join(d, "web_dist", "index.html")) for d in dirs)
 dashboard = has("uvicorn") and source_has("hermes_cli.web_server", "HERMES_DASHBOARD_READY") and dist()
 services = [name for name, offered in {SERVICES}.items() if offered]
 tui = has("tui_gateway.entry") and has("tui_gateway.server")

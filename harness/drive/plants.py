@@ -86,7 +86,6 @@ def _home_path(c: PlantContext) -> None:
     _append(c.target_home / ".env", f"TENANCY_PLANTED_HOME={c.donor.canaries['home']}\n")
 
 
-
 def _dashboard(c: PlantContext) -> None:
     """The donor's env marker as the target's provider name, which the dashboard's public `/api/model/info`
     serves to any caller (`?profile=TARGET`): a served route answering without the session token with a canary
