@@ -79,6 +79,10 @@ CASES = [
                  scenario="gateway", phase="messaging"),
      dict(kind="wrong_key", victim="alpha", seen_in="beta", canary="mattermost_key", service="mattermost",
           scenario="gateway", phase="messaging")),
+    ("F33", dict(kind="route_auth", victim="alpha", seen_in=None, canary="model", channel="response",
+                 scenario="dashboard", phase="route-auth", location="dashboard:GET /api/model/info?profile=alpha"),
+     dict(kind="text_leak", victim="alpha", seen_in=None, canary="model", channel="rpc", scenario="dashboard",
+          phase="route-auth", location="rpc-dashboard.jsonl#7@1")),
     ("F34", dict(kind="profile_bleed", victim="beta", canary="kanban_board", tool="kanban_create",
                  location="tui:kanban_create"),
      dict(kind="file_leak", victim="beta", seen_in="default", canary="kanban_card", channel="file",
@@ -104,6 +108,12 @@ def test_the_route_signature_wants_a_route_auth():
     assert crossing("route_auth", canary="api_server_key", location="gateway:GET /p/alpha/v1/models") == ["F4"]
     assert clause.matches("route", routed) and not clause.matches("route", Finding(
         "wrong_key", "default", "alpha", "api_server_key", "request", "gateway:GET /p/alpha/v1/models"))
+
+
+def test_a_route_of_the_dashboard_is_its_own_entry_point_not_the_api_servers():
+    """The same kind at the dashboard (F33) and at the gateway's API server (F4): two root causes."""
+    assert crossing("route_auth", canary="model", location="dashboard:GET /api/model/info?profile=alpha") == ["F33"]
+    assert crossing("route_auth", canary="api_server_key", location="gateway:GET /p/alpha/v1/models") == ["F4"]
 
 
 def test_an_incident_links_every_f_number_one_of_its_crossings_matches():

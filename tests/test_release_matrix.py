@@ -244,7 +244,7 @@ def test_shard_and_release_specs():
     for bad in ("0.19.0;rm", "", "0.19.0,0.19.0", "latest", "0.19.0=/nonexistent/python"):
         with pytest.raises(UsageError, match="--hermes"):
             options.parse_releases(bad)
-    assert options.parse_scenarios("all") == ["oneshot", "tui", "serve", "gateway", "api_server", "acp"]
+    assert options.parse_scenarios("all") == ["oneshot", "tui", "serve", "gateway", "api_server", "dashboard", "acp"]
     with pytest.raises(UsageError, match="unknown scenario"):
         options.parse_scenarios("oneshot,nope")
 
@@ -477,6 +477,9 @@ def test_a_scenario_needs_only_its_own_features():
     assert missing(old, "oneshot") is None and missing(old, "tui") is None  # --usage-file is not needed
     assert missing(old, "all") == "scenario serve: no `hermes serve`"
     assert missing(Features(), "all") is None
+    assert missing(Features(dashboard=False), "dashboard") == \
+        "scenario dashboard: no web dashboard that says the port it bound (hermes dashboard --port 0)"
+    assert missing(Features(dashboard=False), "tui") is None
     assert missing(Features(acp=False), "acp") == "scenario acp: no ACP adapter (hermes acp with the `acp` extra)"
     assert missing(Features(acp=False), "all") == missing(Features(acp=False), "acp")
     assert missing(Features(acp=False), "oneshot") is None
@@ -497,7 +500,7 @@ class _Install:
         self.children += 1
         if argv[1] == "-c":
             return 0, json.dumps({"oneshot": True, "usage_file": False, "multiplex": False, "tui": True,
-                                  "acp": False, "services": ["web", "aux"]}), ""
+                                  "acp": False, "dashboard": False, "services": ["web", "aux"]}), ""
         return 2, "", "invalid choice: 'serve'"
 
 
@@ -505,7 +508,7 @@ def test_a_release_is_probed_once_per_python_and_version(tmp_path, monkeypatch):
     monkeypatch.setattr(features, "_probed", {})
     (tmp_path / "venv" / "bin").mkdir(parents=True)
     hermes = _Install(tmp_path / "venv" / "bin" / "python")
-    old = Features(usage_file=False, serve=False, multiplex=False, tui=True, acp=False,
+    old = Features(usage_file=False, serve=False, multiplex=False, tui=True, acp=False, dashboard=False,
                    services=frozenset({"web", "aux"}))
     assert features.probe(hermes, "0.16.0") == old and hermes.children == 2
     same = _Install(tmp_path / "venv" / "bin" / ".." / "bin" / "python")  # the same install, spelt otherwise

@@ -107,6 +107,8 @@ def test_door_coverage_says_what_each_door_did_and_what_no_door_drives():
     assert states["tui"] == "on" and states["oneshot"] == "not driven: --scenario oneshot or all"
     assert all(states[n].startswith("out of scope: ") for n in doors.NOT_DRIVEN)
     assert {n for n, s in doors.door_states("all").items() if s == "on"} == set(doors.DOORS)
+    assert doors.door_states("dashboard")["dashboard"] == "on"  # a door now, no longer a way no door drives
+    assert not set(doors.NOT_DRIVEN) & set(doors.DOORS)
     turns = [{"scenario": "tui", "ok": True}, {"scenario": "serve", "ok": False}]
     states = {"tui": "on", "serve": "on", "gateway": "on", "kanban": "out of scope: not yet"}
     leak = Finding("request_leak", "default", "alpha", "memory", "request", "flow", scenario="gateway")

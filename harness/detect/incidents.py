@@ -36,6 +36,9 @@ _PATH = re.compile(r"[^@:#]+")
 #: Entry points named by the finding's kind (when it names no service or tool).
 _KIND_ENTRY = {"wrong_key": PROVIDER, "wrong_model": PROVIDER, "route_auth": "route", "egress": "egress",
                "bypass": "bypass", "shortfall": "shortfall"}
+#: Servers other than the API server whose routes a `route_auth` finding names (its location `SERVER:...`): each
+#: is an entry point of its own (`route SERVER`); the API server's routes are `route`.
+ROUTE_SERVERS = frozenset({"dashboard"})
 #: Entry points named by the setting a profile bleed carried, before its tool: an approval (given, or seeded in a
 #: command allowlist) is a root cause of its own, not the terminal's environment the command ran in; so is a run of
 #: one profile another controlled, a kanban board pointer and a kanban worker's profile (`drive.kanban`).
@@ -45,17 +48,19 @@ _SETTING_ENTRY = {"approval": "approval", "command_allowlist": "approval", "reda
 
 def entry_point(f: Finding) -> str:
     """Where the finding's data entered: `service NAME`, `tool NAME`, `provider` (a key or model), `route` (an API
-    server's route), `approval` (an approval given in one profile that took effect in another; `redaction`,
-    `kanban board`, `kanban worker` likewise), `run` (another profile's run stopped or approved on one profile's
-    route), `file PATH` /
-    `log NAME` (a copy found there; a database's WAL or journal counts as the database), or its channel (`rpc`,
-    `request`, ...); `egress`, `bypass` and `shortfall` are their own."""
+    server's route; `route dashboard`: the dashboard's), `approval` (an approval given in one profile that took
+    effect in another; `redaction`, `kanban board`, `kanban worker` likewise), `run` (another profile's run stopped
+    or approved on one profile's route), `file PATH` / `log NAME` (a copy found there; a database's WAL or journal
+    counts as the database), or its channel (`rpc`, `request`, ...); `egress`, `bypass` and `shortfall` are their
+    own."""
     if f.canary in _SETTING_ENTRY and f.kind == "profile_bleed":
         return _SETTING_ENTRY[f.canary]
     if f.service:
         return f"service {f.service}"
     if f.tool:
         return f"tool {f.tool}"
+    if f.kind == "route_auth" and (server := f.location.partition(":")[0]) in ROUTE_SERVERS:
+        return f"route {server}"
     if f.kind in _KIND_ENTRY:
         return _KIND_ENTRY[f.kind]
     if f.kind in COPIES and f.channel in _AT_END and (m := _PATH.match(f.location)):

@@ -3,7 +3,7 @@
 Older releases lack some of what the scenarios drive: `hermes -z --usage-file` (0.16.0 judges a one-shot
 turn by its exit code only), `hermes serve`, the multiplexed gateway (`gateway.multiplex_profiles`), the
 tui backend's per-profile sessions, the ACP adapter (`hermes acp`: `acp_adapter` and the package of Hermes' `acp`
-extra). `doors.missing(features, scenario)` names what a scenario's door needs
+extra), the web dashboard. `doors.missing(features, scenario)` names what a scenario's door needs
 and the release lacks: the run is then impossible (`run`: one line, exit 2; `matrix`: an `n/a` cell with that reason).
 """
 
@@ -39,6 +39,11 @@ def source_has(mod, text):
         return bool(spec and spec.origin and text in open(spec.origin, encoding="utf-8").read())
     except (ImportError, OSError, ValueError):
         return False
+def dist():
+    spec = importlib.util.find_spec("hermes_cli")
+    dirs = (spec.submodule_search_locations or []) if spec else []
+    return any(os.path.exists(os.path.join(d, "web_dist", "index.html")) for d in dirs)
+dashboard = has("uvicorn") and source_has("hermes_cli.web_server", "HERMES_DASHBOARD_READY") and dist()
 services = [name for name, offered in {SERVICES}.items() if offered]
 tui = has("tui_gateway.entry") and has("tui_gateway.server")
 if tui:
@@ -47,7 +52,7 @@ if tui:
     tui = create is not None and '"profile"' in inspect.getsource(create)
 acp = has("acp_adapter.server") and has("acp")
 print(json.dumps({"oneshot": has("hermes_cli.oneshot"), "usage_file": usage, "multiplex": multiplex, "tui": tui,
-                  "acp": acp, "services": services}), file=report, flush=True)
+                  "acp": acp, "dashboard": dashboard, "services": services}), file=report, flush=True)
 os._exit(0)  # no interpreter teardown: 0.16.0's tui_gateway crashes there (SIGSEGV) now and then
 """
 
@@ -62,6 +67,7 @@ class Features:
     multiplex: bool = True  # `hermes gateway run` serving every profile (`gateway.multiplex_profiles`)
     tui: bool = True  # `tui_gateway.entry` with per-profile sessions (`session.create {profile}`)
     acp: bool = True  # `hermes acp`: the ACP adapter (`acp_adapter`) and its `agent-client-protocol` package
+    dashboard: bool = True  # `hermes dashboard` with its built web UI, printing the port it bound (from 0.17.0)
     services: frozenset[str] = frozenset(SERVICES)  # the services it has (each service's `coverage.probe`)
 
 
@@ -98,5 +104,5 @@ def _ask(hermes: Hermes) -> Features:
     rc, _, _ = hermes.procs.run([str(hermes.python), "-m", "hermes_cli.main", "serve", "--help"], env=env, cwd=cwd,
                                 timeout=120)
     return Features(oneshot=found["oneshot"], usage_file=found["usage_file"], serve=rc == 0,
-                    multiplex=found["multiplex"], tui=found["tui"], acp=found["acp"],
+                    multiplex=found["multiplex"], tui=found["tui"], acp=found["acp"], dashboard=found["dashboard"],
                     services=frozenset(found["services"]))

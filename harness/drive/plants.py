@@ -102,6 +102,13 @@ def _kanban_card(c: PlantContext) -> None:
                                                                  ("t_planted2", f"{near} card", c.target.name)])
 
 
+def _dashboard(c: PlantContext) -> None:
+    """The donor's env marker as the target's provider name, which the dashboard's public `/api/model/info`
+    serves to any caller (`?profile=TARGET`): a served route answering without the session token with a canary
+    of another tenant."""
+    edit_config(c.target_home, lambda cfg: cfg["model"].update(provider=f"custom:{c.donor.canaries['env_marker']}"))
+
+
 #: The files the transient writer writes and removes while Hermes runs, in the target's home.
 TRANSIENT_FILE, NEAR_MISS_FILE = "tenancy-checkpoint.json", "tenancy-checkpoint-near.json"
 
@@ -186,6 +193,7 @@ OWN_PLANTS: dict[str, Plant] = {
     "transient": Plant(_transient, frozenset({"file_leak"})),
     "acp-session": Plant(_acp_session, frozenset({"profile_bleed"})),
     "kanban-card": Plant(_kanban_card, frozenset({"file_leak"})),
+    "dashboard": Plant(_dashboard, frozenset({"route_auth"})),
 }
 #: Every plant by name: what it does and the finding kinds the audit must then report.
 PLANTS: dict[str, Plant] = {**OWN_PLANTS, **{name: plant for spec in ALL_SERVICES.values()
@@ -231,13 +239,14 @@ def services_for(name: str) -> list[str]:
     return [SERVICE_PLANTS[name][0]] if name in SERVICE_PLANTS else []
 
 
-#: Plants whose tool only some scenarios offer (the one-shot CLI has no `cronjob`), and the plants of a service
-#: only some front doors drive (the first of them).
-SCENARIO = {"cronjob": "tui", **{name: spec.doors[0] for spec in ALL_SERVICES.values() if spec.doors
-                                 for name in spec.plants}}
-#: Plants only one door can catch (the ACP adapter's sessions: its door), and the phases beyond `turns` they need.
-DOOR_PLANTS: dict[str, tuple[str, tuple[str, ...]]] = {"acp-session": ("acp", ("resume",))}
-SCENARIO.update({name: door for name, (door, _) in DOOR_PLANTS.items()})
+#: Plants only one door can catch, with the phases beyond `turns` they need: the ACP adapter's sessions (its door's
+#: `resume` phase), the dashboard's public route (its door's own probe, which its end-to-end test plants).
+DOOR_PLANTS: dict[str, tuple[str, tuple[str, ...]]] = {"acp-session": ("acp", ("resume",)),
+                                                      "dashboard": ("dashboard", ())}
+#: Plants whose tool only some scenarios offer (the one-shot CLI has no `cronjob`), those of one door, and the plants
+#: of a service only some front doors drive (the first of them).
+SCENARIO = {"cronjob": "tui", **{name: door for name, (door, _) in DOOR_PLANTS.items()},
+            **{name: spec.doors[0] for spec in ALL_SERVICES.values() if spec.doors for name in spec.plants}}
 
 
 def phases_for(name: str) -> list[str]:

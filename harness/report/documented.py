@@ -93,6 +93,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F29": (Clause(("tool execute_code",), ("wrong_cwd",), scenarios=("oneshot",)),),
     "F30": (Clause(("service aux",), ("wrong_key",), scenarios=("oneshot",)),),
     "F31": (Clause(("service mattermost",), ("request_leak",)),),
+    "F33": (Clause(("route dashboard",), ("route_auth",)),),
     "F34": (Clause(("kanban board",), ("profile_bleed",)),),
 }
 

@@ -51,10 +51,6 @@ NOT_DRIVEN: dict[str, str] = {
               "the `hermes` policy allows the cards in the launch profile's kanban databases); then Hermes' dispatcher "
               "works the cards, each of which must run as its assignee; the gateway's embedded dispatcher is not "
               "driven yet",
-    "dashboard": "the install's administration UI in Hermes 0.19.0: one session token or login opens every "
-                 "profile (`hermes_cli/web_server.py`: `_SESSION_TOKEN`; `/api/profiles/sessions` is 'aggregated "
-                 "across ALL profiles' by design), so a profile is not a boundary there; its endpoints without the "
-                 "token or with another credential are not probed yet",
     "webhooks": "the gateway's generic webhook platform is one listener of the launch profile in Hermes 0.19.0: a "
                 "secondary profile may not configure it (`gateway/run.py`, `SecondaryPortBindingConfigError`: 'The "
                 "default profile owns the single shared HTTP listener and serves every profile through the "

@@ -123,6 +123,6 @@ def acp(ctx: Context) -> None:
             client.close()
 
 
-DOOR = Door("acp", "`hermes [-p NAME] acp`: the ACP adapter for editors, one process per profile", rank=60, drive=acp,
+DOOR = Door("acp", "`hermes [-p NAME] acp`: the ACP adapter for editors, one process per profile", rank=70, drive=acp,
             tenants=2, backend=False, packages=PACKAGES,
             needs=(("acp", "no ACP adapter (hermes acp with the `acp` extra)"),))
