@@ -82,6 +82,9 @@ def check_options(opts: RunOptions) -> None:
     for ph in opts.phases:
         if ph not in KNOWN_PHASES:
             raise UsageError(f"unknown phase {ph!r} (choose from {', '.join(KNOWN_PHASES)})")
+    if {"kanban", "toolsets"} <= set(opts.phases):
+        raise UsageError("phases kanban and toolsets cannot run in one audit (kanban gives every profile the toolset "
+                         "toolsets judges)")
     unknown = battery.check_groups(opts.tool_groups())
     if unknown:
         raise UsageError(f"unknown tool group {unknown[0]!r} (choose from {', '.join(TOOL_GROUPS)}, or none)")

@@ -87,6 +87,9 @@ CASES = [
                  location="tui:kanban_create"),
      dict(kind="file_leak", victim="beta", seen_in="default", canary="kanban_card", channel="file",
           tool="kanban_create", location="kanban/boards/tenancy-beta/kanban.db@8082")),
+    ("F35", dict(kind="profile_bleed", victim="default", seen_in="alpha", canary="toolsets",
+                 location="tui:alpha:tools"),
+     dict(kind="profile_bleed", victim="alpha", seen_in="beta", canary="toolsets", location="tui:beta:tools")),
 ]
 
 

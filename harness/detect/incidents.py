@@ -41,18 +41,20 @@ _KIND_ENTRY = {"wrong_key": PROVIDER, "wrong_model": PROVIDER, "route_auth": "ro
 ROUTE_SERVERS = frozenset({"dashboard"})
 #: Entry points named by the setting a profile bleed carried, before its tool: an approval (given, or seeded in a
 #: command allowlist) is a root cause of its own, not the terminal's environment the command ran in; so is a run of
-#: one profile another controlled, a kanban board pointer and a kanban worker's profile (`drive.kanban`).
+#: one profile another controlled, a kanban board pointer and a kanban worker's profile (`drive.kanban`), and the
+#: toolsets a profile's model is offered (`drive.toolsets`).
 _SETTING_ENTRY = {"approval": "approval", "command_allowlist": "approval", "redaction": "redaction",
-                  "run_control": "run", "kanban_board": "kanban board", "kanban_worker": "kanban worker"}
+                  "run_control": "run", "kanban_board": "kanban board", "kanban_worker": "kanban worker",
+                  "toolsets": "toolsets"}
 
 
 def entry_point(f: Finding) -> str:
     """Where the finding's data entered: `service NAME`, `tool NAME`, `provider` (a key or model), `route` (an API
     server's route; `route dashboard`: the dashboard's), `approval` (an approval given in one profile that took
-    effect in another; `redaction`, `kanban board`, `kanban worker` likewise), `run` (another profile's run stopped
-    or approved on one profile's route), `file PATH` / `log NAME` (a copy found there; a database's WAL or journal
-    counts as the database), or its channel (`rpc`, `request`, ...); `egress`, `bypass` and `shortfall` are their
-    own."""
+    effect in another; `redaction`, `kanban board`, `kanban worker`, `toolsets` likewise), `run` (another
+    profile's run stopped or approved on one profile's route), `file PATH` / `log NAME` (a copy found there; a
+    database's WAL or journal counts as the database), or its channel (`rpc`, `request`, ...); `egress`, `bypass`
+    and `shortfall` are their own."""
     if f.canary in _SETTING_ENTRY and f.kind == "profile_bleed":
         return _SETTING_ENTRY[f.canary]
     if f.service:

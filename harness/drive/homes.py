@@ -6,7 +6,7 @@ from pathlib import Path
 
 from harness.core.evidence import EvidenceFolder
 from harness.core.files import write_private
-from harness.drive import approvals, kanban, redaction, services
+from harness.drive import approvals, kanban, redaction, services, toolsets
 from harness.drive.context import Context
 from harness.drive.hermes import write_home
 from harness.drive.services import SERVICES
@@ -21,8 +21,8 @@ def write_homes(ctx: Context) -> None:
         extra = services.setup(t, active, where, second=t.name == ctx.registry.names()[1])
         phase_config, phase_env = redaction.settings(ctx, t.name)
         home = ctx.sandbox.home_of(t.name)
-        phase_config = services.merged(services.merged(phase_config, approvals.settings(ctx, t.name)),
-                                       kanban.settings(ctx))
+        for more in (approvals.settings(ctx, t.name), kanban.settings(ctx), toolsets.settings(ctx, t.name)):
+            phase_config = services.merged(phase_config, more)
         config = services.merged(services.merged(ctx.extra_config(t.name), phase_config), extra.config)
         write_home(t, home, ctx.proxy.base_url(t.name), launch=t.name == ctx.sandbox.launch,
                    extra_config=config, extra_env={**extra.env, **phase_env})

@@ -24,7 +24,7 @@ DEFAULT_PHASES = ("turns", "lookups", "settings", "after-settings", "profiles", 
 ALL_PHASES = (*DEFAULT_PHASES, "cron")
 #: Phases run only when named: not in `all`, whose runs the committed baselines were made with (a baseline that holds
 #: a phase's incidents is made on several machines, never on one to pass a test).
-OPT_IN_PHASES = ("approvals", "redaction", "kanban")
+OPT_IN_PHASES = ("approvals", "redaction", "kanban", "toolsets")
 KNOWN_PHASES = (*ALL_PHASES, *OPT_IN_PHASES)
 
 

@@ -14,6 +14,8 @@ Phases (each followed by the same invariants, findings tagged with their phase):
   commands (`drive.approvals`);
 - `kanban` (when asked for): one profile's switch of its current kanban board must not move another profile's next
   card (`drive.kanban`);
+- `toolsets` (when asked for): the tools a profile's model is offered must follow its own `toolsets` setting
+  (`drive.toolsets`);
 - `profiles`: a profile created and deleted next to the live backend (its PID must not change);
 - `resume`: the backend restarted, every stored session resumed in its own profile.
 """
@@ -29,7 +31,7 @@ from typing import Any
 from harness.core.findings import Finding
 from harness.core.protocol import PROMPT
 from harness.core.registry import new_tag
-from harness.drive import approvals, battery, kanban, redaction
+from harness.drive import approvals, battery, kanban, redaction, toolsets
 from harness.drive.backends import BackendError, RpcBackend
 from harness.drive.context import Context
 from harness.drive.hermes import TurnResult
@@ -121,6 +123,10 @@ def drive_rpc(ctx: Context, make: Callable[[], RpcBackend], driver: str, cron: b
             with ctx.phase(redaction.PHASE):
                 redaction.run(ctx, driver,
                               lambda name: _turn(ctx, backend, name, sessions[name], redaction.PHASE, driver))
+        if wanted(ctx, toolsets.PHASE):
+            with ctx.phase(toolsets.PHASE):
+                toolsets.run(ctx, driver,
+                             lambda name: _turn(ctx, backend, name, sessions[name], toolsets.PHASE, driver))
         if wanted(ctx, kanban.PHASE):
             with ctx.phase(kanban.PHASE):
                 kanban.run(ctx, backend, sessions, driver,

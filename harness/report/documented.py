@@ -95,6 +95,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F31": (Clause(("service mattermost",), ("request_leak",)),),
     "F33": (Clause(("route dashboard",), ("route_auth",)),),
     "F34": (Clause(("kanban board",), ("profile_bleed",)),),
+    "F35": (Clause(("toolsets",), ("profile_bleed",), direction="launch -> other"),),
 }
 
 

@@ -1,0 +1,92 @@
+"""The `toolsets` phase of the backends that serve every profile in one process (tui, serve): which tools a
+profile's model is offered must follow that profile's own `toolsets` setting.
+
+For a run with the phase, the launch profile's config enables one toolset Hermes leaves off by default
+(`TOOLSET`: `toolsets: [hermes-cli, kanban]`) and every other profile's keeps Hermes' default (`[hermes-cli]`), from
+the start. In the phase every tenant runs one turn (the env probe), and the tools its provider was offered in it
+are read from its requests:
+
+- a tenant whose profile does not enable the toolset that was offered its tools got them by the launch profile's
+  setting: a `profile_bleed` from the launch profile, canary kind `toolsets` (entry point `toolsets`);
+- the launch profile offered them is its own setting at work: the near miss, never reported; not offered them, the
+  setting never took effect and the phase proved nothing (a failed turn, never a clean one);
+- a tenant whose turn never reached its provider: a failed turn.
+
+The `kanban` phase gives every profile the toolset, so the two cannot run in one audit (a usage error).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from harness.core.findings import Finding
+from harness.detect.decode import loads
+from harness.drive.context import ALL, Context
+from harness.drive.hermes import TurnResult
+from harness.drive.phases import wanted
+
+PHASE = "toolsets"
+#: The doors whose driver runs the phase (`rpc_phases.drive_rpc`).
+DOORS = ("tui", "serve")
+#: A toolset Hermes leaves off by default whose tools need no credential to be offered, and its tools' prefix.
+TOOLSET = "kanban"
+PREFIX = "kanban_"
+
+
+def settings(ctx: Context, tenant: str) -> dict[str, Any]:
+    """What the phase adds to a tenant's config from the start: the launch profile's toolsets (nothing else, and
+    nothing when the phase does not run)."""
+    if not wanted(ctx, PHASE) or ctx.scenario not in (*DOORS, ALL) or tenant != ctx.sandbox.launch:
+        return {}
+    return {"toolsets": ["hermes-cli", TOOLSET]}
+
+
+def offered(ctx: Context, tenant: str, since: float) -> set[str] | None:
+    """The tool names `tenant`'s provider was offered in its requests since `since` (None: no request came)."""
+    requests = [r for r in ctx.stubs[tenant].snapshot() if r.time >= since and r.body]
+    if not requests:
+        return None
+    names: set[str] = set()
+    for r in requests:
+        body = loads(r.body)
+        for tool in (body.get("tools") or []) if isinstance(body, dict) else []:
+            if isinstance(tool, dict) and isinstance(tool.get("function"), dict):
+                names.add(str(tool["function"].get("name")))
+    return names
+
+
+def _theirs(names: set[str]) -> set[str]:
+    return {n for n in names if n.startswith(PREFIX)}
+
+
+def bleeds(launch: str, tools: dict[str, set[str]], scenario: str, driver: str) -> list[Finding]:
+    """A finding for every tenant but `launch` that was offered the toolset's tools (`tools`: what each tenant's
+    provider was offered); the launch profile's own are never one."""
+    return [Finding("profile_bleed", launch, tenant, "toolsets", "request", f"{driver}:{tenant}:tools",
+                    "plain", f"{len(got)} {PREFIX}* tools offered ({min(got)}, ...)", scenario=scenario, phase=PHASE,
+                    detail=f"{tenant!r} does not enable the {TOOLSET!r} toolset; its model was offered its tools, as "
+                           f"the launch profile {launch!r} enables it")
+            for tenant, names in tools.items() if tenant != launch and (got := _theirs(names))]
+
+
+def run(ctx: Context, driver: str, turn: Callable[[str], None]) -> None:
+    """The phase: see the module's docstring."""
+    launch = ctx.sandbox.launch
+    tools: dict[str, set[str]] = {}
+    for name in ctx.registry.names():
+        since = time.time()
+        turn(name)
+        got = offered(ctx, name, since)
+        if got is None:
+            ctx.record(TurnResult(name, f"{driver}-{PHASE}", False, 0.0, "its turn never reached its provider"),
+                       PHASE, snapshot=False)
+        else:
+            tools[name] = got
+    if launch in tools and not _theirs(tools[launch]):
+        ctx.record(TurnResult(launch, f"{driver}-{PHASE}", False, 0.0,
+                              f"not offered the {TOOLSET!r} toolset it enables: the setting never took effect"),
+                   PHASE, snapshot=False)
+        return
+    ctx.findings.extend(bleeds(launch, tools, ctx.scenario, driver))
