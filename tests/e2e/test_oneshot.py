@@ -14,21 +14,9 @@ import pytest
 from harness.core.protocol import OUT_OF_SCOPE
 from harness.core.registry_file import load
 from harness.detect.engine.matcher import Matcher
-from harness.detect.file_versions import version_of
-from harness.drive.plants import (
-    NEAR_MISS_FILE,
-    PLANTS,
-    SCENARIO,
-    SERVICE_PLANTS,
-    TOOL_PLANTS,
-    TOPOLOGY,
-    TRANSIENT_FILE,
-    battery_for,
-    phases_for,
-    services_for,
-)
 from harness.drive.services import BATTERY_TOOLS, DEFAULT_SERVICES, GROUP_SERVICES, SERVICES, TOOL_GROUPS
 from harness.pytest_plugin import assert_isolated, assert_reproduced
+from tests.e2e.plant_runs import RUNS, SERVICE_RUNS, check_run
 
 pytestmark = pytest.mark.e2e
 BASELINE = Path(__file__).resolve().parents[2] / "baselines" / "oneshot.json"
@@ -80,63 +68,9 @@ def test_clean_two_tenant_audit(tenancy_audit):
 
 
 
-def _service_run(plant: str) -> str:
-    """The audit a service's plant runs in: the default services' and those that hold no profile slot together;
-    a service chosen by name that takes a slot (another memory provider), or that one door drives (Mattermost:
-    the gateway), in one of its own; a plant that says so alone."""
-    spec = SERVICES[SERVICE_PLANTS[plant][0]]
-    if PLANTS[plant].alone:  # a run of its own (the Mattermost media plant beside the server one gets no message)
-        return plant
-    alone = (spec.slot and not spec.by_default) or plant in SCENARIO  # a slot of its own, a door of its own
-    return f"services {spec.name}" if alone else "services"
-
-
-#: Plants that change different settings of the target, so one audit plants them all (each still judged alone:
-#: `check_plants` wants every plant's kinds, through its tool or service); every other plant runs alone, but those
-#: its door's own end-to-end test plants.
-#: Plants of a door whose own end-to-end test plants them (the dashboard's: tests/e2e/test_dashboard.py).
-OWN_TEST = {"dashboard"}
-TOGETHER = {**{run: sorted(p for p in SERVICE_PLANTS if _service_run(p) == run)
-               for run in sorted({_service_run(p) for p in SERVICE_PLANTS})},
-            "tool surface": ["code-env", "delegate-model", "home-path", "kanban-card"]}
-RUNS = {**TOGETHER, **{p: [p] for p in sorted(set(PLANTS) - OWN_TEST - {p for ps in TOGETHER.values() for p in ps})}}
-
-
-@pytest.mark.parametrize("run", sorted(RUNS))
+@pytest.mark.parametrize("run", sorted(set(RUNS) - SERVICE_RUNS))
 def test_planted_leaks_are_caught(tenancy_audit, run):
-    names = RUNS[run]
-    scenario = SCENARIO.get(names[0], "oneshot")
-    audit = tenancy_audit(plants=names, topology=TOPOLOGY.get(names[0], "reverse"), scenario=scenario, tenants=2,
-                          phases=phases_for(names[0]),
-                          tools=sorted({g for p in names for g in battery_for(p)}),
-                          services=sorted({s for p in names for s in services_for(p)}))
-    assert not [r for r in audit.doc["reasons"] if r.startswith("plant ")], audit.doc["reasons"]
-    if names == ["bypass"]:
-        assert audit.code == 3 and audit.verdict == "inconclusive"  # a bypass proves nothing, but never "clean"
-    else:
-        assert audit.code == 1 and audit.verdict == "leak"
-    for plant in names:
-        expected = PLANTS[plant].expects
-        assert expected <= audit.kinds, f"{plant}: expected {sorted(expected)}, got {sorted(audit.kinds)}"
-        if plant in SERVICE_PLANTS:  # caught through the service's own traffic (or the stdio server's record):
-            service = SERVICE_PLANTS[plant][0]  # default's credential at alpha's service, or alpha's at default's
-            assert any(f.kind in expected and f.service == service and {f.victim, f.seen_in} == {"default", "alpha"}
-                       for f in audit.findings), plant
-        if plant in TOOL_PLANTS:  # caught through the tool (its result, its subprocess's env), not the file scan
-            assert any(f.kind in expected | {"request_leak"} and f.tool in TOOL_PLANTS[plant] and f.channel != "file"
-                       and f.victim == "default" and f.seen_in == "alpha" for f in audit.findings), plant
-    if "transient" in names:  # the checkpoint only the watch saw; never the near miss beside it
-        gone = [f for f in audit.findings if f.transient]
-        assert {(f.victim, f.seen_in, f.canary, f.location.split("@")[0]) for f in gone} == {
-            ("default", "alpha", "bg_process", TRANSIENT_FILE)}, [f.summary() for f in gone]
-        assert not [f for f in audit.findings if NEAR_MISS_FILE in f.location]
-        assert (audit.out / "versions" / version_of(gone[0])).is_file()
-    for f in audit.findings:
-        if f.kind in {"bypass", "shortfall", "egress"}:
-            continue
-        assert f.victim in {"default", "alpha"}
-        # a request to a host no tenant owns carries the target's canaries on nobody's channel
-        assert f.seen_in in ({"default", "alpha", None} if names == ["egress"] else {"default", "alpha"})
+    check_run(tenancy_audit, RUNS[run])
 
 
 def test_a_tool_plant_needs_the_battery(tenancy_audit):
