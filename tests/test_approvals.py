@@ -7,11 +7,11 @@ runs."""
 from __future__ import annotations
 
 import fnmatch
-from types import SimpleNamespace
 
 from harness.detect.incidents import build, entry_point
 from harness.drive.approvals import ALLOWLIST, ALWAYS, SEEDED, bleeds, settings
 from harness.report.documented import documented
+from tests.phase_settings import settings_context
 
 
 def test_a_command_of_another_tenant_that_ran_unasked_is_a_finding_and_its_own_is_not():
@@ -43,15 +43,10 @@ def test_the_allowlist_names_the_seeded_command_in_any_workdir_and_not_the_recur
     assert fnmatch.fnmatchcase(seeded, ALLOWLIST) and not fnmatch.fnmatchcase(always, ALLOWLIST)
 
 
-def _ctx(phases, scenario="tui"):
-    names = ["default", "alpha", "beta"]
-    return SimpleNamespace(opts=SimpleNamespace(phases=phases), scenario=scenario,
-                           sandbox=SimpleNamespace(launch="default"), registry=SimpleNamespace(names=lambda: names))
-
-
 def test_only_the_first_tenant_that_is_not_the_launch_profile_has_the_allowlist_and_only_when_the_phase_runs():
-    ctx = _ctx(["turns", "approvals"])
+    ctx = settings_context(["turns", "approvals"])
     assert [settings(ctx, n) for n in ("default", "alpha", "beta")] == [{}, {"command_allowlist": [ALLOWLIST]}, {}]
-    assert settings(_ctx(["turns"]), "alpha") == {}
-    assert settings(_ctx(["turns", "approvals"], scenario="gateway"), "alpha") == {}
-    assert settings(_ctx(["turns", "approvals"], scenario="all"), "alpha") == {"command_allowlist": [ALLOWLIST]}
+    assert settings(settings_context(["turns"]), "alpha") == {}
+    assert settings(settings_context(["turns", "approvals"], scenario="gateway"), "alpha") == {}
+    under_all = settings_context(["turns", "approvals"], scenario="all")
+    assert settings(under_all, "alpha") == {"command_allowlist": [ALLOWLIST]}

@@ -5,14 +5,13 @@ F35. Only the launch profile's config enables the toolset, and only when the pha
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
 from harness.detect.incidents import build, entry_point
 from harness.drive.toolsets import TOOLSET, bleeds, settings
 from harness.options import RunOptions, UsageError, check_options
 from harness.report.documented import documented
+from tests.phase_settings import settings_context
 
 
 def test_another_profile_offered_the_launch_profiles_toolset_is_a_finding_and_the_launch_profiles_own_is_not():
@@ -26,17 +25,11 @@ def test_another_profile_offered_the_launch_profiles_toolset_is_a_finding_and_th
     assert [(i.entry, documented(i)) for i in build(found)] == [("toolsets", ["F35"])]
 
 
-def _ctx(phases, scenario="tui"):
-    names = ["default", "alpha", "beta"]
-    return SimpleNamespace(opts=SimpleNamespace(phases=phases), scenario=scenario,
-                           sandbox=SimpleNamespace(launch="default"), registry=SimpleNamespace(names=lambda: names))
-
-
 def test_only_the_launch_profile_enables_the_toolset_and_only_when_the_phase_runs():
-    ctx = _ctx(["turns", "toolsets"])
+    ctx = settings_context(["turns", "toolsets"])
     assert [settings(ctx, n) for n in ("default", "alpha")] == [{"toolsets": ["hermes-cli", TOOLSET]}, {}]
-    assert settings(_ctx(["turns"]), "default") == {}
-    assert settings(_ctx(["turns", "toolsets"], scenario="gateway"), "default") == {}
+    assert settings(settings_context(["turns"]), "default") == {}
+    assert settings(settings_context(["turns", "toolsets"], scenario="gateway"), "default") == {}
 
 
 def test_the_kanban_phase_and_the_toolsets_phase_cannot_run_together():

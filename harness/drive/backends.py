@@ -21,7 +21,7 @@ import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TextIO
 
 from harness.core.procs import Stdio, descendants, stop_tree
 from harness.drive.hermes import Hermes
@@ -279,6 +279,32 @@ class TuiBackend(RpcBackend):
         self._stderr.close()
 
 
+def announced_port(proc: subprocess.Popen[Any], out: TextIO, ready: re.Pattern[str], what: str,
+                   timeout: float) -> int:
+    """The port a Hermes server prints when it is ready (`ready`, its group 1), its output copied to `out` as it
+    comes (a thread for the process's life)."""
+    port: list[int] = []
+
+    def pump() -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            out.write(line)
+            out.flush()
+            m = ready.search(line)
+            if m and not port:
+                port.append(int(m.group(1)))
+
+    threading.Thread(target=pump, daemon=True, name=f"tenancy-{what.split()[-1]}-out").start()
+    deadline = time.monotonic() + timeout
+    while not port:
+        if proc.poll() is not None:
+            raise BackendError(f"{what} exited rc={proc.returncode} before it was ready")
+        if time.monotonic() > deadline:
+            raise BackendError(f"{what} did not print {ready.pattern.split()[0]} within {timeout:.0f}s")
+        time.sleep(0.05)
+    return port[0]
+
+
 class ServeBackend(RpcBackend):
     """`hermes serve --host 127.0.0.1 --port 0` (HERMES_DESKTOP=1: also runs the cron ticker in-process)."""
 
@@ -295,31 +321,13 @@ class ServeBackend(RpcBackend):
             env=env, cwd=self.hermes.sandbox.home,
             stdio=Stdio(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
         )
-        port: list[int] = []
-        threading.Thread(target=self._pump_output, args=(port,), daemon=True, name="tenancy-serve-out").start()
-        deadline = time.monotonic() + timeout
-        while not port:
-            if self.proc.poll() is not None:
-                raise BackendError(f"hermes serve exited rc={self.proc.returncode} before it was ready")
-            if time.monotonic() > deadline:
-                raise BackendError(f"hermes serve did not print HERMES_BACKEND_READY within {timeout:.0f}s")
-            time.sleep(0.05)
-        self.port = port[0]
+        self.port = announced_port(self.proc, self._out, self.READY, "hermes serve", timeout)
         try:
             self.ws = connect(f"ws://127.0.0.1:{self.port}/api/ws?token={self.token}", open_timeout=60, max_size=None)
         except Exception as exc:
             raise BackendError(f"cannot open the websocket of hermes serve: {type(exc).__name__}: {exc}") from None
         threading.Thread(target=self._pump_ws, daemon=True, name="tenancy-serve-ws").start()
         return self
-
-    def _pump_output(self, port: list[int]) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._out.write(line)
-            self._out.flush()
-            m = self.READY.search(line)
-            if m and not port:
-                port.append(int(m.group(1)))
 
     def _pump_ws(self) -> None:
         while True:

@@ -8,8 +8,6 @@ import json
 import re
 import secrets
 import subprocess
-import threading
-import time
 import urllib.error
 import urllib.request
 from dataclasses import dataclass
@@ -17,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.procs import Stdio, stop_tree
-from harness.drive.backends import BackendError
+from harness.drive.backends import BackendError, announced_port
 from harness.drive.hermes import Hermes
 
 #: Hermes' dashboard reads its session token from here (`hermes_cli/web_server.py`: `_SESSION_TOKEN`).
@@ -93,26 +91,8 @@ class DashboardBackend:
             env=self.hermes.env({TOKEN_ENV: self.token}), cwd=self.hermes.sandbox.home,
             stdio=Stdio(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
         )
-        port: list[int] = []
-        threading.Thread(target=self._pump, args=(port,), daemon=True, name="tenancy-dashboard-out").start()
-        deadline = time.monotonic() + timeout
-        while not port:
-            if self.proc.poll() is not None:
-                raise BackendError(f"hermes dashboard exited rc={self.proc.returncode} before it was ready")
-            if time.monotonic() > deadline:
-                raise BackendError(f"hermes dashboard did not print HERMES_DASHBOARD_READY within {timeout:.0f}s")
-            time.sleep(0.05)
-        self.port = port[0]
+        self.port = announced_port(self.proc, self._out, self.READY, "hermes dashboard", timeout)
         return self
-
-    def _pump(self, port: list[int]) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self._out.write(line)
-            self._out.flush()
-            m = self.READY.search(line)
-            if m and not port:
-                port.append(int(m.group(1)))
 
     def routes(self) -> list[Route]:
         """The data routes of the install's dashboard app, read from its route table."""
