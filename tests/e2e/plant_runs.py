@@ -27,21 +27,25 @@ def _service_run(plant: str) -> str:
     a service chosen by name that takes a slot (another memory provider), or that one door drives (Mattermost:
     the gateway), in one of its own; a plant that says so alone."""
     spec = SERVICES[SERVICE_PLANTS[plant][0]]
-    if PLANTS[plant].alone:  # a run of its own (the Mattermost media plant beside the server one gets no message)
+    if PLANTS[plant].alone:  # a run of its own (a plant that cannot share an audit with its service's others)
         return plant
     alone = (spec.slot and not spec.by_default) or plant in SCENARIO  # a slot of its own, a door of its own
     return f"services {spec.name}" if alone else "services"
 
 
+#: Plants no run here plants, and why: the dashboard's is planted by its door's own end-to-end test
+#: (tests/e2e/test_dashboard.py); the Mattermost media plant's crossing (another tenant's `mattermost_file` in the
+#: target's own upload) is one Hermes 0.19.0 shows without it (F31: the neighbour's file goes up through the same
+#: bot, tests/e2e/test_messaging_phase.py), so a run of it could not fail there; its plant and the upload's
+#: detector with its near miss are tested in tests/test_attachments.py and tests/test_messaging.py.
+NOT_RUN = {"dashboard", "mattermost-media"}
 #: Plants that change different settings of the target, so one audit plants them all (each still judged alone:
-#: `check_plants` wants every plant's kinds, through its tool or service); every other plant runs alone, but those
-#: its door's own end-to-end test plants.
-#: Plants of a door whose own end-to-end test plants them (the dashboard's: tests/e2e/test_dashboard.py).
-OWN_TEST = {"dashboard"}
-TOGETHER = {**{run: sorted(p for p in SERVICE_PLANTS if _service_run(p) == run)
-               for run in sorted({_service_run(p) for p in SERVICE_PLANTS})},
+#: `check_plants` wants every plant's kinds, through its tool or service); every other plant runs alone.
+_SERVICE = [p for p in SERVICE_PLANTS if p not in NOT_RUN]
+TOGETHER = {**{run: sorted(p for p in _SERVICE if _service_run(p) == run)
+               for run in sorted(set(map(_service_run, _SERVICE)))},
             "tool surface": ["code-env", "delegate-model", "home-path", "kanban-card"]}
-RUNS = {**TOGETHER, **{p: [p] for p in sorted(set(PLANTS) - OWN_TEST - {p for ps in TOGETHER.values() for p in ps})}}
+RUNS = {**TOGETHER, **{p: [p] for p in sorted(set(PLANTS) - NOT_RUN - {p for ps in TOGETHER.values() for p in ps})}}
 
 
 #: The runs that plant a service's credentials or data (`test_service_plants.py`); the others: `test_oneshot.py`.
