@@ -201,12 +201,11 @@ def _drop_stale(root: Path, version: str) -> None:
 def installer(python: Path, lock: Path) -> list[str]:
     """The command that installs exactly `lock` (hashes required, no dependency of its own) into the venv of
     `python`: uv of the harness venv when it has one (the `[test]` extra; about ten times faster than pip, which
-    counts in CI), else that venv's pip. Both leave the venv byte-compiled (uv when told): otherwise the first
-    Hermes processes of a run, started side by side, each compile the same modules."""
+    counts in CI), else that venv's pip."""
     uv = shutil.which("uv", path=str(Path(sys.executable).parent))
     if uv is not None:
-        return [uv, "pip", "install", "--quiet", "--no-config", "--compile-bytecode", "--python", str(python),
-                "--require-hashes", "--no-deps", "-r", str(lock)]
+        return [uv, "pip", "install", "--quiet", "--no-config", "--python", str(python), "--require-hashes",
+                "--no-deps", "-r", str(lock)]
     return [str(python), "-m", "pip", "install", "--quiet", "--disable-pip-version-check", "--require-hashes",
             "--no-deps", "-r", str(lock)]
 
