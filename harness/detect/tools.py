@@ -166,7 +166,14 @@ def _is_error(content: Any) -> bool:
                                                                       and doc.get("success") is not True))
 
 
+def offered_tools(doc: dict[str, Any]) -> set[str]:
+    """The names of the tools a chat-completion request offers its model."""
+    return {str(t["function"].get("name")) for t in doc.get("tools") or []
+            if isinstance(t, dict) and isinstance(t.get("function"), dict)}
+
+
 @dataclass
+
 class Coverage:
     """Per scenario: the tools Hermes offered, and per tool the calls whose result came back ok or in error;
     per service (other than the provider) the requests it answered ok or in error."""
@@ -185,10 +192,7 @@ class Coverage:
 
     def add(self, scenario: str, doc: dict[str, Any]) -> None:
         """Count one main request: its offered tools and every tool result not counted yet."""
-        tools = doc.get("tools") or []
-        offered = self.offered.setdefault(scenario, set())
-        offered.update(str(t["function"].get("name")) for t in tools
-                       if isinstance(t, dict) and isinstance(t.get("function"), dict))
+        self.offered.setdefault(scenario, set()).update(offered_tools(doc))
         messages = [m for m in doc.get("messages") or [] if isinstance(m, dict)]
         names = call_names(messages)
         for m in messages:

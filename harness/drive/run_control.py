@@ -49,10 +49,10 @@ def taken(owner: str, actor: str, action: str, status: int, payload: Any, scenar
                            "route")]
 
 
-def _poll(call: Call, tenant: str, run_id: str, until: tuple[str, ...]) -> str:
-    """The run's status once it is one of `until`, or the last one seen when WAIT is over."""
+def poll(call: Call, tenant: str, run_id: str, until: tuple[str, ...], wait: float = WAIT) -> str:
+    """The run's status once it is one of `until`, or the last one seen when `wait` seconds are over."""
     started, state = time.monotonic(), ""
-    while time.monotonic() - started < WAIT:
+    while time.monotonic() - started < wait:
         _, polled = call(tenant, "GET", f"/v1/runs/{run_id}", None)
         state = str(polled.get("status") or "") if isinstance(polled, dict) else ""
         if state in until:
@@ -69,7 +69,7 @@ def _pending(ctx: Context, call: Call, owner: str, phase: str) -> str:
     ctx.stubs[owner].script([[ToolStep("terminal", {"command": f"rm -rf {scratch}"})]])
     status, payload = call(owner, "POST", "/v1/runs", {"model": ctx.registry[owner].model, "input": PROMPT})
     run_id = str(payload.get("run_id") or "") if isinstance(payload, dict) else ""
-    state = _poll(call, owner, run_id, ("waiting_for_approval", *ENDED)) if run_id else ""
+    state = poll(call, owner, run_id, ("waiting_for_approval", *ENDED)) if run_id else ""
     ok = state == "waiting_for_approval"
     ctx.record(TurnResult(owner, DRIVER, ok, time.monotonic() - started,
                           "" if ok else f"run {run_id or '(none)'}: HTTP {status}, status {state or 'unknown'}, "
@@ -82,10 +82,10 @@ def _control(ctx: Context, call: Call, owner: str, actor: str, run_id: str, acti
     body = {"choice": "deny"} if action == "approval" else {}
     status, payload = call(actor, "POST", f"/v1/runs/{run_id}/{action}", body)
     ctx.findings.extend(taken(owner, actor, action, status, payload, ctx.scenario, phase))
-    if _poll(call, owner, run_id, ("waiting_for_approval", *ENDED)) == "waiting_for_approval":
+    if poll(call, owner, run_id, ("waiting_for_approval", *ENDED)) == "waiting_for_approval":
         status, payload = call(owner, "POST", f"/v1/runs/{run_id}/approval", {"choice": "deny"})  # the near miss
         ctx.findings.extend(taken(owner, owner, "approval", status, payload, ctx.scenario, phase))
-    state = _poll(call, owner, run_id, ENDED)
+    state = poll(call, owner, run_id, ENDED)
     ctx.record(TurnResult(owner, DRIVER, state in ENDED, 0.0,
                           "" if state in ENDED else f"run {run_id}: status {state or 'unknown'} after {action}"),
                phase, snapshot=False)

@@ -23,6 +23,7 @@ from typing import Any
 
 from harness.core.findings import Finding
 from harness.detect.decode import loads
+from harness.detect.tools import offered_tools
 from harness.drive.context import ALL, Context
 from harness.drive.hermes import TurnResult
 from harness.drive.phases import wanted
@@ -48,13 +49,7 @@ def offered(ctx: Context, tenant: str, since: float) -> set[str] | None:
     requests = [r for r in ctx.stubs[tenant].snapshot() if r.time >= since and r.body]
     if not requests:
         return None
-    names: set[str] = set()
-    for r in requests:
-        body = loads(r.body)
-        for tool in (body.get("tools") or []) if isinstance(body, dict) else []:
-            if isinstance(tool, dict) and isinstance(tool.get("function"), dict):
-                names.add(str(tool["function"].get("name")))
-    return names
+    return {name for r in requests if isinstance(body := loads(r.body), dict) for name in offered_tools(body)}
 
 
 def _theirs(names: set[str]) -> set[str]:

@@ -68,6 +68,11 @@ def _call(ctx: Context, gw: GatewayBackend, tenant: str, method: str, path: str,
     return status, payload
 
 
+def _caller(ctx: Context, gw: GatewayBackend) -> run_control.Call:
+    """`_call` on this audit's gateway, as `run_control` calls it."""
+    return lambda tenant, method, path, body: _call(ctx, gw, tenant, method, path, body)
+
+
 def _respond(ctx: Context, gw: GatewayBackend, tenant: str, phase: str, extra: dict[str, Any]) -> str:
     """A stored response of the tenant (one agent turn, the env probe at least); its id, "" if it failed. In
     `lookups` (naming another tenant's object) a refusal (400, 404) is the isolated answer, not a failure."""
@@ -88,13 +93,8 @@ def _run(ctx: Context, gw: GatewayBackend, tenant: str, phase: str) -> str:
     status, payload = _call(ctx, gw, tenant, "POST", "/v1/runs", {"model": ctx.registry[tenant].model,
                                                                   "input": PROMPT})
     run_id = str(payload.get("run_id") or payload.get("id") or "") if isinstance(payload, dict) else ""
-    state = ""
-    while run_id and time.monotonic() - started < RUN_WAIT:
-        _, polled = _call(ctx, gw, tenant, "GET", f"/v1/runs/{run_id}")
-        state = str(polled.get("status") or "") if isinstance(polled, dict) else ""
-        if state in ("completed", "failed", "cancelled"):
-            break
-        time.sleep(0.5)
+    state = run_control.poll(_caller(ctx, gw), tenant, run_id, run_control.ENDED,
+                             RUN_WAIT - (time.monotonic() - started)) if run_id else ""
     ok = state == "completed"
     detail = "" if ok else f"run {run_id or '(none)'}: HTTP {status}, status {state or 'unknown'}"
     ctx.record(TurnResult(tenant, f"{DRIVER}-runs", ok, time.monotonic() - started, detail), phase)
@@ -160,7 +160,7 @@ def api_server(ctx: Context) -> None:
                     _lookups(ctx, gw, name, made[battery.neighbour(ctx, name)])
                 owner = next(n for n in names if n != ctx.sandbox.launch)
                 actor = next(n for n in names if battery.neighbour(ctx, n) == owner)
-                run_control.run(ctx, lambda t, m, p, b: _call(ctx, gw, t, m, p, b), owner, actor, "lookups")
+                run_control.run(ctx, _caller(ctx, gw), owner, actor, "lookups")
     finally:
         gw.close()
 
