@@ -31,9 +31,9 @@ from harness.core.findings import Finding
 from harness.core.registry import new_tag
 from harness.drive import battery
 from harness.drive.backends import RpcBackend
-from harness.drive.context import ALL, Context
+from harness.drive.context import Context
 from harness.drive.hermes import TurnResult
-from harness.drive.phases import wanted
+from harness.drive.phases import sets_homes
 
 PHASE = "approvals"
 #: The doors whose driver runs the phase (`rpc_phases.drive_rpc`).
@@ -55,7 +55,7 @@ def first_tenant(ctx: Context) -> str:
 def settings(ctx: Context, tenant: str) -> dict[str, Any]:
     """What the phase adds to a tenant's config from the start: the first tenant's allowlist (nothing else, and
     nothing when the phase does not run)."""
-    if not wanted(ctx, PHASE) or ctx.scenario not in (*DOORS, ALL) or tenant != first_tenant(ctx):
+    if not sets_homes(ctx, PHASE, DOORS) or tenant != first_tenant(ctx):
         return {}
     return {"command_allowlist": [ALLOWLIST]}
 

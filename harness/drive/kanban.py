@@ -28,9 +28,9 @@ from harness.core.findings import Finding
 from harness.core.registry import new_tag
 from harness.drive import battery, kanban_workers
 from harness.drive.backends import BackendError, RpcBackend
-from harness.drive.context import ALL, Context
+from harness.drive.context import Context
 from harness.drive.hermes import TurnResult
-from harness.drive.phases import wanted
+from harness.drive.phases import sets_homes
 
 PHASE = "kanban"
 #: The doors whose driver runs the phase (`rpc_phases.drive_rpc`).
@@ -46,7 +46,7 @@ def settings(ctx: Context) -> dict[str, Any]:
     """What the phase adds to every tenant's config from the start (nothing when it does not run): the `kanban` toolset
     (Hermes caches a tool's availability check for 30 s in the process, so it is on before the backend), and no
     dispatcher in the gateway (under `all` it would work the cards the phase leaves ready on its own ticks)."""
-    if not wanted(ctx, PHASE) or ctx.scenario not in (*DOORS, ALL):
+    if not sets_homes(ctx, PHASE, DOORS):
         return {}
     return {"toolsets": ["hermes-cli", "kanban"], "kanban": {"dispatch_in_gateway": False}}
 

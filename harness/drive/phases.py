@@ -10,7 +10,7 @@ from harness.core.protocol import PROMPT
 from harness.core.registry import new_tag
 from harness.detect.decode import loads
 from harness.drive.backends import BackendError
-from harness.drive.context import Context
+from harness.drive.context import ALL, Context
 from harness.drive.hermes import TurnResult
 
 CRON_SEED = (
@@ -30,6 +30,12 @@ KNOWN_PHASES = (*ALL_PHASES, *OPT_IN_PHASES)
 
 def wanted(ctx: Context, phase: str) -> bool:
     return phase in (ctx.opts.phases or DEFAULT_PHASES)
+
+
+def sets_homes(ctx: Context, phase: str, doors: tuple[str, ...]) -> bool:
+    """Whether an opt-in phase lays its settings down in the homes of this run: it was asked for and one of its
+    doors is driven (`all`: one set of homes for every door)."""
+    return wanted(ctx, phase) and ctx.scenario in (*doors, ALL)
 
 
 def seed_cron(ctx: Context, deliver: str = "local", later: bool = False) -> None:

@@ -35,9 +35,9 @@ from harness.core.findings import Finding
 from harness.core.protocol import placeholder
 from harness.core.registry import new_tag
 from harness.drive import battery
-from harness.drive.context import ALL, Context
+from harness.drive.context import Context
 from harness.drive.hermes import TurnResult
-from harness.drive.phases import wanted
+from harness.drive.phases import sets_homes
 
 PHASE = "redaction"
 #: The doors whose driver runs the phase (`rpc_phases.drive_rpc`, the gateway door; not tui: see above).
@@ -49,7 +49,7 @@ MARKER = "tenancy-redaction-phase"
 
 def settings(ctx: Context, tenant: str) -> tuple[dict[str, Any], dict[str, str]]:
     """What the phase adds to a tenant's config and `.env` from the start (nothing when it does not run)."""
-    if not wanted(ctx, PHASE) or ctx.scenario not in (*DOORS, ALL):  # `all`: one set of homes for every door
+    if not sets_homes(ctx, PHASE, DOORS):
         return {}, {}
     on = tenant != ctx.sandbox.launch
     return {"security": {"redact_secrets": on}}, {"HERMES_REDACT_SECRETS": str(on).lower()}

@@ -24,9 +24,9 @@ from typing import Any
 from harness.core.findings import Finding
 from harness.detect.decode import loads
 from harness.detect.tools import offered_tools
-from harness.drive.context import ALL, Context
+from harness.drive.context import Context
 from harness.drive.hermes import TurnResult
-from harness.drive.phases import wanted
+from harness.drive.phases import sets_homes
 
 PHASE = "toolsets"
 #: The doors whose driver runs the phase (`rpc_phases.drive_rpc`).
@@ -39,7 +39,7 @@ PREFIX = "kanban_"
 def settings(ctx: Context, tenant: str) -> dict[str, Any]:
     """What the phase adds to a tenant's config from the start: the launch profile's toolsets (nothing else, and
     nothing when the phase does not run)."""
-    if not wanted(ctx, PHASE) or ctx.scenario not in (*DOORS, ALL) or tenant != ctx.sandbox.launch:
+    if not sets_homes(ctx, PHASE, DOORS) or tenant != ctx.sandbox.launch:
         return {}
     return {"toolsets": ["hermes-cli", TOOLSET]}
 
