@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import IO, Any
 
-from harness.core.procs import Stdio, descendants, stop_tree
-from harness.drive.backends import BackendError, RpcLog
+from harness.core.procs import Stdio
+from harness.drive.backends import BackendError, RpcLog, end_by_stdin
 from harness.drive.hermes import Hermes
 
 #: The ACP protocol version the client asks for (agent-client-protocol 0.9.0 speaks 1).
@@ -129,13 +129,6 @@ class AcpClient:
     def close(self) -> None:
         """Close its stdin (the adapter leaves), then stop what is left of its process tree."""
         if self.proc is not None:
-            family = descendants(self.proc.pid)
-            try:
-                if self.proc.stdin:
-                    self.proc.stdin.close()
-                self.proc.wait(timeout=15)
-            except (subprocess.TimeoutExpired, OSError, ValueError):
-                pass
-            stop_tree(self.proc, grace=10, family=family)
+            end_by_stdin(self.proc, 15)
         if self._stderr is not None:
             self._stderr.close()

@@ -268,15 +268,21 @@ class TuiBackend(RpcBackend):
     def close(self) -> None:
         if self.proc is None:
             return
-        family = descendants(self.proc.pid)  # its slash workers leave with it once stdin closes
-        try:
-            if self.proc.stdin:
-                self.proc.stdin.close()
-            self.proc.wait(timeout=20)
-        except (subprocess.TimeoutExpired, OSError, ValueError):
-            pass
-        stop_tree(self.proc, grace=10, family=family)
+        end_by_stdin(self.proc, 20)  # its slash workers leave with it once stdin closes
         self._stderr.close()
+
+
+def end_by_stdin(proc: subprocess.Popen[Any], wait: float) -> None:
+    """End a stdio backend as its client would: close its stdin, give it `wait` seconds to leave, then stop what is
+    left of its process tree (the children it had before, too)."""
+    family = descendants(proc.pid)
+    try:
+        if proc.stdin:
+            proc.stdin.close()
+        proc.wait(timeout=wait)
+    except (subprocess.TimeoutExpired, OSError, ValueError):
+        pass
+    stop_tree(proc, grace=10, family=family)
 
 
 def announced_port(proc: subprocess.Popen[Any], out: TextIO, ready: re.Pattern[str], what: str,
