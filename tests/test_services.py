@@ -406,6 +406,40 @@ def test_the_mcp_stdio_server_records_itself_for_the_mcp_client(tmp_path, hermes
     assert (folder / record.path.name).stat().st_mode & 0o777 == 0o600
 
 
+#: An MCP client's session with a server: every kind of message the stdio server answers, and one it does not know.
+MCP_SESSION = [
+    {"jsonrpc": "2.0", "id": 1, "method": "initialize",
+     "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+    {"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {}},
+    {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "remember", "arguments": {"note": "n1"}}},
+    {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": {"name": "recall", "arguments": {}}},
+    {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": {"name": "forget", "arguments": {}}},
+    *({"jsonrpc": "2.0", "id": 6 + i, "method": m} for i, m in enumerate(
+        ["ping", "resources/list", "prompts/list", "resources/templates/list", "sampling/unknown"])),
+    {"jsonrpc": "2.0", "id": 11, "method": "initialize",
+     "params": {"protocolVersion": "1999-01-01", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}},
+]
+
+
+def test_the_stdio_mcp_server_answers_as_the_sdks_server():
+    """The stdio server answers without the SDK (its import made the server late for Hermes' one-shot turn): every
+    answer of a session is the one the SDK's server (`mcp_tools.server`, the HTTP stub's) gives."""
+    import sys
+
+    def replies(code: str) -> list[dict]:
+        done = subprocess.run([sys.executable, "-c", code], input="".join(json.dumps(m) + "\n" for m in MCP_SESSION),
+                              capture_output=True, text=True, timeout=60)
+        return [json.loads(line) for line in done.stdout.splitlines()]
+
+    notes = "mcp_tools.Notes('alpha', 'record-canary')"
+    sdk = replies(f"from harness.capture.stubs import mcp_tools; mcp_tools.server({notes}).run('stdio')")
+    ours = replies("import sys; from harness.capture.stubs import mcp_stdio, mcp_tools; "
+                   f"mcp_stdio.serve({notes}, lambda entry: None, sys.stdin, sys.stdout)")
+    assert len(sdk) == len(MCP_SESSION) - 1 and ours == sdk
+    assert json.loads(ours[3]["result"]["content"][0]["text"])["notes"] == ["n1"]
+
+
 def test_the_aux_stub_is_the_provider_kind_under_its_own_credential(tmp_path):
     reg = registry_with_services(tmp_path)
     stub = StubProvider(reg["alpha"], service="aux")

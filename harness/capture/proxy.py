@@ -12,6 +12,7 @@ routes each host to its stub.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import select
@@ -69,11 +70,15 @@ def mitmdump_binary() -> Path:
 
 def ensure_ca(confdir: Path = CERTS) -> None:
     """Create mitmproxy's CA in `confdir` unless it is there, as mitmdump itself would on its start: the
-    forward topology hands the certificate to children that may start before mitmdump is up."""
-    if not (confdir / "mitmproxy-ca.pem").exists():
-        from mitmproxy.certs import CertStore
+    children are handed its certificate before mitmdump is up. Under a lock, so that audits starting at once
+    (the test workers of a new checkout) make one CA, not a key of one and a certificate of another."""
+    confdir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with (confdir / ".ca.lock").open("a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (confdir / "mitmproxy-ca.pem").exists():
+            from mitmproxy.certs import CertStore
 
-        CertStore.create_store(confdir, "mitmproxy", 2048)
+            CertStore.create_store(confdir, "mitmproxy", 2048)
 
 
 def protect_certs(confdir: Path = CERTS) -> None:
@@ -158,8 +163,7 @@ class Proxy:
         """Start mitmdump on the listeners (bound here from the registry's ports unless the caller bound
         them); returns at once. A connection made from now on waits until mitmdump serves it (`wait_ready`)."""
         mitmdump_binary()  # mitmproxy is installed next to this python (else: how to bootstrap it)
-        if self.topology == "forward":
-            ensure_ca(self.confdir)
+        ensure_ca(self.confdir)
         protect_certs(self.confdir)
         socks, self.listeners = self.listeners or self._bind_all(), []
         read_end, write_end = os.pipe()
@@ -251,20 +255,19 @@ class Proxy:
         return f"https://{route['host']}"
 
     def child_env(self) -> dict[str, str]:
-        """Extra environment for every Hermes child: in the forward topology, every connection goes through
-        the proxy and trusts certifi's roots plus this project's CA (none of this in reverse)."""
-        if self.topology == "reverse":
-            return {}
+        """Extra environment for every Hermes child. It trusts this project's CA and no other (in both
+        topologies): every connection a child may make is to a stub through this proxy, on loopback, so no
+        public root has anything to verify. (certifi's roots would also cost Hermes some 20 ms of CPU for each
+        HTTP client it builds, dozens a turn.) In the forward topology every connection goes through the proxy."""
         bundle = self.out / "ca-bundle.pem"
         if not bundle.exists():
-            import certifi
-
-            ca = (self.confdir / "mitmproxy-ca-cert.pem").read_bytes()
-            bundle.write_bytes(Path(certifi.where()).read_bytes() + b"\n" + ca)
-            bundle.chmod(0o600)
+            write_private(bundle, (self.confdir / "mitmproxy-ca-cert.pem").read_bytes())
+        trust = {"SSL_CERT_FILE": str(bundle), "REQUESTS_CA_BUNDLE": str(bundle)}
+        if self.topology == "reverse":
+            return trust
         url = f"http://127.0.0.1:{self.forward_port}"
         return {"HTTPS_PROXY": url, "HTTP_PROXY": url, "https_proxy": url, "http_proxy": url,
-                "NO_PROXY": "", "no_proxy": "", "SSL_CERT_FILE": str(bundle), "REQUESTS_CA_BUNDLE": str(bundle)}
+                "NO_PROXY": "", "no_proxy": "", **trust}
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGINT (mitmdump flushes and closes the flow file), then SIGKILL if it hangs."""

@@ -1,4 +1,5 @@
-"""The tools of a tenant's MCP server (the same over streamable HTTP and stdio), on the official `mcp` SDK.
+"""The tools of a tenant's MCP server (the same over streamable HTTP and stdio): over HTTP on the official `mcp`
+SDK (`server`), over stdio answered by `mcp_stdio` with the SDK's answers (`TOOL_LIST`; a test holds the two equal).
 
 - `remember(note)`: the server keeps the note (the battery writes a canary of the calling tenant);
 - `recall()`: the server's record of its tenant (its record canary) and every note it keeps.
@@ -16,12 +17,25 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mcp.server.fastmcp import FastMCP
-from mcp.server.transport_security import TransportSecuritySettings
-
 #: The MCP server's name in every profile's config.yaml (the same name everywhere: the collision shape).
 SERVER_NAME = "tenancy"
 TOOLS = ("remember", "recall")
+DESCRIPTIONS = {"remember": "Keep a note on this tenant's server.",
+                "recall": "Read this tenant's record and every note kept on its server."}
+
+
+def _schema(title: str, fields: tuple[str, ...]) -> dict[str, Any]:
+    """An object of string fields, as the SDK derives it from a tool's signature (pydantic's titles)."""
+    schema: dict[str, Any] = {"properties": {name: {"title": name.title(), "type": "string"} for name in fields}}
+    if fields:
+        schema["required"] = list(fields)
+    return {**schema, "title": title, "type": "object"}
+
+
+#: `tools/list`'s tools as the SDK's server lists them (input from the signature, output: the returned string).
+TOOL_LIST = [{"name": name, "description": DESCRIPTIONS[name],
+              "inputSchema": _schema(f"{name}Arguments", ("note",) if name == "remember" else ()),
+              "outputSchema": _schema(f"{name}Output", ("result",))} for name in TOOLS]
 
 
 @dataclass
@@ -45,10 +59,13 @@ class Notes:
         return json.dumps({"record": f"mcp record of {self.tenant}: {self.record}", "notes": notes})
 
 
-def server(notes: Notes, on_call: Callable[[str, dict[str, Any], str], None] | None = None) -> FastMCP:
+def server(notes: Notes, on_call: Callable[[str, dict[str, Any], str], None] | None = None) -> Any:
     """A FastMCP server with the two tools over `notes`; `on_call(tool, arguments, result)` after each call.
     Stateless with JSON responses: no session id, so Hermes opens no event stream and every call is one
     request and one response through the proxy."""
+    from mcp.server.fastmcp import FastMCP
+    from mcp.server.transport_security import TransportSecuritySettings
+
     with warnings.catch_warnings():  # pydantic-settings warns about the SDK's own settings model (not ours to fix)
         warnings.filterwarnings("ignore", message="Field 'lifespan' has an incomplete definition")
         mcp = FastMCP(SERVER_NAME, stateless_http=True, json_response=True, log_level="ERROR",
@@ -59,11 +76,11 @@ def server(notes: Notes, on_call: Callable[[str, dict[str, Any], str], None] | N
             on_call(tool, arguments, result)
         return result
 
-    @mcp.tool(description="Keep a note on this tenant's server.")
+    @mcp.tool(description=DESCRIPTIONS["remember"])
     def remember(note: str) -> str:
         return done("remember", {"note": note}, notes.remember(note))
 
-    @mcp.tool(description="Read this tenant's record and every note kept on its server.")
+    @mcp.tool(description=DESCRIPTIONS["recall"])
     def recall() -> str:
         return done("recall", {}, notes.recall())
 

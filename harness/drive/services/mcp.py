@@ -14,10 +14,15 @@ REMEMBER, RECALL = f"mcp__{SERVER_NAME}__remember", f"mcp__{SERVER_NAME}__recall
 #: The features probe's test for an MCP client (shared with `mcp_stdio`).
 PROBE = 'has("tools.mcp_tool") and has("mcp")'
 LACKS = "no MCP client (tools/mcp_tool.py) or no `mcp` SDK in the Hermes venv"
+#: How long Hermes' backends wait for their MCP servers before they first list their tools to the model (its
+#: `mcp_discovery_timeout`, 1.5 s by default; the wait ends as soon as discovery does). A server found later is
+#: offered from a later turn on only, and on a loaded machine discovery can take longer than the default. (The
+#: one-shot CLI does not wait at all: see `capture.stubs.mcp_stdio`.)
+DISCOVERY_WAIT = {"mcp_discovery_timeout": 10}
 
 
 def configure(t: Tenant, where: Where) -> Setup:
-    return Setup(config={"mcp_servers": {SERVER_NAME: {
+    return Setup(config={**DISCOVERY_WAIT, "mcp_servers": {SERVER_NAME: {
         "url": where.url + PATH, "headers": {"Authorization": "Bearer ${TENANCY_MCP_KEY}"},
         "timeout": 30, "connect_timeout": 15, "skip_preflight": True, "supports_parallel_tool_calls": True,
         "tools": {"resources": False, "prompts": False},

@@ -13,7 +13,7 @@ from harness.capture.stubs.provider import ToolStep
 from harness.core.places import SOURCE
 from harness.core.registry import Tenant
 from harness.drive.services.base import Battery, Coverage, ServiceSpec, Setup, Turn, Where, credential_plant
-from harness.drive.services.mcp import LACKS, PROBE
+from harness.drive.services.mcp import DISCOVERY_WAIT, LACKS, PROBE
 
 REMEMBER, RECALL = f"mcp__{SERVER_NAME}__remember", f"mcp__{SERVER_NAME}__recall"
 
@@ -23,7 +23,7 @@ def configure(t: Tenant, where: Where) -> Setup:
             "--log", str(where.record)]
     # Hermes gives the server a filtered env: PYTHONPATH names this very harness (a checkout, a worktree, a wheel)
     env = {TOKEN_ENV: "${" + TOKEN_ENV + "}", "PYTHONPATH": str(SOURCE)}
-    return Setup(config={"mcp_servers": {SERVER_NAME: {
+    return Setup(config={**DISCOVERY_WAIT, "mcp_servers": {SERVER_NAME: {
         "command": sys.executable, "args": args, "env": env,
         "timeout": 30, "connect_timeout": 30, "supports_parallel_tool_calls": True,
         "tools": {"resources": False, "prompts": False},
