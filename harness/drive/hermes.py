@@ -125,7 +125,9 @@ def tenant_config(tenant: Tenant, base_url: str, extra: dict[str, Any] | None = 
                 "default_model": tenant.model,
             }
         },
-        "agent": {"api_max_retries": 1},
+        # No toolchain probe: its line in the system prompt would depend on the machine's Python and pip (and it
+        # runs pip twice in every Hermes process).
+        "agent": {"api_max_retries": 1, "environment_probe": False},
         "terminal": {"backend": "local", "cwd": tenant.canaries["workdir"]},
         # No background review: it would run the stubs' scripted plan in a side conversation of its own.
         "memory": {"memory_enabled": True, "nudge_interval": 0},
