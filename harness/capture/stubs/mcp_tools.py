@@ -15,7 +15,10 @@ import threading
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mcp.server.fastmcp import FastMCP
 
 #: The MCP server's name in every profile's config.yaml (the same name everywhere: the collision shape).
 SERVER_NAME = "tenancy"
@@ -59,11 +62,11 @@ class Notes:
         return json.dumps({"record": f"mcp record of {self.tenant}: {self.record}", "notes": notes})
 
 
-def server(notes: Notes, on_call: Callable[[str, dict[str, Any], str], None] | None = None) -> Any:
+def server(notes: Notes, on_call: Callable[[str, dict[str, Any], str], None] | None = None) -> FastMCP:
     """A FastMCP server with the two tools over `notes`; `on_call(tool, arguments, result)` after each call.
     Stateless with JSON responses: no session id, so Hermes opens no event stream and every call is one
     request and one response through the proxy."""
-    from mcp.server.fastmcp import FastMCP
+    from mcp.server.fastmcp import FastMCP  # the SDK loads only where a server over HTTP is made
     from mcp.server.transport_security import TransportSecuritySettings
 
     with warnings.catch_warnings():  # pydantic-settings warns about the SDK's own settings model (not ours to fix)
