@@ -22,9 +22,9 @@ if TYPE_CHECKING:
 
 #: The MCP server's name in every profile's config.yaml (the same name everywhere: the collision shape).
 SERVER_NAME = "tenancy"
-TOOLS = ("remember", "recall")
 DESCRIPTIONS = {"remember": "Keep a note on this tenant's server.",
                 "recall": "Read this tenant's record and every note kept on its server."}
+TOOLS = tuple(DESCRIPTIONS)
 
 
 def _schema(title: str, fields: tuple[str, ...]) -> dict[str, Any]:
