@@ -5,18 +5,17 @@ command it names."""
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from harness.pytest_plugin import assert_reproduced
+from tests.e2e.phase_checks import assert_one_incident, phase_steps, profile_configs
 
 pytestmark = pytest.mark.e2e
 
 
 def test_an_always_approval_of_one_profile_approves_the_others_commands(tenancy_audit):
     audit = tenancy_audit(scenario="tui", tenants=3, phases=["turns", "approvals"], tools=[], services=[])
-    turns = [t for t in audit.doc["timeline"] if t["phase"] == "approvals"]
+    turns = phase_steps(audit, "approvals")
     # alpha (asked, answers "always"), beta and default (each must be asked), alpha again (its own approval); then
     # beta and default (each must be asked), alpha (its own allowlist: not asked, or the turn fails)
     assert [t["tenant"] for t in turns] == ["alpha", "beta", "default", "alpha", "beta", "default", "alpha"]
@@ -25,11 +24,9 @@ def test_an_always_approval_of_one_profile_approves_the_others_commands(tenancy_
         bled = [f for f in audit.doc["findings"] if f["phase"] == "approvals" and f["canary"] == canary]
         assert {(f["kind"], f["victim"], f["seen_in"]) for f in bled} == {
             ("profile_bleed", "alpha", "beta"), ("profile_bleed", "alpha", "default")}, bled
-    f19 = [i for i in audit.doc["incidents"] if i["entry"] == "approval"]
-    assert len(f19) == 1 and f19[0]["documented"] == ["F19"], json.dumps(audit.doc["incidents"])[:500]
+    assert_one_incident(audit, "approval", "F19")
     # Hermes asked alpha (the phase proved something) and kept alpha's "always" in alpha's own config
-    home = audit.out / "sandbox"
-    allowlists = {p.parent.name: p.read_text() for p in home.glob("*/.hermes/profiles/*/config.yaml")}
+    allowlists = profile_configs(audit)
     assert "command_allowlist" in allowlists["alpha"] and "command_allowlist" not in allowlists["beta"]
     assert "allowlisted-" in allowlists["alpha"]  # its seeded allowlist, kept
     assert "mode: 'off'" in allowlists["beta"] or "mode: off" in allowlists["beta"]  # the phase set it back

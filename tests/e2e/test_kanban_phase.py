@@ -5,18 +5,17 @@ every profile's cards in the launch profile's kanban databases are allowed by th
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from harness.pytest_plugin import assert_reproduced
+from tests.e2e.phase_checks import assert_one_incident, phase_steps
 
 pytestmark = pytest.mark.e2e
 
 
 def test_one_profiles_board_switch_moves_every_profiles_next_card(tenancy_audit):
     audit = tenancy_audit(scenario="tui", tenants=3, phases=["kanban"], tools=[], services=[])
-    steps = [t for t in audit.doc["timeline"] if t["phase"] == "kanban"]
+    steps = phase_steps(audit, "kanban")
     assert all(t["ok"] for t in steps), [t for t in steps if not t["ok"]]
     assert [t["tenant"] for t in steps if t["driver"] == "tui-kanban-switch"] == ["default", "alpha", "beta"]
     # the dispatcher worked the cards on beta's board (its own, and the three addressed to a neighbour) each as
@@ -26,8 +25,7 @@ def test_one_profiles_board_switch_moves_every_profiles_next_card(tenancy_audit)
     bled = [f for f in audit.doc["findings"] if f["phase"] == "kanban" and f["kind"] == "profile_bleed"]
     assert {(f["victim"], f["seen_in"], f["canary"]) for f in bled} == {
         ("beta", "alpha", "kanban_board"), ("beta", "default", "kanban_board")}, bled
-    f34 = [i for i in audit.doc["incidents"] if i["entry"] == "kanban board"]
-    assert len(f34) == 1 and f34[0]["documented"] == ["F34"], json.dumps(audit.doc["incidents"])[:500]
+    assert_one_incident(audit, "kanban board", "F34")
     # the cards in the shared root (the launch profile's home) are shared by design; none is reported
     assert {f["scope"] for f in audit.doc["allowed"]} == {"allowed:hermes/kanban-board"}
     assert not [f for f in audit.doc["findings"] if f["canary"] and f["canary"].startswith("kanban_card")]
