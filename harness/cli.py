@@ -21,7 +21,7 @@ from harness.core.procs import reap_stale
 from harness.core.record import EvidenceError
 from harness.core.registry import RegistryError
 from harness.drive import plants
-from harness.drive.hermes import HermesError
+from harness.drive.hermes.agent import HermesError
 from harness.matrix import merge_dirs, repeat, run_matrix
 from harness.options import UsageError, check_options
 from harness.proof import command as scorecard

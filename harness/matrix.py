@@ -30,9 +30,10 @@ from harness.core.record import EvidenceError
 from harness.core.registry import RegistryError
 from harness.core.registry_file import load
 from harness.detect.engine.matcher import matcher_for
-from harness.drive import features, install
 from harness.drive.doors import default_tenants, missing
-from harness.drive.hermes import Hermes, HermesError, Sandbox
+from harness.drive.hermes import features, install
+from harness.drive.hermes.agent import Hermes, HermesError, Sandbox
+from harness.drive.services import PROBES
 from harness.options import MatrixOptions, RunOptions, UsageError, check_matrix_options, check_options, plan_of
 from harness.report import matrix
 from harness.report.matrix import NA, Cell, MatrixError, class_of, incident_of
@@ -107,7 +108,7 @@ def prepare_release(version: str, given: Path | None, say: Callable[[str], None]
             hermes = Hermes(python, Sandbox(Path(tmp)), ProcessSet(), Path(tmp) / "logs")
             try:
                 found = hermes.check()
-                offered = features.probe(hermes, found)
+                offered = features.probe(hermes, found, PROBES)
             finally:
                 hermes.procs.close()
     except HermesError as exc:

@@ -17,7 +17,7 @@ from harness.core.evidence import UsageError
 from harness.drive import battery, plants, services
 from harness.drive.context import ScenarioOptions
 from harness.drive.doors import ALL, DOORS, SCENARIOS, backend_offers_every_tool, default_tenants
-from harness.drive.install import default_python
+from harness.drive.hermes.install import default_python
 from harness.drive.phases import DEFAULT_PHASES, KNOWN_PHASES
 from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS
 from harness.report import policy as policies

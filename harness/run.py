@@ -26,15 +26,16 @@ from harness.core.files import write_private
 from harness.core.findings import Verdict
 from harness.core.record import RunRecord
 from harness.detect.file_versions import version_of
-from harness.drive import battery, features
-from harness.drive.backends import BackendError
+from harness.drive import battery
 from harness.drive.context import Context
 from harness.drive.doors import SCENARIOS, door_states, doors_of, missing
-from harness.drive.hermes import Hermes, HermesError, require_python
+from harness.drive.hermes import features
+from harness.drive.hermes.agent import Hermes, HermesError, require_python
+from harness.drive.hermes.install import venv_record
+from harness.drive.hermes.rpc import BackendError
 from harness.drive.homes import write_homes
-from harness.drive.install import venv_record
 from harness.drive.plants import plant_all
-from harness.drive.services import TOOL_GROUPS
+from harness.drive.services import PROBES, TOOL_GROUPS
 from harness.judge import evaluate, release_versions, result_of
 from harness.options import RunOptions, check_options, hermes_python
 from harness.report import baseline as baselines
@@ -155,7 +156,7 @@ def _drive(audit: RunState, session: AuditSession, hermes: Hermes) -> None:
         coming_up = pool.submit(proxy.wait_ready)
         try:
             version = hermes.check()
-            offered = features.probe(hermes, version)
+            offered = features.probe(hermes, version, PROBES)
             lack = missing(offered, opts.scenario)
             if lack:
                 raise HermesError(f"hermes-agent {version} cannot drive {lack}")

@@ -29,7 +29,7 @@ from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
 from harness.detect.reconcile import LogSource, Reading, read_flows, reconcile
 from harness.drive import plants
 from harness.drive.doors import default_tenants
-from harness.drive.patched import patched_copy, site_packages
+from harness.drive.hermes.patched import patched_copy, site_packages
 from harness.judge import evaluate, release_versions, result_of, venv_warnings
 from harness.matrix import run_audits
 from harness.options import RunOptions, UsageError, hermes_python

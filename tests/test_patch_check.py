@@ -13,7 +13,7 @@ import pytest
 from harness import cli
 from harness.core.evidence import UsageError
 from harness.core.findings import Finding
-from harness.drive.patched import patched_copy, targets
+from harness.drive.hermes.patched import patched_copy, targets
 from harness.report.comparison import compare
 
 PATCH = textwrap.dedent("""\

@@ -19,9 +19,9 @@ from harness.core.findings import Finding
 from harness.core.record import Phase
 from harness.core.registry import Registry
 from harness.detect.engine.matcher import Matcher, matcher_for
-from harness.drive.backends import RpcLog
-from harness.drive.features import Features
-from harness.drive.hermes import Hermes, Sandbox, TurnResult, gateway_config
+from harness.drive.hermes.agent import Hermes, Sandbox, TurnResult, gateway_config
+from harness.drive.hermes.features import Features
+from harness.drive.hermes.rpc import RpcLog
 from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS
 
 #: The scenario that drives every front door in turn (`--scenario all`).
@@ -155,7 +155,7 @@ class Context:
             if name not in self.opts.services:
                 one = f" (one {spec.slot} per run)" if spec.slot else ""
                 states[name] = f"not driven: --services {name}{one}"
-            elif name not in self.features.services:
+            elif not self.features.offers(name):
                 states[name] = f"n/a: {spec.coverage.lacks}"
             elif self.proxy.topology == "forward" and spec.coverage.forward:
                 states[name] = f"n/a: {spec.coverage.forward}"

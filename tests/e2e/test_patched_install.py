@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.drive.patched import patched_copy, site_packages, targets
+from harness.drive.hermes.patched import patched_copy, site_packages, targets
 
 pytestmark = pytest.mark.e2e
 

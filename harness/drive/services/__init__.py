@@ -10,7 +10,6 @@ exposed F1). docs/services.md describes each service; docs/architecture.md how t
 from __future__ import annotations
 
 import importlib
-import json
 import pkgutil
 import re
 from typing import Any
@@ -18,13 +17,19 @@ from typing import Any
 from harness.core.protocol import TOOL_GROUPS as OWN_TOOL_GROUPS
 from harness.core.registry import Registry, Tenant, new_tag
 from harness.core.registry import Service as RegistryService
-from harness.drive.services.base import ServiceSpec, Setup, Where
+from harness.drive.surface import ServiceSpec, Setup, Where, merge
 
 
 def _discover() -> dict[str, ServiceSpec]:
-    specs = [importlib.import_module(f"{__name__}.{m.name}").SERVICE
-             for m in pkgutil.iter_modules(__path__) if m.name != "base"]
-    return {s.name: s for s in sorted(specs, key=lambda s: s.rank)}
+    """Every module of this package and of `harness.drive.platforms` (the messaging platforms) that declares one."""
+    from harness.drive import platforms
+
+    found = []
+    for package in (__name__, platforms.__name__):
+        path = importlib.import_module(package).__path__
+        modules = [importlib.import_module(f"{package}.{m.name}") for m in pkgutil.iter_modules(path)]
+        found += [m.SERVICE for m in modules if isinstance(getattr(m, "SERVICE", None), ServiceSpec)]
+    return {s.name: s for s in sorted(found, key=lambda s: s.rank)}
 
 
 #: Every service, the LLM provider first.
@@ -32,6 +37,8 @@ ALL_SERVICES: dict[str, ServiceSpec] = _discover()
 PROVIDER_SERVICE = next(s for s in ALL_SERVICES.values() if not s.optional)
 #: The services `--services` chooses from (every one but the provider).
 SERVICES: dict[str, ServiceSpec] = {n: s for n, s in ALL_SERVICES.items() if s.optional}
+#: How a release is asked whether it has each service (`Coverage.probe`), for the feature probe.
+PROBES: dict[str, str] = {n: s.coverage.probe for n, s in SERVICES.items()}
 #: The services of a run without `--services`: every one but those chosen by name only (another holder of a slot).
 DEFAULT_SERVICES: tuple[str, ...] = tuple(n for n, s in SERVICES.items() if s.by_default)
 #: The tool battery by group (`--tools`): Hermes' own tools, then each service's.
@@ -93,23 +100,8 @@ def setup(tenant: Tenant, names: list[str], where: dict[str, Where], *, second: 
         if second and SERVICES[name].but_second:
             continue
         part = SERVICES[name].configure(tenant, where[name])
-        _merge(merged.config, part.config)
+        merge(merged.config, part.config)
         merged.env.update(part.env)
         merged.files.update(part.files)
         merged.workdir_files.update(part.workdir_files)
     return merged
-
-
-def merged(base: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
-    """`base` with `more` merged in, mapping by mapping (neither is changed)."""
-    out = json.loads(json.dumps(base))
-    _merge(out, json.loads(json.dumps(more)))
-    return out
-
-
-def _merge(into: dict[str, Any], more: dict[str, Any]) -> None:
-    for key, value in more.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value

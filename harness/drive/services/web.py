@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from harness.capture.stubs.base import JsonApiStub
 from harness.capture.stubs.provider import ToolStep
 from harness.core.registry import Tenant
-from harness.drive.services.base import Battery, Coverage, ServiceSpec, Setup, Turn, Where, credential_plant
+from harness.drive.surface import Battery, Coverage, ServiceSpec, Setup, Turn, Where, credential_plant
 
 
 @dataclass

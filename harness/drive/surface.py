@@ -1,9 +1,10 @@
-"""The shape every service plug-in declares once (`ServiceSpec`), and what its parts are given.
+"""The shape every service and messaging platform plug-in declares once (`ServiceSpec`), and what its parts are
+given.
 
-A service module in this package holds one `SERVICE`: its stub, its canary kinds, what it adds to a profile
-(`configure`), the battery steps that drive it, how a release is asked whether it has it (coverage: `n/a`
-with the reason when not), and its negative controls (`plants`). `harness.drive.services` finds the modules
-and keeps the registry; no other module names a service.
+A module of `harness.drive.services` or `harness.drive.platforms` holds one `SERVICE`: its stub, its canary kinds,
+what it adds to a profile (`configure`), the battery steps that drive it, how a release is asked whether it has it
+(coverage: `n/a` with the reason when not), and its negative controls (`plants`). `harness.drive.services` finds
+the modules and keeps the registry; no other module names a service.
 """
 
 from __future__ import annotations
@@ -111,6 +112,22 @@ class Coverage:
 
 
 @dataclass(frozen=True)
+class Messaging:
+    """What makes a service a messaging platform of the gateway (`harness.drive.platforms`): the canary kinds of the
+    tenant's user there, its channel (its home channel too), what its user writes in that channel and what its agent
+    attaches to a reply (a file in its home, `media_file`), and the `deliver:` value of a cron job that posts there.
+    Its stub is a `platforms.base.ChatStub`: the `messaging` phase sends the bot messages through it and reads what
+    the bot posted."""
+
+    user: str
+    channel: str
+    post: str
+    file: str
+    media_file: str  # the file in every profile's home holding its `file` canary
+    deliver: str  # Hermes' cron `deliver:` value for the platform's home channel
+
+
+@dataclass(frozen=True)
 class ServiceSpec:
     """One service, described once (see the module docstring)."""
 
@@ -135,6 +152,7 @@ class ServiceSpec:
     doors: tuple[str, ...] = ()  # the front doors that drive it (none: every one); elsewhere it is `n/a`
     words: frozenset[str] = frozenset()  # canary kinds the service rewrites to word characters: minted as such
     configure: Callable[[Tenant, Where], Setup] = lambda t, w: Setup()
+    messaging: Messaging | None = None  # a messaging platform of the gateway (a module of `drive.platforms`)
 
     def kinds(self) -> tuple[str, ...]:
         return (self.credential, *self.identity, *self.data)
@@ -168,3 +186,19 @@ def credential_plant(credential: str, credential_env: str) -> Plant:
     service."""
     return Plant(lambda c: set_env(c.target_home, credential_env, c.donor.canaries[credential]),
                  frozenset({"wrong_key"}))
+
+
+def merged(base: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    """`base` with `more` merged in, mapping by mapping (neither is changed)."""
+    out = json.loads(json.dumps(base))
+    merge(out, json.loads(json.dumps(more)))
+    return out
+
+
+def merge(into: dict[str, Any], more: dict[str, Any]) -> None:
+    """Merge `more` into `into`, mapping by mapping."""
+    for key, value in more.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merge(into[key], value)
+        else:
+            into[key] = value

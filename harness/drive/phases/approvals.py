@@ -22,7 +22,6 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -30,12 +29,13 @@ from harness.capture.stubs.provider import ToolStep, probe_step
 from harness.core.findings import Finding
 from harness.core.registry import new_tag
 from harness.drive import battery
-from harness.drive.backends import RpcBackend
 from harness.drive.context import Context
-from harness.drive.hermes import TurnResult
-from harness.drive.phases import sets_homes
+from harness.drive.hermes.agent import TurnResult
+from harness.drive.hermes.rpc import RpcBackend
+from harness.drive.phases.base import OPT_IN, PhaseRun, PhaseSpec
+from harness.drive.surface import Setup
 
-PHASE = "approvals"
+NAME = "approvals"
 #: The doors whose driver runs the phase (`rpc_phases.drive_rpc`).
 DOORS = ("tui", "serve")
 #: The two parts of the phase: the command each runs in a scratch folder of the tenant's workdir (its name's stem),
@@ -52,12 +52,9 @@ def first_tenant(ctx: Context) -> str:
     return next(n for n in ctx.registry.names() if n != ctx.sandbox.launch)
 
 
-def settings(ctx: Context, tenant: str) -> dict[str, Any]:
-    """What the phase adds to a tenant's config from the start: the first tenant's allowlist (nothing else, and
-    nothing when the phase does not run)."""
-    if not sets_homes(ctx, PHASE, DOORS) or tenant != first_tenant(ctx):
-        return {}
-    return {"command_allowlist": [ALLOWLIST]}
+def settings(ctx: Context, tenant: str) -> Setup:
+    """What the phase adds to a tenant's config from the start: the first tenant's allowlist (nothing else)."""
+    return Setup(config={"command_allowlist": [ALLOWLIST]} if tenant == first_tenant(ctx) else {})
 
 
 def set_mode(ctx: Context, mode: str) -> None:
@@ -98,18 +95,20 @@ def bleeds(first: str, asked: dict[str, int], scenario: str, driver: str, part: 
     why = ("answered a recursive delete 'always'" if part == ALWAYS
            else f"has {ALLOWLIST!r} in its config's command_allowlist")
     return [Finding("profile_bleed", first, tenant, kind, "rpc", f"{driver}:approval.request", "plain",
-                    f"{shown} ran without an approval request", tool="terminal", scenario=scenario, phase=PHASE,
+                    f"{shown} ran without an approval request", tool="terminal", scenario=scenario, phase=NAME,
                     detail=f"{first!r} {why}; {tenant!r}'s {command.split()[0]} then ran unasked, on that "
                            f"{'approval' if part == ALWAYS else 'allowlist'}")
             for tenant, n in asked.items() if tenant != first and n == 0]
 
 
 def _failed(ctx: Context, tenant: str, driver: str, why: str) -> None:
-    ctx.record(TurnResult(tenant, f"{driver}-{PHASE}", False, 0.0, why), PHASE, snapshot=False)
+    ctx.record(TurnResult(tenant, f"{driver}-{NAME}", False, 0.0, why), NAME, snapshot=False)
 
 
-def run(ctx: Context, backend: RpcBackend, driver: str, turn: Callable[[str], None]) -> None:
+def run(r: PhaseRun) -> None:
     """The phase: see the module's docstring."""
+    ctx, backend, driver, turn = r.ctx, r.backend, r.driver, r.turn
+    assert backend is not None, "the approvals phase needs its door's JSON-RPC backend"
     names = ctx.registry.names()
     first = first_tenant(ctx)
     at = names.index(first)
@@ -130,3 +129,12 @@ def run(ctx: Context, backend: RpcBackend, driver: str, turn: Callable[[str], No
         ctx.findings.extend(bleeds(first, asked, ctx.scenario, driver, SEEDED))
     finally:
         set_mode(ctx, "off")
+
+
+#: Why the phase has no plant yet, and where its detector's planted crossing and near miss are tested.
+UNPLANTED = ("the bleed check's planted crossing and near miss are in tests/test_approvals.py; no plant in a home "
+             "yet")
+
+PHASE = PhaseSpec(NAME, "an approval one profile gives for good, or its command allowlist, must not approve another "
+                  "profile's commands", rank=90, doors=DOORS, selection=OPT_IN, way="tool approvals",
+                  unplanted=UNPLANTED, settings=settings, run=run)

@@ -3,7 +3,7 @@ plain aiohttp: REST v4 with `Authorization: Bearer` and a websocket for events):
 `MATTERMOST_URL`, `MATTERMOST_TOKEN` (its bot's token), `MATTERMOST_ALLOWED_USERS` (its user and its lead),
 `MATTERMOST_ALLOWED_CHANNELS` (its channel and its lead channel) and `MATTERMOST_HOME_CHANNEL` in `.env`. Only
 `hermes gateway run` starts the adapters (one bot per profile when it multiplexes profiles);
-`harness.drive.messaging` drives them.
+the gateway door's `messaging` phase (`harness.drive.phases.messaging`) drives them.
 
 The stub is the subset of the Mattermost API the adapter calls:
 
@@ -34,9 +34,11 @@ from typing import Any
 from wsproto.connection import Connection, ConnectionType
 from wsproto.events import CloseConnection, Ping, TextMessage
 
-from harness.capture.stubs.base import JsonApiStub, JsonHandler
+from harness.capture.stubs.base import JsonHandler
 from harness.core.registry import Tenant
-from harness.drive.services.base import Battery, Coverage, Plant, PlantContext, ServiceSpec, Setup, Where, set_env
+from harness.drive.platforms.base import ChatStub, bot_id
+from harness.drive.platforms.base import lead as _lead
+from harness.drive.surface import Battery, Coverage, Messaging, Plant, PlantContext, ServiceSpec, Setup, Where, set_env
 
 WS_PATH = "/api/v4/websocket"
 FILES_PATH = "/api/v4/files"
@@ -45,19 +47,12 @@ MEDIA_FILE = "tenancy-media.txt"
 _WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
-def bot_id(tenant: str) -> str:
-    """The tenant's bot user id at its server (not a canary: every server names its own bot)."""
-    return f"bot{tenant}"
-
-
 @dataclass
-class MattermostStub(JsonApiStub):
+class MattermostStub(ChatStub):
+    """Its sign-ins are the websocket's authentication frames."""
+
     service: str = "mattermost"
-    posts: list[dict[str, Any]] = field(default_factory=list)  # what the bot posted: channel, message, token
-    challenges: list[str] = field(default_factory=list)  # the tokens of the websocket's authentication frames
-    files: list[dict[str, Any]] = field(default_factory=list)  # the uploads: id, channel, name, data, token, time
     _events: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
-    _connected: threading.Event = field(default_factory=threading.Event)
     _closing: threading.Event = field(default_factory=threading.Event)
 
     def answer(self, handler: JsonHandler, raw: bytes) -> None:
@@ -75,14 +70,10 @@ class MattermostStub(JsonApiStub):
         if self.check(handler, raw):
             return
         fields, parts = multipart(handler.headers.get("content-type", ""), raw)
-        with self.lock:
-            infos = []
-            for name, data in parts:
-                info = {"id": f"{bot_id(self.tenant.name)}-file{len(self.files) + 1}", "name": name,
-                        "channel_id": fields.get("channel_id", ""), "data": data, "token": _token(handler),
-                        "time": time.time()}
-                self.files.append(info)
-                infos.append({"id": info["id"], "name": name, "size": len(data)})
+        infos = []
+        for name, data in parts:
+            info = self.add_file(name, fields.get("channel_id", ""), data, _token(handler))
+            infos.append({"id": info["id"], "name": name, "size": len(data)})
         self.record(handler.command, handler.path, handler.header_dict(), raw, 201 if infos else 400)
         handler.send_json(201 if infos else 400, {"file_infos": infos} if infos else {"message": "no files"})
 
@@ -93,14 +84,9 @@ class MattermostStub(JsonApiStub):
         return super().respond(handler, path, body)
 
     def _post(self, body: dict[str, Any], token: str) -> dict[str, Any]:
-        """A post of the bot's, kept with the token it came with."""
-        me = bot_id(self.tenant.name)
-        with self.lock:
-            post = {"id": f"{me}-post{len(self.posts) + 1}", "channel_id": str(body.get("channel_id", "")),
-                    "message": str(body.get("message", "")), "file_ids": [str(f) for f in body.get("file_ids") or []],
-                    "token": token, "time": time.time()}
-            self.posts.append(post)
-        return {**post, "user_id": me, "root_id": ""}
+        post = self.add_post(str(body.get("channel_id", "")), str(body.get("message", "")), token,
+                             [str(f) for f in body.get("file_ids") or []])
+        return {**post, "user_id": bot_id(self.tenant.name), "root_id": ""}
 
     def route(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         me = bot_id(self.tenant.name)
@@ -126,28 +112,6 @@ class MattermostStub(JsonApiStub):
         self._events.put({"event": "posted", "data": {"post": json.dumps(post), "channel_type": channel_type,
                                                       "sender_name": f"@{user_id}"}, "broadcast": {}})
         return post_id
-
-    def connected(self) -> bool:
-        """Whether a bot's websocket is up here and has sent its authentication frame."""
-        return self._connected.is_set()
-
-    def sign_ins(self) -> int:
-        """How many authentication frames reached this server."""
-        with self.lock:
-            return len(self.challenges)
-
-    def posts_since(self, since: float) -> list[dict[str, Any]]:
-        """The bots' posts this server received from `since` on."""
-        with self.lock:
-            return [p for p in self.posts if p["time"] >= since]
-
-    def posts_in(self, channel_id: str, since: float = 0.0) -> list[dict[str, Any]]:
-        return [p for p in self.posts_since(since) if p["channel_id"] == channel_id]
-
-    def files_since(self, since: float) -> list[dict[str, Any]]:
-        """The uploads this server received from `since` on."""
-        with self.lock:
-            return [f for f in self.files if f["time"] >= since]
 
     def stop(self) -> None:
         self._closing.set()
@@ -193,10 +157,7 @@ class MattermostStub(JsonApiStub):
         except ValueError:
             return
         if isinstance(frame, dict) and frame.get("action") == "authentication_challenge":
-            token = str((frame.get("data") or {}).get("token", ""))
-            with self.lock:
-                self.challenges.append(token)
-            self._connected.set()
+            self.signed_in(str((frame.get("data") or {}).get("token", "")))
 
 
 def _token(handler: JsonHandler) -> str:
@@ -219,9 +180,8 @@ def multipart(content_type: str, raw: bytes) -> tuple[dict[str, str], list[tuple
 
 
 def lead(t: Tenant, what: str = "lead") -> str:
-    """The tenant's lead (`lead`: a second allowed user) or lead channel (`leadchannel`: a second allowed
-    channel): ids only its own allowlists name, not canaries (the harness sends them to every bot)."""
-    return f"{what}-{t.name}-{t.canaries['mattermost_user'][-6:]}"
+    """The tenant's lead or lead channel at its Mattermost server (`platforms.base.lead`)."""
+    return _lead(t, "mattermost_user", what)
 
 
 def configure(t: Tenant, where: Where) -> Setup:
@@ -255,6 +215,8 @@ SERVICE = ServiceSpec(
     make=lambda t, m: MattermostStub(t, m), credential="mattermost_key", credential_env="MATTERMOST_TOKEN",
     identity=("mattermost_user", "mattermost_channel"), data=("mattermost_post", "mattermost_file"), passive=True,
     configure=configure, by_default=False, doors=("gateway",),  # only `hermes gateway run` starts the bots
+    messaging=Messaging("mattermost_user", "mattermost_channel", "mattermost_post", "mattermost_file", MEDIA_FILE,
+                        "mattermost"),
     coverage=Coverage('source_has("plugins.platforms.mattermost.adapter", "authentication_challenge")',
                       "no Mattermost platform adapter (plugins/platforms/mattermost)",
                       forward="Hermes' Mattermost adapter gives aiohttp no proxy (trust_env off), so it ignores "

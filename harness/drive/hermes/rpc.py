@@ -1,8 +1,6 @@
-"""Clients for the Hermes backends that serve several profiles from ONE process (the gateway's is in
-`harness.drive.gateway_backend`).
-
-- `TuiBackend`: the stdio JSON-RPC backend (`python -m tui_gateway.entry`), newline-delimited JSON-RPC 2.0.
-- `ServeBackend`: `hermes serve` (the desktop backend), the same JSON-RPC over `/api/ws?token=...`.
+"""The JSON-RPC 2.0 Hermes' one-process backends speak (`RpcBackend`: the tui backend over stdio, `hermes serve`
+over a websocket; their transports are beside their doors, `doors.tui_client` and `doors.serve_client`), the RPC
+log every client writes, and what the backends' clients share (`BackendError`, `end_by_stdin`, `announced_port`).
 
 Every frame is appended to an RPC log (JSONL: direction, owning tenant, frame) so the reconciler can scan
 each tenant's frames for other tenants' canaries; the backend's own output goes to a log scanned for
@@ -14,17 +12,16 @@ from __future__ import annotations
 import contextlib
 import json
 import re
-import secrets
 import subprocess
 import threading
 import time
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any, TextIO
+from typing import Any, TextIO
 
-from harness.core.procs import Stdio, descendants, stop_tree
-from harness.drive.hermes import Hermes
+from harness.core.procs import descendants, stop_tree
+from harness.drive.hermes.agent import Hermes
 
 
 class BackendError(RuntimeError):
@@ -237,41 +234,6 @@ class RpcBackend:
         raise NotImplementedError
 
 
-class TuiBackend(RpcBackend):
-    """`python -m tui_gateway.entry` over stdio."""
-
-    def start(self, timeout: float = 60.0) -> TuiBackend:
-        self._stderr: IO[bytes] = self.log_path.open("ab")
-        self.proc = self.hermes.procs.spawn(
-            [str(self.hermes.python), "-m", "tui_gateway.entry"], env=self.hermes.env(), cwd=self.hermes.sandbox.home,
-            stdio=Stdio(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, text=True),
-        )
-        threading.Thread(target=self._pump, daemon=True, name="tenancy-tui-reader").start()
-        self.wait(lambda f: (f.get("params") or {}).get("type") == "gateway.ready", timeout, "gateway.ready")
-        return self
-
-    def _pump(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
-        for line in self.proc.stdout:
-            if line.strip():
-                self._received(line)
-        self._deliver(None)
-
-    def _send_raw(self, text: str) -> None:
-        assert self.proc is not None and self.proc.stdin is not None
-        try:
-            self.proc.stdin.write(text + "\n")
-            self.proc.stdin.flush()
-        except (BrokenPipeError, ValueError, OSError) as exc:
-            raise BackendError(f"backend stdin closed: {exc}") from None
-
-    def close(self) -> None:
-        if self.proc is None:
-            return
-        end_by_stdin(self.proc, 20)  # its slash workers leave with it once stdin closes
-        self._stderr.close()
-
-
 def end_by_stdin(proc: subprocess.Popen[Any], wait: float) -> None:
     """End a stdio backend as its client would: close its stdin, give it `wait` seconds to leave, then stop what is
     left of its process tree (the children it had before, too)."""
@@ -309,51 +271,3 @@ def announced_port(proc: subprocess.Popen[Any], out: TextIO, ready: re.Pattern[s
             raise BackendError(f"{what} did not print {ready.pattern.split()[0]} within {timeout:.0f}s")
         time.sleep(0.05)
     return port[0]
-
-
-class ServeBackend(RpcBackend):
-    """`hermes serve --host 127.0.0.1 --port 0` (HERMES_DESKTOP=1: also runs the cron ticker in-process)."""
-
-    READY = re.compile(r"HERMES_BACKEND_READY port=(\d+)")
-
-    def start(self, timeout: float = 90.0) -> ServeBackend:
-        from websockets.sync.client import connect
-
-        self.token = secrets.token_urlsafe(24)
-        env = self.hermes.env({"HERMES_DESKTOP": "1", "HERMES_DASHBOARD_SESSION_TOKEN": self.token})
-        self._out = self.log_path.open("a", encoding="utf-8", errors="replace")
-        self.proc = self.hermes.procs.spawn(
-            [str(self.hermes.python), "-m", "hermes_cli.main", "serve", "--host", "127.0.0.1", "--port", "0"],
-            env=env, cwd=self.hermes.sandbox.home,
-            stdio=Stdio(stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
-        )
-        self.port = announced_port(self.proc, self._out, self.READY, "hermes serve", timeout)
-        try:
-            self.ws = connect(f"ws://127.0.0.1:{self.port}/api/ws?token={self.token}", open_timeout=60, max_size=None)
-        except Exception as exc:
-            raise BackendError(f"cannot open the websocket of hermes serve: {type(exc).__name__}: {exc}") from None
-        threading.Thread(target=self._pump_ws, daemon=True, name="tenancy-serve-ws").start()
-        return self
-
-    def _pump_ws(self) -> None:
-        while True:
-            try:
-                raw = self.ws.recv()
-            except Exception:
-                self._deliver(None)
-                return
-            self._received(raw if isinstance(raw, str) else raw.decode("utf-8", "replace"))
-
-    def _send_raw(self, text: str) -> None:
-        try:
-            self.ws.send(text)
-        except Exception as exc:
-            raise BackendError(f"websocket closed: {type(exc).__name__}") from None
-
-    def close(self) -> None:
-        if self.proc is None:
-            return
-        with contextlib.suppress(Exception):
-            self.ws.close()
-        stop_tree(self.proc)
-        self._out.close()

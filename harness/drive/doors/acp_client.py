@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from harness.core.procs import Stdio
-from harness.drive.backends import BackendError, RpcLog, end_by_stdin
-from harness.drive.hermes import Hermes
+from harness.drive.hermes.agent import Hermes
+from harness.drive.hermes.rpc import BackendError, RpcLog, end_by_stdin
 
 #: The ACP protocol version the client asks for (agent-client-protocol 0.9.0 speaks 1).
 PROTOCOL_VERSION = 1

@@ -10,11 +10,11 @@ and the release lacks: the run is then impossible (`run`: one line, exit 2; `mat
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness.drive.hermes import Hermes, HermesError
-from harness.drive.services import SERVICES
+from harness.drive.hermes.agent import Hermes, HermesError
 
 #: One child reports what it can import and what the one-shot entry point takes.
 _PROBE = """
@@ -68,12 +68,16 @@ class Features:
     tui: bool = True  # `tui_gateway.entry` with per-profile sessions (`session.create {profile}`)
     acp: bool = True  # `hermes acp`: the ACP adapter (`acp_adapter`) and its `agent-client-protocol` package
     dashboard: bool = True  # `hermes dashboard` with its built web UI, printing the port it bound (from 0.17.0)
-    services: frozenset[str] = frozenset(SERVICES)  # the services it has (each service's `coverage.probe`)
+    services: frozenset[str] | None = None  # the services it has (each service's `coverage.probe`; None: every one)
+
+    def offers(self, service: str) -> bool:
+        """Whether it has `service`."""
+        return self.services is None or service in self.services
 
 
-def _probe_script() -> str:
-    """The probe, with every service's test (`ServiceSpec.coverage.probe`) in it."""
-    tests = ", ".join(f"{name!r}: {spec.coverage.probe}" for name, spec in SERVICES.items())
+def _probe_script(services: Mapping[str, str]) -> str:
+    """The probe, with every service's test (`services`: name -> its `ServiceSpec.coverage.probe`) in it."""
+    tests = ", ".join(f"{name!r}: {probe}" for name, probe in services.items())
     return _PROBE.replace("{SERVICES}", "{" + tests + "}")
 
 
@@ -81,19 +85,20 @@ def _probe_script() -> str:
 _probed: dict[tuple[Path, str], Features] = {}
 
 
-def probe(hermes: Hermes, version: str) -> Features:
-    """What the install running `version` (as `hermes.check()` found) offers; asked once per process."""
+def probe(hermes: Hermes, version: str, services: Mapping[str, str]) -> Features:
+    """What the install running `version` (as `hermes.check()` found) offers, `services` (name -> its probe)
+    among it; asked once per process."""
     key = (hermes.python.parent.resolve() / hermes.python.name, version)  # not the venv's symlink to its base
     if key not in _probed:
-        _probed[key] = _ask(hermes)
+        _probed[key] = _ask(hermes, services)
     return _probed[key]
 
 
-def _ask(hermes: Hermes) -> Features:
+def _ask(hermes: Hermes, services: Mapping[str, str]) -> Features:
     """Ask the install itself (two short children in the sandbox): its modules, and `hermes serve --help`."""
     env, cwd = hermes.env(), hermes.sandbox.home
     cwd.mkdir(parents=True, exist_ok=True)
-    rc, out, err = hermes.procs.run([str(hermes.python), "-c", _probe_script()], env=env, cwd=cwd, timeout=120)
+    rc, out, err = hermes.procs.run([str(hermes.python), "-c", _probe_script(services)], env=env, cwd=cwd, timeout=120)
     if rc != 0:
         last = (err.strip().splitlines() or ["no output"])[-1]
         raise HermesError(f"cannot probe the features of the Hermes at {hermes.python}: {last[:200]}")

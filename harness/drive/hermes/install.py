@@ -2,7 +2,7 @@
 audited by default.
 
 Every release is installed from a lock with hashes (`--require-hashes --no-deps`): the one committed under `locks/`
-(`./tenancy lock VERSION` writes it; the wheel ships them as `harness/drive/locks/`), else one made on its first
+(`./tenancy lock VERSION` writes it; the wheel ships them as `harness/drive/hermes/locks/`), else one made on its first
 install with pip's resolver (`pip install --dry-run --report`) and kept beside the cached venvs. The lock holds
 Hermes with the extras the audit's services need (`EXTRAS`: Hermes' own pins for them; a release without such an
 extra installs without it and the service is `n/a` there).
@@ -35,7 +35,7 @@ from harness.core.distributions import DistributionError, differences, installed
 from harness.core.files import write_private
 from harness.core.places import CHECKOUT, cache_dir
 from harness.core.procs import ProcessSet
-from harness.drive.hermes import HermesError
+from harness.drive.hermes.agent import HermesError
 
 #: The hermes-agent release audited by default (./tenancy bootstraps it into the checkout's `.hermes-venv/`; an
 #: installed tenancy-audit into the cache).
@@ -93,8 +93,8 @@ def cache_root() -> Path:
 
 
 def committed_lock(version: str) -> Path | None:
-    """The lock of a release committed under `locks/` (package data `harness/drive/locks/`), if there is one."""
-    path = Path(str(resources.files("harness.drive") / "locks" / f"hermes-{version}.txt"))
+    """The lock of a release committed under `locks/` (package data `harness/drive/hermes/locks/`), if there is one."""
+    path = Path(str(resources.files("harness.drive.hermes") / "locks" / f"hermes-{version}.txt"))
     return path if path.is_file() else None
 
 

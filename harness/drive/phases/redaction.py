@@ -28,7 +28,6 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from harness.capture.stubs.provider import ToolStep, probe_step
 from harness.core.findings import Finding
@@ -36,10 +35,11 @@ from harness.core.protocol import placeholder
 from harness.core.registry import new_tag
 from harness.drive import battery
 from harness.drive.context import Context
-from harness.drive.hermes import TurnResult
-from harness.drive.phases import sets_homes
+from harness.drive.hermes.agent import TurnResult
+from harness.drive.phases.base import OPT_IN, PhaseRun, PhaseSpec
+from harness.drive.surface import Setup
 
-PHASE = "redaction"
+NAME = "redaction"
 #: The doors whose driver runs the phase (`rpc_phases.drive_rpc`, the gateway door; not tui: see above).
 DOORS = ("serve", "gateway")
 KIND = "redaction_key"
@@ -47,12 +47,10 @@ KIND = "redaction_key"
 MARKER = "tenancy-redaction-phase"
 
 
-def settings(ctx: Context, tenant: str) -> tuple[dict[str, Any], dict[str, str]]:
-    """What the phase adds to a tenant's config and `.env` from the start (nothing when it does not run)."""
-    if not sets_homes(ctx, PHASE, DOORS):
-        return {}, {}
+def settings(ctx: Context, tenant: str) -> Setup:
+    """What the phase adds to a tenant's config and `.env` from the start."""
     on = tenant != ctx.sandbox.launch
-    return {"security": {"redact_secrets": on}}, {"HERMES_REDACT_SECRETS": str(on).lower()}
+    return Setup(config={"security": {"redact_secrets": on}}, env={"HERMES_REDACT_SECRETS": str(on).lower()})
 
 
 def secret() -> str:
@@ -75,7 +73,7 @@ def bleeds(launch: str, shown: dict[str, bool], scenario: str, driver: str,
     return [Finding("profile_bleed", launch, tenant, "redaction", "request", f"{driver}:{tenant}:tool terminal",
                     "plain", f"{placeholder(tenant, (kinds or {}).get(tenant, KIND))} unmasked in its terminal result",
                     tool="terminal",
-                    scenario=scenario, phase=PHASE,
+                    scenario=scenario, phase=NAME,
                     detail=f"{tenant!r} says security.redact_secrets: true; its own key-shaped secret reached its "
                            f"model unmasked, under the launch profile {launch!r}'s false")
             for tenant, raw in shown.items() if tenant != launch and raw]
@@ -95,19 +93,29 @@ def _read(ctx: Context, tenant: str, turn: Callable[[str], None]) -> tuple[bool 
     return unmasked(ctx, tenant, value, since), kind
 
 
-def run(ctx: Context, driver: str, turn: Callable[[str], None]) -> None:
+def run(r: PhaseRun) -> None:
     """The phase: see the module's docstring."""
+    ctx, driver, turn = r.ctx, r.driver, r.turn
     launch = ctx.sandbox.launch
     read = {name: _read(ctx, name, turn) for name in ctx.registry.names()}
     shown = {name: raw for name, (raw, _) in read.items()}
     if shown.get(launch) is not True:
         why = ("its terminal result never reached its provider" if shown.get(launch) is None
                else "its secret was masked: security.redact_secrets: false never took effect")
-        ctx.record(TurnResult(launch, f"{driver}-{PHASE}", False, 0.0, why), PHASE, snapshot=False)
+        ctx.record(TurnResult(launch, f"{driver}-{NAME}", False, 0.0, why), NAME, snapshot=False)
         return
     for name, raw in shown.items():
         if raw is None:
-            ctx.record(TurnResult(name, f"{driver}-{PHASE}", False, 0.0,
-                                  "its terminal result never reached its provider"), PHASE, snapshot=False)
+            ctx.record(TurnResult(name, f"{driver}-{NAME}", False, 0.0,
+                                  "its terminal result never reached its provider"), NAME, snapshot=False)
     ctx.findings.extend(bleeds(launch, {n: bool(raw) for n, raw in shown.items()}, ctx.scenario, driver,
                                {name: kind for name, (_, kind) in read.items()}))
+
+
+#: Why the phase has no plant yet, and where its detector's planted crossing and near miss are tested.
+UNPLANTED = ("the bleed check's planted crossing and near miss are in tests/test_redaction.py; no plant in a home "
+             "yet")
+
+PHASE = PhaseSpec(NAME, "the launch profile's `security.redact_secrets: false` must not unmask another profile's "
+                  "secrets", rank=100, doors=DOORS, selection=OPT_IN, way="log redaction", unplanted=UNPLANTED,
+                  settings=settings, run=run)

@@ -21,18 +21,19 @@ import sqlite3
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from harness.capture.stubs.provider import ToolStep, probe_step
 from harness.core.findings import Finding
 from harness.core.registry import new_tag
-from harness.drive import battery, kanban_workers
-from harness.drive.backends import BackendError, RpcBackend
+from harness.drive import battery
 from harness.drive.context import Context
-from harness.drive.hermes import TurnResult
-from harness.drive.phases import sets_homes
+from harness.drive.hermes.agent import TurnResult
+from harness.drive.hermes.rpc import BackendError, RpcBackend
+from harness.drive.phases import kanban_workers
+from harness.drive.phases.base import OPT_IN, PhaseRun, PhaseSpec
+from harness.drive.surface import Setup
 
-PHASE = "kanban"
+NAME = "kanban"
 #: The doors whose driver runs the phase (`rpc_phases.drive_rpc`).
 DOORS = ("tui", "serve")
 KIND = "kanban_card"
@@ -42,13 +43,11 @@ BLEED = "kanban_board"
 DEFAULT_BOARD = "default"
 
 
-def settings(ctx: Context) -> dict[str, Any]:
-    """What the phase adds to every tenant's config from the start (nothing when it does not run): the `kanban` toolset
-    (Hermes caches a tool's availability check for 30 s in the process, so it is on before the backend), and no
-    dispatcher in the gateway (under `all` it would work the cards the phase leaves ready on its own ticks)."""
-    if not sets_homes(ctx, PHASE, DOORS):
-        return {}
-    return {"toolsets": ["hermes-cli", "kanban"], "kanban": {"dispatch_in_gateway": False}}
+def settings(ctx: Context, tenant: str) -> Setup:
+    """What the phase adds to every tenant's config from the start: the `kanban` toolset (Hermes caches a tool's
+    availability check for 30 s in the process, so it is on before the backend), and no dispatcher in the gateway
+    (under `all` it would work the cards the phase leaves ready on its own ticks)."""
+    return Setup(config={"toolsets": ["hermes-cli", "kanban"], "kanban": {"dispatch_in_gateway": False}})
 
 
 def boards(root: Path) -> dict[str, Path]:
@@ -76,7 +75,7 @@ def bleeds(landed: dict[str, str | None], own: dict[str, str], scenario: str, dr
     tenant's board (`landed`: tenant -> board slug; `own`: tenant -> its board); its own board is never one."""
     owner = {slug: tenant for tenant, slug in own.items()}
     return [Finding("profile_bleed", owner[slug], tenant, BLEED, "rpc", f"{driver}:kanban_create", "plain",
-                    f"a card of {tenant!r} on board {slug}", tool="kanban_create", scenario=scenario, phase=PHASE,
+                    f"a card of {tenant!r} on board {slug}", tool="kanban_create", scenario=scenario, phase=NAME,
                     detail=f"{tenant!r} switched to its own board {own[tenant]!r}; its next card, no board named, "
                            f"landed on {owner[slug]!r}'s board {slug!r}, where {owner[slug]!r}'s switch pointed")
             for tenant, slug in landed.items() if slug in owner and owner[slug] != tenant]
@@ -93,7 +92,7 @@ def _switch(ctx: Context, backend: RpcBackend, tenant: str, sid: str, slug: str,
     except BackendError as exc:
         ok, output = False, str(exc)
     ctx.record(TurnResult(tenant, f"{driver}-kanban-switch", ok, time.monotonic() - started,
-                          "" if ok else f"/kanban boards create --switch: {output[:160]}"), PHASE, snapshot=False)
+                          "" if ok else f"/kanban boards create --switch: {output[:160]}"), NAME, snapshot=False)
     return ok
 
 
@@ -115,9 +114,10 @@ def _card(ctx: Context, tenant: str, assignee: str, title: str, turn: Callable[[
         turn(tenant)
 
 
-def run(ctx: Context, backend: RpcBackend, sessions: dict[str, str], driver: str,
-        turn: Callable[[str], None]) -> None:
+def run(r: PhaseRun) -> None:
     """The phase: see the module's docstring."""
+    ctx, backend, sessions, driver, turn = r.ctx, r.backend, r.sessions, r.driver, r.turn
+    assert backend is not None, "the kanban phase needs its door's JSON-RPC backend"
     names, root, tag = ctx.registry.names(), ctx.sandbox.hermes_root, new_tag()
     own, marker = {name: f"tenancy-{name}-{tag}" for name in names}, f"tenancy-card-{tag}"
     for name in names:
@@ -128,9 +128,9 @@ def run(ctx: Context, backend: RpcBackend, sessions: dict[str, str], driver: str
         _card(ctx, name, name, f"{title} {marker}", turn)
         landed = board_of(root, title)
         if landed != own[name]:  # the near miss: its own card on its own board
-            ctx.record(TurnResult(name, f"{driver}-{PHASE}", False, 0.0,
+            ctx.record(TurnResult(name, f"{driver}-{NAME}", False, 0.0,
                                   f"its card landed on {landed or 'no board'}, not on the board it switched to: "
-                                  "the switch or kanban_create never took effect"), PHASE, snapshot=False)
+                                  "the switch or kanban_create never took effect"), NAME, snapshot=False)
             return
     later = {}
     for name in names:  # no canary in these: a card addressed to another profile is its to read, by design
@@ -138,9 +138,14 @@ def run(ctx: Context, backend: RpcBackend, sessions: dict[str, str], driver: str
         _card(ctx, name, neighbour, f"{marker}-{name}-to-{neighbour}", turn)
         later[name] = board_of(root, f"{marker}-{name}-to-")
         if later[name] is None:
-            ctx.record(TurnResult(name, f"{driver}-{PHASE}", False, 0.0, "its card is on no board: kanban_create "
-                                  "never took effect"), PHASE, snapshot=False)
+            ctx.record(TurnResult(name, f"{driver}-{NAME}", False, 0.0, "its card is on no board: kanban_create "
+                                  "never took effect"), NAME, snapshot=False)
     ctx.findings.extend(bleeds(later, own, ctx.scenario, driver))
     every = boards(root)
     kanban_workers.run(ctx, {slug: every[slug] for slug in sorted({s for s in later.values() if s})}, marker,
-                       driver, PHASE)
+                       driver, NAME)
+
+
+PHASE = PhaseSpec(NAME, "one profile's switch of its current kanban board must not move another profile's next card; "
+                  "the dispatcher must work every card as its assignee", rank=120, doors=DOORS, selection=OPT_IN,
+                  way="kanban", plant="kanban-card", settings=settings, run=run)

@@ -18,17 +18,16 @@ The `kanban` phase gives every profile the toolset, so the two cannot run in one
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
-from typing import Any
 
 from harness.core.findings import Finding
 from harness.detect.decode import loads
 from harness.detect.tools import offered_tools
 from harness.drive.context import Context
-from harness.drive.hermes import TurnResult
-from harness.drive.phases import sets_homes
+from harness.drive.hermes.agent import TurnResult
+from harness.drive.phases.base import OPT_IN, PhaseRun, PhaseSpec
+from harness.drive.surface import Setup
 
-PHASE = "toolsets"
+NAME = "toolsets"
 #: The doors whose driver runs the phase (`rpc_phases.drive_rpc`).
 DOORS = ("tui", "serve")
 #: A toolset Hermes leaves off by default whose tools need no credential to be offered, and its tools' prefix.
@@ -36,12 +35,9 @@ TOOLSET = "kanban"
 PREFIX = "kanban_"
 
 
-def settings(ctx: Context, tenant: str) -> dict[str, Any]:
-    """What the phase adds to a tenant's config from the start: the launch profile's toolsets (nothing else, and
-    nothing when the phase does not run)."""
-    if not sets_homes(ctx, PHASE, DOORS) or tenant != ctx.sandbox.launch:
-        return {}
-    return {"toolsets": ["hermes-cli", TOOLSET]}
+def settings(ctx: Context, tenant: str) -> Setup:
+    """What the phase adds to a tenant's config from the start: the launch profile's toolsets (nothing else)."""
+    return Setup(config={"toolsets": ["hermes-cli", TOOLSET]} if tenant == ctx.sandbox.launch else {})
 
 
 def offered(ctx: Context, tenant: str, since: float) -> set[str] | None:
@@ -60,14 +56,15 @@ def bleeds(launch: str, tools: dict[str, set[str]], scenario: str, driver: str) 
     """A finding for every tenant but `launch` that was offered the toolset's tools (`tools`: what each tenant's
     provider was offered); the launch profile's own are never one."""
     return [Finding("profile_bleed", launch, tenant, "toolsets", "request", f"{driver}:{tenant}:tools",
-                    "plain", f"{len(got)} {PREFIX}* tools offered ({min(got)}, ...)", scenario=scenario, phase=PHASE,
+                    "plain", f"{len(got)} {PREFIX}* tools offered ({min(got)}, ...)", scenario=scenario, phase=NAME,
                     detail=f"{tenant!r} does not enable the {TOOLSET!r} toolset; its model was offered its tools, as "
                            f"the launch profile {launch!r} enables it")
             for tenant, names in tools.items() if tenant != launch and (got := _theirs(names))]
 
 
-def run(ctx: Context, driver: str, turn: Callable[[str], None]) -> None:
+def run(r: PhaseRun) -> None:
     """The phase: see the module's docstring."""
+    ctx, driver, turn = r.ctx, r.driver, r.turn
     launch = ctx.sandbox.launch
     tools: dict[str, set[str]] = {}
     for name in ctx.registry.names():
@@ -75,13 +72,21 @@ def run(ctx: Context, driver: str, turn: Callable[[str], None]) -> None:
         turn(name)
         got = offered(ctx, name, since)
         if got is None:
-            ctx.record(TurnResult(name, f"{driver}-{PHASE}", False, 0.0, "its turn never reached its provider"),
-                       PHASE, snapshot=False)
+            ctx.record(TurnResult(name, f"{driver}-{NAME}", False, 0.0, "its turn never reached its provider"),
+                       NAME, snapshot=False)
         else:
             tools[name] = got
     if launch in tools and not _theirs(tools[launch]):
-        ctx.record(TurnResult(launch, f"{driver}-{PHASE}", False, 0.0,
+        ctx.record(TurnResult(launch, f"{driver}-{NAME}", False, 0.0,
                               f"not offered the {TOOLSET!r} toolset it enables: the setting never took effect"),
-                   PHASE, snapshot=False)
+                   NAME, snapshot=False)
         return
     ctx.findings.extend(bleeds(launch, tools, ctx.scenario, driver))
+
+
+#: Why the phase has no plant yet, and where its detector's planted crossing and near miss are tested.
+UNPLANTED = ("the bleed check's planted crossing and near miss are in tests/test_toolsets.py; no plant in a home "
+             "yet")
+
+PHASE = PhaseSpec(NAME, "the tools a profile's model is offered must follow its own `toolsets` setting", rank=110,
+                  doors=DOORS, selection=OPT_IN, unplanted=UNPLANTED, settings=settings, run=run)

@@ -23,9 +23,9 @@ from harness.capture.stubs.provider import ToolStep
 from harness.core.findings import Finding
 from harness.core.protocol import PROMPT
 from harness.core.registry import new_tag
-from harness.drive import approvals
 from harness.drive.context import Context
-from harness.drive.hermes import TurnResult
+from harness.drive.hermes.agent import TurnResult
+from harness.drive.phases import approvals
 
 DRIVER = "api-server-control"
 #: How long a run may take to reach its approval request, or to end after it, polled every half second.

@@ -1,17 +1,20 @@
-"""Steps every multi-profile scenario shares: which phases run, the cron jobs, the profile churn."""
+"""The `cron` phase (serve, gateway; in `--phases all`, not by default: it waits for the ticker): a due job seeded
+in every profile's own cron store with Hermes' own cron API before the backend starts; the backend's ticker must
+fire each one in its own profile (a job that never fires is a `shortfall`), its prompt reaching its own provider.
+With the gateway's bots on, every job delivers its output to its profile's home channel (the `messaging` phase
+judges the deliveries)."""
 
 from __future__ import annotations
 
 import json
 import time
-from typing import Any
 
 from harness.core.protocol import PROMPT
-from harness.core.registry import new_tag
 from harness.detect.decode import loads
-from harness.drive.backends import BackendError
-from harness.drive.context import ALL, Context
-from harness.drive.hermes import TurnResult
+from harness.drive.context import Context
+from harness.drive.hermes.agent import TurnResult
+from harness.drive.hermes.rpc import BackendError
+from harness.drive.phases.base import ALL_ONLY, PhaseSpec
 
 CRON_SEED = (
     "import sys, json; from cron.jobs import create_job, trigger_job, list_jobs; "
@@ -20,22 +23,6 @@ CRON_SEED = (
     "deliver=sys.argv[2]); "
     "sys.argv[3] or trigger_job(j['id']); print(json.dumps({'id': j['id']}))"
 )
-DEFAULT_PHASES = ("turns", "lookups", "settings", "after-settings", "profiles", "resume", "route-auth")
-ALL_PHASES = (*DEFAULT_PHASES, "cron")
-#: Phases run only when named: not in `all`, whose runs the committed baselines were made with (a baseline that holds
-#: a phase's incidents is made on several machines, never on one to pass a test).
-OPT_IN_PHASES = ("approvals", "redaction", "kanban", "toolsets")
-KNOWN_PHASES = (*ALL_PHASES, *OPT_IN_PHASES)
-
-
-def wanted(ctx: Context, phase: str) -> bool:
-    return phase in (ctx.opts.phases or DEFAULT_PHASES)
-
-
-def sets_homes(ctx: Context, phase: str, doors: tuple[str, ...]) -> bool:
-    """Whether an opt-in phase lays its settings down in the homes of this run: it was asked for and one of its
-    doors is driven (`all`: one set of homes for every door)."""
-    return wanted(ctx, phase) and ctx.scenario in (*doors, ALL)
 
 
 def seed_cron(ctx: Context, deliver: str = "local", later: bool = False) -> None:
@@ -82,16 +69,9 @@ def wait_cron(ctx: Context, seconds: float, driver: str, since: float) -> None:
         ctx.record(TurnResult(t.name, f"{driver}-cron", ok, fired.get(t.name, seconds), detail), "cron")
 
 
-def profiles(ctx: Context, pid: int | None, proc: Any, driver: str) -> None:
-    """Create and delete a profile next to the live backend; the backend must survive unchanged."""
-    name = f"scratch{new_tag()[-6:]}"
-    ok = True
-    detail = ""
-    for argv in (["profile", "create", name], ["profile", "delete", "-y", name]):
-        rc, out, err = ctx.hermes.procs.run([str(ctx.hermes.python), "-m", "hermes_cli.main", *argv],
-                                            env=ctx.hermes.env(), cwd=ctx.sandbox.home, timeout=120)
-        if rc != 0:
-            ok, detail = False, f"hermes {' '.join(argv)} failed: {(err or out).strip()[-160:]}"
-    if proc is None or proc.poll() is not None or proc.pid != pid:
-        ok, detail = False, f"the {driver} backend (pid {pid}) did not survive profile create/delete"
-    ctx.record(TurnResult(ctx.sandbox.launch, f"{driver}-profiles", ok, 0.0, detail), "profiles", snapshot=False)
+#: Why the phase has no plant yet, and where its detector's planted crossing and near miss are tested.
+UNPLANTED = ("a job that fires elsewhere is seen by the `messaging` phase's cron deliveries "
+             "(tests/test_attachments.py) and a job that never fires is a shortfall; no plant yet")
+
+PHASE = PhaseSpec("cron", "every profile's due cron job fired by the backend's ticker, in its own profile", rank=80,
+                  doors=("serve", "gateway"), selection=ALL_ONLY, unplanted=UNPLANTED)

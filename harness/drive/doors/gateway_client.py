@@ -13,8 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.procs import Stdio, stop_tree
-from harness.drive.backends import BackendError, RpcLog
-from harness.drive.hermes import Hermes
+from harness.drive.hermes.agent import Hermes
+from harness.drive.hermes.rpc import BackendError, RpcLog
 
 
 class GatewayBackend:

@@ -10,50 +10,29 @@ Phases (each followed by the same invariants, findings tagged with their phase):
 - `settings`: `config.set` / `model.save_key` addressed to one profile must change only its files, and
   `session.create` must report the addressed profile's model, cwd and name (`profile_bleed`);
 - `after-settings`: another round of turns (does a settings write leak into later turns?);
-- `approvals` (when asked for): an "always" approval given in one profile must not approve another profile's
-  commands (`drive.approvals`);
-- `kanban` (when asked for): one profile's switch of its current kanban board must not move another profile's next
-  card (`drive.kanban`);
-- `toolsets` (when asked for): the tools a profile's model is offered must follow its own `toolsets` setting
-  (`drive.toolsets`);
+- the opt-in phases these doors run at one place (`phases.run_at`, when asked for: `approvals`, `toolsets`,
+  `kanban`, and on serve `redaction`), each a module of `harness.drive.phases`;
 - `profiles`: a profile created and deleted next to the live backend (its PID must not change);
 - `resume`: the backend restarted, every stored session resumed in its own profile.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from harness.core.findings import Finding
 from harness.core.protocol import PROMPT
-from harness.core.registry import new_tag
-from harness.drive import approvals, battery, kanban, redaction, toolsets
-from harness.drive.backends import BackendError, RpcBackend
+from harness.drive import battery, phases
 from harness.drive.context import Context
-from harness.drive.hermes import TurnResult
-from harness.drive.phases import profiles, seed_cron, wait_cron, wanted
-
-
-def _fingerprint_files(ctx: Context) -> dict[str, str]:
-    """Digest of every settings file of every tenant home (config.yaml, .env), by path."""
-    out = {}
-    for t in ctx.registry:
-        for name in ("config.yaml", ".env"):
-            path = ctx.sandbox.home_of(t.name) / name
-            out[str(path)] = hashlib.sha256(path.read_bytes()).hexdigest() if path.exists() else "-"
-    return out
-
-
-def _owner_of_path(ctx: Context, path: str) -> str:
-    p = Path(path)
-    for t in ctx.registry:
-        if t.name != ctx.sandbox.launch and p.is_relative_to(ctx.sandbox.home_of(t.name)):
-            return t.name
-    return ctx.sandbox.launch
+from harness.drive.hermes.agent import TurnResult
+from harness.drive.hermes.rpc import BackendError, RpcBackend
+from harness.drive.phases import wanted
+from harness.drive.phases.base import PhaseRun
+from harness.drive.phases.cron import seed_cron, wait_cron
+from harness.drive.phases.profiles import profiles
+from harness.drive.phases.settings import run_settings
 
 
 def _turn(ctx: Context, backend: RpcBackend, tenant: str, sid: str, phase: str, driver: str) -> None:
@@ -110,27 +89,14 @@ def drive_rpc(ctx: Context, make: Callable[[], RpcBackend], driver: str, cron: b
                                      started, {name: [sid] for name, sid in stored.items() if sid})
         if wanted(ctx, "settings"):
             with ctx.phase("settings"):
-                _settings(ctx, backend, sessions, driver)
+                run_settings(ctx, backend, sessions, driver)
         if wanted(ctx, "after-settings"):
             with ctx.phase("after-settings"):
                 for name in names:
                     _turn(ctx, backend, name, sessions[name], "after-settings", driver)
-        if wanted(ctx, approvals.PHASE):
-            with ctx.phase(approvals.PHASE):
-                approvals.run(ctx, backend, driver,
-                              lambda name: _turn(ctx, backend, name, sessions[name], approvals.PHASE, driver))
-        if wanted(ctx, redaction.PHASE) and ctx.scenario in redaction.DOORS:
-            with ctx.phase(redaction.PHASE):
-                redaction.run(ctx, driver,
-                              lambda name: _turn(ctx, backend, name, sessions[name], redaction.PHASE, driver))
-        if wanted(ctx, toolsets.PHASE):
-            with ctx.phase(toolsets.PHASE):
-                toolsets.run(ctx, driver,
-                             lambda name: _turn(ctx, backend, name, sessions[name], toolsets.PHASE, driver))
-        if wanted(ctx, kanban.PHASE):
-            with ctx.phase(kanban.PHASE):
-                kanban.run(ctx, backend, sessions, driver,
-                           lambda name: _turn(ctx, backend, name, sessions[name], kanban.PHASE, driver))
+        phases.run_at(ctx, ctx.scenario, PhaseRun(
+            ctx, driver, lambda name: _turn(ctx, backend, name, sessions[name], ctx.current_phase or "", driver),
+            backend, sessions))
         if wanted(ctx, "profiles"):
             with ctx.phase("profiles"):
                 profiles(ctx, backend.pid, backend.proc, driver)
@@ -153,36 +119,3 @@ def drive_rpc(ctx: Context, make: Callable[[], RpcBackend], driver: str, cron: b
                         _turn(ctx, backend, name, info["session_id"], "resume", driver)
             finally:
                 backend.close()
-
-
-def _settings(ctx: Context, backend: RpcBackend, sessions: dict[str, str], driver: str) -> None:
-    """Settings writes addressed to one non-launch profile must change only that profile's files."""
-    target = ctx.registry.names()[1]
-    tag = new_tag()
-    workdir = str(Path(ctx.registry[target].canaries["workdir"]).parent / f"work-set-{target}-{tag}")
-    key = f"sk-saved-{target}-{tag}"
-    Path(workdir).mkdir(parents=True, exist_ok=True)
-    ctx.mint(target, "workdir_set", workdir)
-    ctx.mint(target, "saved_key", key)
-    before = _fingerprint_files(ctx)
-    sid = sessions[target]
-    writes = [("config.set", {"session_id": sid, "key": "cwd", "value": workdir}),
-              ("config.set", {"session_id": sid, "key": "yolo", "value": "on", "scope": "global"}),
-              ("model.save_key", {"session_id": sid, "slug": "deepseek", "api_key": key})]
-    for method, params in writes:
-        try:
-            reply = backend.call(method, params, tenant=target, timeout=60)
-        except BackendError as exc:
-            reply = {"error": str(exc)}
-        state = "ok" if "result" in reply else f"error: {str(reply.get('error'))[:100]}"
-        ctx.say(f"  {target:<10} {method} {params.get('key', params.get('slug'))}: {state}")
-    after = _fingerprint_files(ctx)
-    for path, digest in after.items():
-        owner = _owner_of_path(ctx, path)
-        if digest != before.get(path) and owner != target:
-            ctx.findings.append(Finding(
-                "profile_bleed", target, owner, "settings", "file", f"{Path(path).name} of {owner}", None,
-                f"{Path(path).name} changed", scenario=ctx.scenario, phase="settings",
-                detail=f"a settings write addressed to {target!r} over {driver} changed {owner!r}'s {Path(path).name}",
-            ))
-

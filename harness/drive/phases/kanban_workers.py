@@ -27,7 +27,7 @@ from harness.core.findings import Finding
 from harness.detect.decode import loads
 from harness.drive import battery
 from harness.drive.context import Context
-from harness.drive.hermes import TurnResult
+from harness.drive.hermes.agent import TurnResult
 
 #: What a misrouted worker carries as its canary kind.
 MISROUTED = "kanban_worker"

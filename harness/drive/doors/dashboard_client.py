@@ -15,8 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from harness.core.procs import Stdio, stop_tree
-from harness.drive.backends import BackendError, announced_port
-from harness.drive.hermes import Hermes
+from harness.drive.hermes.agent import Hermes
+from harness.drive.hermes.rpc import BackendError, announced_port
 
 #: Hermes' dashboard reads its session token from here (`hermes_cli/web_server.py`: `_SESSION_TOKEN`).
 TOKEN_ENV = "HERMES_DASHBOARD_SESSION_TOKEN"
