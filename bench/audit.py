@@ -58,7 +58,7 @@ from harness.core.procs import ProcessSet
 from harness.core.protocol import PROMPT
 from harness.detect import reconcile, scan
 from harness.drive import doors
-from harness.drive.hermes import Hermes, write_home
+from harness.drive.hermes.agent import Hermes, write_home
 from harness.session import AuditSession
 
 STEPS: dict[str, float] = defaultdict(float)
