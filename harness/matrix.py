@@ -1,7 +1,7 @@
 """The release matrix: the same audit against several Hermes releases (and N runs each), one table of which
 finding class each release shows and how often; `--shard I/N` runs a share of it, `merge` joins the shares.
 
-Each release runs from its own cached venv (`drive.install`) or an interpreter given as `VERSION=PYTHON`;
+Each release runs from its own cached venv (`drive.hermes.install`) or an interpreter given as `VERSION=PYTHON`;
 a release pip cannot install, or a scenario the release cannot drive (`drive.features`), becomes `n/a`
 cells with the reason. Every run keeps its evidence folder under `DIR/<release>/<scenario>/run-<i>`.
 """
