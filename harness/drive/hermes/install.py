@@ -52,9 +52,10 @@ KEY_DIGITS = 12
 #: which the gateway's API server needs: Hermes would otherwise install it at run time, and every profile of the
 #: audit forbids that, `security.allow_lazy_installs: false`), and the SDKs of the memory providers Honcho
 #: (`honcho`), Supermemory (`supermemory`) and Hindsight (`hindsight`), which Hermes would otherwise install on
-#: first use, and `acp` (the ACP adapter's `agent-client-protocol`, which the `acp` door drives). mem0 in
-#: self-hosted mode and the web backend (Tavily) need none.
-EXTRAS = ("mcp", "homeassistant", "honcho", "supermemory", "hindsight", "acp")
+#: first use, `acp` (the ACP adapter's `agent-client-protocol`, which the `acp` door drives) and `messaging` (the
+#: SDKs of the gateway's Telegram, Discord and Slack adapters: python-telegram-bot, discord.py, slack-bolt and
+#: slack-sdk, which the messaging platforms drive). mem0 in self-hosted mode and the web backend (Tavily) need none.
+EXTRAS = ("mcp", "homeassistant", "honcho", "supermemory", "hindsight", "acp", "messaging")
 #: Programs Hermes' tools look for on PATH, pinned in every Hermes venv (its bin/ is first on a Hermes child's
 #: PATH), so that the tool surface is the same on every machine: `search_files` runs ripgrep when `rg` is found and
 #: otherwise `grep --exclude-dir='.*'`, which skips every folder below a hidden one (`~/.hermes/...`), so without it
