@@ -15,11 +15,13 @@ from harness.detect.engine import stream
 from harness.drive import plants
 from harness.drive.doors import SCENARIOS, default_tenants
 from harness.drive.phases import ALL_PHASES
-from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS
+from harness.drive.services import DEFAULT_SERVICES, PLATFORMS, SERVICES, TOOL_GROUPS
 from harness.options import MatrixOptions, RunOptions, UsageError, parse_releases, parse_scenarios, parse_shard
 from harness.proof import command as scorecard
 
 FAIL_ON = ("leak", "inconclusive", "never")
+PLATFORMS_HELP = (f"messaging platforms of the gateway (--scenario gateway or all), a bot per tenant on each, "
+                  f"comma-separated, or all: {','.join(PLATFORMS)} (docs/platforms.md); added to --services")
 DESCRIPTION = ("`tenancy-audit`: run, reconcile, scan, selftest, scorecard, baseline, matrix, merge, export, "
                "patch-check, mutants, cleanup.\nExit 0 clean, 1 leak, 2 error, 3 inconclusive.")
 
@@ -74,6 +76,7 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     run.add_argument("--services", help="services besides each tenant's provider, comma-separated (default: "
                      f"{','.join(DEFAULT_SERVICES)}; also {','.join(s for s in SERVICES if s not in DEFAULT_SERVICES)}"
                      ", one memory provider per run); 'none' stubs the providers only")
+    run.add_argument("--platforms", help=PLATFORMS_HELP)
     run.add_argument("--policy", default="hermes", help="the isolation policy: hermes (default: what Hermes shares "
                      "between profiles by design is allowed), strict (nothing shared) or a policy file "
                      "(docs/contracts.md)")
@@ -144,6 +147,7 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     mx.add_argument("--tools", help="tool battery groups, as for run ('none': the env probe only)")
     mx.add_argument("--phases", help="multi-profile phases, as for run (all: every phase, cron included)")
     mx.add_argument("--services", help="services besides the providers, as for run ('none': the providers only)")
+    mx.add_argument("--platforms", help="messaging platforms, as for run")
     mx.add_argument("--shard", help="I/N: run only this share of the release x scenario x run cells")
     mx.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
     mx.add_argument("--out", type=Path, required=True, help="matrix folder: matrix.json/.md/.html, evidence per run")
@@ -171,6 +175,7 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     pc.add_argument("--tools", help="tool battery groups, as for run ('none': the env probe only)")
     pc.add_argument("--services", help="services, as for run ('none': the providers only)")
     pc.add_argument("--phases", help="multi-profile phases, as for run")
+    pc.add_argument("--platforms", help="messaging platforms, as for run")
     pc.add_argument("--hermes-python", type=Path, help="the install to patch a copy of (default: as for run)")
     pc.add_argument("--out", type=Path, help="a new or empty folder for both runs, the copy and patch-check.json")
     mu = sub.add_parser("mutants", help="plant each isolation regression of the mutant set in a copy of Hermes and "
@@ -223,6 +228,19 @@ def parse_tools(value: str | None) -> list[str] | None:
     return [] if value.strip() == "none" else [g for g in value.split(",") if g]
 
 
+def services_of(a: argparse.Namespace) -> list[str] | None:
+    """`--services` with `--platforms` added (None: the default services, and no platform)."""
+    services = parse_tools(a.services)
+    if not getattr(a, "platforms", None):
+        return services
+    names = list(PLATFORMS) if a.platforms.strip() == "all" else [n for n in a.platforms.split(",") if n]
+    unknown = [n for n in names if n not in PLATFORMS]
+    if unknown:
+        raise UsageError(f"unknown platform {unknown[0]!r} (choose from {', '.join(PLATFORMS)}, or all)")
+    chosen = list(DEFAULT_SERVICES) if services is None else services
+    return [*chosen, *(n for n in names if n not in chosen)]
+
+
 def run_options(a: argparse.Namespace) -> RunOptions:
     """`run`'s options from its arguments (`run_audit` checks them: `check_options`)."""
     if a.runs < 1:
@@ -232,14 +250,14 @@ def run_options(a: argparse.Namespace) -> RunOptions:
                       hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout,
                       phases=phases(a.phases), cron_wait=a.cron_wait,
                       redact=a.redact, stub_fault=a.stub_fault, tools=parse_tools(a.tools), stubs=a.stubs,
-                      services=parse_tools(a.services), policy=a.policy)
+                      services=services_of(a), policy=a.policy)
 
 
 def matrix_options(a: argparse.Namespace) -> MatrixOptions:
     """`matrix`'s options from its arguments (UsageError for a malformed release, scenario or shard)."""
     return MatrixOptions(releases=parse_releases(a.hermes), scenarios=parse_scenarios(a.scenario), runs=a.runs,
                          out=a.out, tools=parse_tools(a.tools), phases=phases(a.phases),
-                         services=parse_tools(a.services),
+                         services=services_of(a),
                          shard=parse_shard(a.shard) if a.shard else None,
                          timeout=a.timeout, force=a.force, quiet=a.quiet)
 
@@ -248,4 +266,4 @@ def patch_check_options(a: argparse.Namespace) -> RunOptions:
     """The audit options of `patch-check` and `mutants` (the same for every run they make)."""
     return RunOptions(scenario=a.scenario, tenants=getattr(a, "tenants", 0) or default_tenants(a.scenario),
                       out=a.out, hermes_python=a.hermes_python, quiet=True, phases=phases(getattr(a, "phases", None)),
-                      tools=parse_tools(a.tools), services=parse_tools(a.services))
+                      tools=parse_tools(a.tools), services=services_of(a))

@@ -91,6 +91,10 @@ def check_options(opts: RunOptions) -> None:
     unknown = services.check(opts.service_names())
     if unknown:
         raise UsageError(f"unknown service {unknown[0]!r} (choose from {', '.join(SERVICES)}, or none)")
+    for name in opts.service_names():
+        doors = SERVICES[name].doors
+        if SERVICES[name].messaging is not None and opts.scenario not in (*doors, ALL):
+            raise UsageError(f"platform {name!r} needs --scenario {' or '.join(doors)} or all")
     clash = services.conflicts(opts.service_names())
     if clash:
         raise UsageError(clash)

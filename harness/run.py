@@ -35,7 +35,7 @@ from harness.drive.hermes.install import venv_record
 from harness.drive.hermes.rpc import BackendError
 from harness.drive.homes import write_homes
 from harness.drive.plants import plant_all
-from harness.drive.services import PROBES, TOOL_GROUPS
+from harness.drive.services import PROBES, TOOL_GROUPS, unavailable
 from harness.judge import evaluate, release_versions, result_of
 from harness.options import RunOptions, check_options, hermes_python
 from harness.report import baseline as baselines
@@ -140,7 +140,8 @@ def _record(audit: RunState) -> RunRecord:
         tools=[t for g in ctx.opts.tools for t in TOOL_GROUPS[g]], services=ctx.service_states(),
         services_to_drive=ctx.services_to_drive(), launch=ctx.sandbox.launch, file_versions=ctx.versions_kept,
         hermes_venv=audit.venv, harness_venv=current(),
-        doors=door_states(audit.opts.scenario, [*(audit.opts.phases or ()), *(p.name for p in ctx.phases)]))
+        doors=door_states(audit.opts.scenario, [*(audit.opts.phases or ()), *(p.name for p in ctx.phases)]),
+        platforms=ctx.platform_states())
     record.write(out)
     return record
 
@@ -157,7 +158,7 @@ def _drive(audit: RunState, session: AuditSession, hermes: Hermes) -> None:
         try:
             version = hermes.check()
             offered = features.probe(hermes, version, PROBES)
-            lack = missing(offered, opts.scenario)
+            lack = missing(offered, opts.scenario) or unavailable(offered.offers, opts.service_names())
             if lack:
                 raise HermesError(f"hermes-agent {version} cannot drive {lack}")
         except HermesError:

@@ -15,6 +15,7 @@ from harness.core.findings import Finding
 from harness.core.severity import docs_url
 from harness.report.result import (
     DOOR_STATES_TEXT,
+    PLATFORM_STATES_TEXT,
     SERVICE_STATES_TEXT,
     AuditResult,
     Group,
@@ -183,6 +184,14 @@ def _door_coverage(result: AuditResult) -> str:
             + f'<p class="muted">{DOOR_STATES_TEXT}</p>')
 
 
+def _platform_coverage(result: AuditResult) -> str:
+    if not result.platforms:
+        return ""
+    return ('<h2>Messaging-platform coverage</h2>' + _table("platform-coverage", "platform",
+                                                             {"state": result.platforms})
+            + f'<p class="muted">{PLATFORM_STATES_TEXT}</p>')
+
+
 def _service_coverage(result: AuditResult) -> str:
     if not result.services:
         return '<p class="muted">No service besides the providers ran.</p>'
@@ -283,6 +292,7 @@ findings per channel; known ones (in the baseline) in grey.</p>
 <h2>Service coverage</h2>
 {_service_coverage(result)}
 {_door_coverage(result)}
+{_platform_coverage(result)}
 <h2>Findings ({len(v.findings)} new in {len(groups(v.findings))} class(es))</h2>
 <p class="muted">One row per class (fingerprint), the most severe first. What each kind means and how to fix it:
 <a href="{escape(docs_url())}">docs/findings.md</a>.</p>
