@@ -22,8 +22,9 @@ from harness.proof import command as scorecard
 FAIL_ON = ("leak", "inconclusive", "never")
 PLATFORMS_HELP = (f"messaging platforms of the gateway (--scenario gateway or all), a bot per tenant on each, "
                   f"comma-separated, or all: {','.join(PLATFORMS)} (docs/platforms.md); added to --services")
-DESCRIPTION = ("`tenancy-audit`: run, reconcile, scan, selftest, scorecard, baseline, matrix, merge, export, "
-               "patch-check, mutants, cleanup.\nExit 0 clean, 1 leak, 2 error, 3 inconclusive.")
+DESCRIPTION = ("`tenancy-audit`: run, reconcile, verify, scan, selftest, scorecard, baseline, matrix, merge, export, "
+               "patch-check, mutants, cleanup.\nExit 0 clean, 1 leak (verify: the evidence does not verify), 2 error, "
+               "3 inconclusive.")
 
 
 def _version_action(text: Callable[[], str]) -> type[argparse.Action]:
@@ -88,6 +89,7 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
                      help="also write redacted/ (flows, ledger, reports, registry) with every secret as <tenant:kind>")
     run.add_argument("--stub-fault", default="", choices=sorted(FAULTS), help=argparse.SUPPRESS)  # fault tests
     run.add_argument("--json", action="store_true", help="print findings.json to stdout")
+    sign_option(run)
 
     rec = sub.add_parser("reconcile", parents=[fail_on],
                          help="re-verify saved evidence: an evidence folder, or a registry + flow file (+ logs)")
@@ -106,7 +108,14 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
                      "folder: the one the run used)")
     rec.add_argument("--out", type=Path, help="write findings.json/report.md/junit.xml here")
     rec.add_argument("--json", action="store_true")
+    sign_option(rec)
     limit_options(rec)
+
+    ver = sub.add_parser("verify", help="check an evidence folder against its manifest (every file, the signature) "
+                         "and reconcile it again to the recorded verdict, incidents and fingerprints")
+    ver.add_argument("evidence", type=Path, help="an evidence folder (or the --out folder of reconcile)")
+    ver.add_argument("--key", type=Path, metavar="PUB", help="the ed25519 public key (PEM) the manifest must be "
+                     "signed with")
 
     sc = sub.add_parser("scan", help="scan files/trees for canaries of the registry")
     sc.add_argument("--registry", type=Path, required=True)
@@ -153,6 +162,7 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     mx.add_argument("--out", type=Path, required=True, help="matrix folder: matrix.json/.md/.html, evidence per run")
     mx.add_argument("--force", action="store_true", help="run into a folder that already holds a matrix")
     mx.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    sign_option(mx)
 
     mg = sub.add_parser("merge", parents=[fail_on], help="combine the matrix.json of every shard into one matrix")
     mg.add_argument("shards", type=Path, nargs="+", help="shard folders (or their matrix.json)")
@@ -188,6 +198,11 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     mu.add_argument("--out", type=Path, help="a new or empty folder for the runs, the patches and mutants.json")
     sub.add_parser("cleanup", help="reap processes a killed run left behind")
     return p
+
+
+def sign_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sign-key", type=Path, metavar="FILE", help="an ed25519 private key (PEM, unencrypted): the "
+                   "manifest of the evidence folder (manifest.intoto.json) is signed with it (default: unsigned)")
 
 
 def phases(text: str | None) -> list[str]:
@@ -250,7 +265,7 @@ def run_options(a: argparse.Namespace) -> RunOptions:
                       hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout,
                       phases=phases(a.phases), cron_wait=a.cron_wait,
                       redact=a.redact, stub_fault=a.stub_fault, tools=parse_tools(a.tools), stubs=a.stubs,
-                      services=services_of(a), policy=a.policy)
+                      services=services_of(a), policy=a.policy, sign_key=a.sign_key)
 
 
 def matrix_options(a: argparse.Namespace) -> MatrixOptions:
@@ -259,7 +274,7 @@ def matrix_options(a: argparse.Namespace) -> MatrixOptions:
                          out=a.out, tools=parse_tools(a.tools), phases=phases(a.phases),
                          services=services_of(a),
                          shard=parse_shard(a.shard) if a.shard else None,
-                         timeout=a.timeout, force=a.force, quiet=a.quiet)
+                         timeout=a.timeout, force=a.force, quiet=a.quiet, sign_key=a.sign_key)
 
 
 def patch_check_options(a: argparse.Namespace) -> RunOptions:

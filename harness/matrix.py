@@ -148,7 +148,7 @@ def _cells(audit: Audit, opts: MatrixOptions, rel: Release, scenario: str, runs:
         return
     run_opts = RunOptions(scenario=scenario, tenants=default_tenants(scenario), hermes_python=rel.python,
                           out=opts.out / rel.version / scenario, quiet=True, timeout=opts.timeout, tools=opts.tools,
-                          phases=list(opts.phases), services=opts.services)
+                          phases=list(opts.phases), services=opts.services, sign_key=opts.sign_key)
     for run, got in run_audits(audit, run_opts, runs, failed=(HermesError, ProxyError, EvidenceError)):
         if isinstance(got, Exception):
             yield Cell(rel.version, scenario, run, NA, f"the run failed: {got}")

@@ -20,6 +20,7 @@ import yaml
 
 from harness.capture.file_versions import FileVersions, keep_only
 from harness.capture.proxy import free_port
+from harness.core import dsse
 from harness.core.distributions import current
 from harness.core.evidence import EvidenceFolder
 from harness.core.files import write_private
@@ -40,6 +41,7 @@ from harness.judge import evaluate, release_versions, result_of
 from harness.options import RunOptions, check_options, hermes_python
 from harness.report import baseline as baselines
 from harness.report import policy as policies
+from harness.report.attestation import write_manifest
 from harness.report.redact import write_redacted
 from harness.report.result import AuditResult, summary_table
 from harness.report.writer import write_reports
@@ -74,6 +76,7 @@ def run_audit(opts: RunOptions) -> AuditResult:
     """Run one audit, write its evidence folder (`result.out`) and return its result. On SIGINT/SIGTERM the
     folder still gets its reports (verdict inconclusive, reason `interrupted`) before `Interrupted` is raised."""
     check_options(opts)
+    key = dsse.signing_key(opts.sign_key) if opts.sign_key else None  # a key that cannot sign: before any writing
     base = baselines.load(opts.baseline) if opts.baseline else None
     policy = policies.load(opts.policy)  # a bad policy is one line, exit 2, before anything is written
     python = hermes_python(opts.hermes_python, lambda line: progress(opts.quiet, line))
@@ -104,6 +107,7 @@ def run_audit(opts: RunOptions) -> AuditResult:
         if opts.redact:
             write_redacted(out, session.require_registry())
         folder.seal()
+        write_manifest(out, result, audit.venv.get("lock"), key)  # last: every other file is its subject
         audit.done = True
         return result
 

@@ -128,7 +128,8 @@ def _incident_details(row: IncidentRow) -> str:
     return (f"<details><summary>{len(i.crossings)} crossing(s), {len(i.spread)} spread</summary>"
             f"<div>directions: {directions}</div><div>scenarios: {escape(', '.join(i.scenarios) or '-')}</div>"
             f"<div>canary kinds: {escape(', '.join(i.canaries) or '-')}</div>"
-            f"<table class=classes><tr><th>role</th><th>class</th></tr>{classes}</table></details>")
+            + (f"<div>tools it carried: {escape(', '.join(i.tools))}</div>" if i.carrier else "")
+            + f"<table class=classes><tr><th>role</th><th>class</th></tr>{classes}</table></details>")
 
 
 def _incidents(result: AuditResult) -> str:

@@ -105,7 +105,8 @@ def _incidents(rows: list[IncidentRow]) -> list[str]:
                   f"{len(i.spread)} spread</summary>", "", f"- first hop: {_occurrence(i.first)[2:]}",
                   "- directions: " + ", ".join(f"{v or '-'} → {r or '-'}" for v, r in i.directions),
                   "- scenarios: " + (", ".join(i.scenarios) or "-"),
-                  "- canary kinds: " + (", ".join(i.canaries) or "-"), ""]
+                  "- canary kinds: " + (", ".join(i.canaries) or "-"),
+                  *([f"- tools it carried: {', '.join(i.tools)}"] if i.carrier else []), ""]
         lines += [f"- {role}: {_code(g.line())}" for role, g in row.classes()]
         lines += ["", "</details>", ""]
     return lines

@@ -119,13 +119,15 @@ class IncidentRow:
         return [("crossing" if id(g.first) in crossing else "spread", g) for g in groups(self.incident.findings)]
 
     def line(self) -> str:
-        """The incident on one line: severity, F-numbers (or new), victim -> recipient, entry point, the first
-        hop's kind, scenario/phase and location, how many canary kinds, how far it spread."""
+        """The incident on one line: severity, F-numbers (or new), victim -> recipient, entry point (a carrier with
+        how many tools it held), the first hop's kind, scenario/phase and location, how many canary kinds, how far
+        it spread."""
         i = self.incident
         f = i.first
         where = f"{f.scenario}/{f.phase}" if f.scenario else "-"
         also = [s for s in i.scenarios if s != f.scenario]
-        return (f"{i.severity:<8} {self.label:<7} {self.direction():<20} {i.entry}: {f.kind} at {where}"
+        entry = f"{i.entry} ({len(i.tools)} tool(s))" if i.carrier else i.entry
+        return (f"{i.severity:<8} {self.label:<7} {self.direction():<20} {entry}: {f.kind} at {where}"
                 + (f" (also {', '.join(also)})" if also else "")
                 + f", {len(i.canaries)} canary kind(s), first at {f.location}; spread: {self.spread()} [{i.id}]")
 
