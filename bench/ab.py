@@ -97,6 +97,15 @@ def module(layered: str, flat: str) -> ModuleType:
     return importlib.import_module(f"harness.{layered if (package / layered.split('.')[0]).is_dir() else flat}")
 
 
+def load_registry(path: str) -> Any:
+    """The registry in the YAML file `path`: `core.registry_file.load`, or `load` of the registry's own module in
+    a tree from before the file format had a module of its own."""
+    import harness
+
+    own = (Path(harness.__file__).parent / "core" / "registry_file.py").is_file()
+    return module("core.registry_file" if own else "core.registry", "registry").load(path)
+
+
 def engine(name: str, layered: str, flat: str) -> ModuleType:
     """The scanning engine's module `name` (`harness.detect.engine.<name>`), or where a tree from before the
     engine package kept it (`layered`, `flat`: as `module` takes them)."""
@@ -117,7 +126,7 @@ def streaming() -> ModuleType:
 
 def scan_load(corpus: str, registry: str) -> dict[str, Any]:
     """Load the registry and the corpus's bytes; build both matchers and warm scan_tree's matcher cache."""
-    reg = module("core.registry", "registry").load(registry)
+    reg = load_registry(registry)
     matcher = engine("matcher", "detect.matcher", "matcher").Matcher
     files = sorted(p for p in Path(corpus).rglob("*") if p.is_file())
     STATE.update(registry=reg, corpus=corpus, blobs=[p.read_bytes() for p in files],
@@ -154,7 +163,7 @@ def scan_fresh(target: str, registry: str) -> dict[str, Any]:
     """The first job of a fresh worker: build the registry's matcher, then scan `target` (a folder with
     `scan_tree`, owner None; a file with `scan_file`). Seconds of the scan, what it found, and the process's
     peak RSS in MiB (the interpreter, the matcher's automata and whatever the scan held)."""
-    reg = module("core.registry", "registry").load(registry)
+    reg = load_registry(registry)
     scan = module("detect.scan", "scan")
     matcher = engine("matcher", "detect.matcher", "matcher").Matcher.for_registry(reg)
     t = time.perf_counter()

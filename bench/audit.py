@@ -25,6 +25,11 @@ round one audit in each, right after each other in an order rotated every round,
 after one untimed audit in each (its first mitmdump creates the tree's CA); prints the audit's wall time in
 each, new/old and the control new/new2 (the median of the rounds, and the lowest and highest). Every child
 is stopped on SIGTERM/SIGINT (bench/children.py).
+
+`--quick`: 2 tenants, 2 rounds. `--smoke` (what the test suite runs, tests/test_benches.py): one round of 2
+tenants without the untimed warm-up, so one audit and one bare run of real Hermes (about 20 s). It measures
+nothing worth reading (one cold round); it proves that the bench still drives the harness: the audit ends clean or
+leak, the bare run's turns succeed, every step timed above is still called, and the table is printed.
 """
 
 from __future__ import annotations
@@ -35,7 +40,7 @@ import statistics
 import sys
 import tempfile
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -48,19 +53,23 @@ import children
 from harness import judge, options, run
 from harness import session as sessions
 from harness.capture import proxy
+from harness.core.evidence import EvidenceFolder
 from harness.core.procs import ProcessSet
 from harness.core.protocol import PROMPT
 from harness.detect import reconcile, scan
 from harness.drive import doors
-from harness.drive.hermes import Hermes, write_home
+from harness.drive.hermes.agent import Hermes, write_home
 from harness.session import AuditSession
 
 STEPS: dict[str, float] = defaultdict(float)
+#: How often each step was called during the audit being timed.
+CALLS: Counter[str] = Counter()
 
 
 @contextmanager
 def timed_steps() -> Iterator[None]:
-    """Wrap the functions `run_audit` calls so each step's wall time adds up in STEPS."""
+    """Wrap the functions `run_audit` calls so each step's wall time adds up in STEPS; an audit that calls one of
+    them no more (the harness moved it) is an error, not a step silently left out."""
     patches: list[tuple[Any, str, Any]] = [
         (Hermes, "check", "hermes check"),
         (proxy.Proxy, "spawn", "mitmdump spawn"),
@@ -71,7 +80,7 @@ def timed_steps() -> Iterator[None]:
         (scan, "scan_tree", "reconcile: scan_tree"),
         (reconcile, "read_flows", "reconcile: read flows"),
         (run, "write_reports", "reports"),
-        (run, "seal", "seal"),
+        (EvidenceFolder, "seal", "seal"),
         (sessions, "reap_stale", "reap stale"),
     ]
     saved = []
@@ -81,17 +90,22 @@ def timed_steps() -> Iterator[None]:
         setattr(owner, name, _timer(original, label))
     driver = doors.SCENARIOS["oneshot"]
     doors.SCENARIOS["oneshot"] = _timer(driver, "hermes turns")
+    CALLS.clear()
     try:
         yield
     finally:
         doors.SCENARIOS["oneshot"] = driver
         for owner, name, original in saved:
             setattr(owner, name, original)
+    uncalled = [label for label in [*(label for *_, label in patches), "hermes turns"] if not CALLS[label]]
+    if uncalled:
+        raise RuntimeError(f"the audit no longer calls what bench/audit.py times as {uncalled}: update timed_steps")
 
 
 def _timer(fn: Callable[..., Any], label: str) -> Callable[..., Any]:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         t = time.perf_counter()
+        CALLS[label] += 1
         try:
             return fn(*args, **kwargs)
         finally:
@@ -143,7 +157,8 @@ def bare(tenants: int, root: Path, procs: ProcessSet) -> float:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="2 tenants only, 2 rounds")
-    ap.add_argument("--rounds", type=int, help="rounds per tenant count (default 4; --ref: 5, --quick 3)")
+    ap.add_argument("--smoke", action="store_true", help="one cold round of 2 tenants: does the bench still run")
+    ap.add_argument("--rounds", type=int, help="rounds per tenant count (default 4, --quick 2; --ref: 5, --quick 3)")
     ap.add_argument("--tenants", default="2,4,8", help="tenant counts (default 2,4,8)")
     ap.add_argument("--ref", help="instead: this tree's audit against that git ref's, side by side")
     a = ap.parse_args(argv)
@@ -191,11 +206,12 @@ def _spread(xs: list[float], ys: list[float]) -> str:
 
 
 def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
-    rounds = a.rounds or 4
-    counts = [2] if a.quick else [int(x) for x in a.tenants.split(",")]
-    with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:  # untimed: the first of each is cold
-        audit(counts[0], Path(tmp) / "warm")
-        bare(counts[0], Path(tmp) / "warm-bare", procs)
+    rounds = 1 if a.smoke else a.rounds or (2 if a.quick else 4)
+    counts = [2] if a.quick or a.smoke else [int(x) for x in a.tenants.split(",")]
+    if not a.smoke:
+        with tempfile.TemporaryDirectory(prefix="bench-audit-") as tmp:  # untimed: the first of each is cold
+            audit(counts[0], Path(tmp) / "warm")
+            bare(counts[0], Path(tmp) / "warm-bare", procs)
     print(f"{'tenants':>7} {'round':>5} {'audit s':>8} {'bare s':>7} {'audit/bare':>10}")
     summary = []
     for n in counts:

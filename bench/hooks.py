@@ -9,6 +9,8 @@ matcher's scan of both bodies, and the floor: what any inspection that keeps eve
 whatever else it saves (the matcher's scan, one pass over each body for the runs of base64 and hex characters a
 layer may hide in, the request's JSON parse and, for SSE, the reassembly of the streams), JSON and SSE
 interleaved in the same run. `--profile` prints the top of a cProfile of the hooks.
+
+`--smoke` (what tests/test_benches.py runs): 16 KiB bodies, 5 rounds; the same table, too few rounds to read.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from __future__ import annotations
 import argparse
 import cProfile
 import importlib.util
-import json
 import pstats
 import statistics
 import sys
@@ -28,68 +29,14 @@ from pathlib import Path
 from mitmproxy import http
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow
+from payloads import json_response, make_registry, request_body, sse_events
 
-from harness.core.registry import Registry, mint
+from harness.core.registry import Registry
 from harness.detect.decode import loads, sse_streams
 from harness.detect.engine import containers
 from harness.detect.engine.matcher import Matcher
 
 ROOT = Path(__file__).resolve().parent.parent
-EXTRA_KINDS = ("session_id", "gateway_token", "upload_note")  # 9 minted + 3 = 12 canaries per tenant
-FILLER = "the agent called tool terminal with arguments and returned output while reading file config "
-
-
-def make_registry(root: Path, n: int = 8, upstream: str = "http://127.0.0.1:9") -> Registry:
-    """`n` tenants x 12 canaries, reverse routes on ports 18001.. (nothing listens: the hooks only)."""
-    names = [f"t{i}" for i in range(n)]
-    reg = mint(names, root / "work", {name: {"listen": 18001 + i} for i, name in enumerate(names)},
-               upstreams=dict.fromkeys(names, upstream))
-    for t in reg:
-        tag = t.key.rsplit("-", 1)[1]
-        for kind in EXTRA_KINDS:
-            t.canaries[kind] = f"{kind.replace('_', '-')}-{t.name}-{tag}"
-    reg.validate()
-    return reg
-
-
-def request_body(reg: Registry, tenant: str, size: int) -> bytes:
-    """A chat completion main turn of about `size` bytes that names the tenant's own canaries."""
-    t = reg[tenant]
-    system = f"You are {t.canaries['soul']}. Memory: {t.canaries['memory']}. cwd {t.canaries['workdir']}"
-    doc = {
-        "model": t.model,
-        "messages": [{"role": "system", "content": system}, {"role": "user", "content": ""}],
-        "tools": [{"type": "function", "function": {"name": "terminal", "parameters": {"type": "object"}}}],
-        "stream": False,
-    }
-    pad = max(0, size - len(json.dumps(doc)))
-    doc["messages"][1]["content"] = (FILLER * (pad // len(FILLER) + 1))[:pad]
-    return json.dumps(doc).encode()
-
-
-def json_response(reg: Registry, tenant: str, size: int) -> bytes:
-    t = reg[tenant]
-    doc = {"id": "chatcmpl-1", "object": "chat.completion", "model": t.model,
-           "choices": [{"index": 0, "message": {"role": "assistant", "content": ""}, "finish_reason": "stop"}]}
-    pad = max(0, size - len(json.dumps(doc)))
-    doc["choices"][0]["message"]["content"] = (FILLER * (pad // len(FILLER) + 1))[:pad]
-    return json.dumps(doc).encode()
-
-
-def sse_events(reg: Registry, tenant: str, size: int, chunk: int = 1024) -> list[bytes]:
-    """`data:` events of about `chunk` bytes each, about `size` bytes in all, then `[DONE]`."""
-    t = reg[tenant]
-    events: list[bytes] = []
-    total = 0
-    while total < size:
-        delta = {"content": (FILLER * (chunk // len(FILLER) + 1))[: chunk - 150]}
-        event = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": t.model,
-                 "choices": [{"index": 0, "delta": delta, "finish_reason": None}]}
-        line = f"data: {json.dumps(event)}\n\n".encode()
-        events.append(line)
-        total += len(line)
-    events.append(b"data: [DONE]\n\n")
-    return events
 
 
 def _addon_module():
@@ -148,7 +95,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--kib", type=int, default=256)
     ap.add_argument("--rounds", type=int, default=200)
     ap.add_argument("--profile", action="store_true", help="print the top 25 of a cProfile of the hooks")
+    ap.add_argument("--smoke", action="store_true", help="16 KiB, 5 rounds: does the bench still run")
     a = ap.parse_args(argv)
+    if a.smoke:
+        a.kib, a.rounds = 16, 5
     size = a.kib * 1024
     with tempfile.TemporaryDirectory(prefix="bench-hooks-") as tmp:
         reg = make_registry(Path(tmp))

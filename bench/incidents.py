@@ -1,13 +1,15 @@
 """Reconcile an evidence folder with and without building its incidents, side by side.
 
-    .venv/bin/python bench/incidents.py EVIDENCE [--quick] [--rounds N]
+    .venv/bin/python bench/incidents.py EVIDENCE [--quick | --smoke] [--rounds N]
 
 After one untimed warm-up (the matcher is built once per registry and cached), each round judges the folder
 twice, in alternating order: A is `judge.evaluate` (what `tenancy-audit reconcile` does before it writes the
 reports), B the same and then its incidents (`detect.incidents.build` and the F-number links: what every
 report reads). Inside B the incident building is also timed on its own, which is the figure to watch: its
 median share of A's median must stay under 5 %. The median of each round's B / A is printed too; on a shared
-machine its noise can exceed the building itself. `--quick`: 2 rounds (default 5).
+machine its noise can exceed the building itself. `--quick`: 2 rounds (default 5). `--smoke` (what
+tests/test_benches.py runs, on the recorded one-shot evidence of tests/data/scenarios): 1 round, the same figures,
+too few rounds to read.
 """
 
 from __future__ import annotations
@@ -43,9 +45,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("evidence", type=Path, help="an evidence folder of `tenancy-audit run`")
     ap.add_argument("--quick", action="store_true", help="2 rounds")
-    ap.add_argument("--rounds", type=int, help="rounds (default 5; --quick 2)")
+    ap.add_argument("--smoke", action="store_true", help="1 round")
+    ap.add_argument("--rounds", type=int, help="rounds (default 5; --quick 2, --smoke 1)")
     a = ap.parse_args(argv)
-    rounds = a.rounds or (2 if a.quick else 5)
+    rounds = a.rounds or (1 if a.smoke else 2 if a.quick else 5)
     record = RunRecord.read(a.evidence)
     _reconcile(a.evidence, record)  # warm-up: builds and caches the registry's matcher
     plain: list[float] = []

@@ -1,7 +1,7 @@
 """Repeat one audit as CI runs it, N times, and show whether its verdict against the baseline stays the same.
 
     .venv/bin/python bench/repeat.py --scenario oneshot [--baseline B] [--runs N] [--busy K] [--cores LIST]
-        [--expect CODE] [--json FILE] [--keep] [--quick]
+        [--expect CODE] [--json FILE] [--keep] [--quick | --smoke]
 
 Each run is `tenancy-audit run --scenario S --baseline B --out TMP/run-I --quiet` of this checkout
 (`.venv/bin/tenancy-audit`, the environment passed on as it is), one after another (default 5 runs, --quick 2),
@@ -17,6 +17,11 @@ in how many runs; per run its exit code, verdict, seconds and new incidents; and
 run ended the same. Exits 0 when every run exited `--expect` (default 0), else 1; `--json FILE` writes the
 same data. On SIGINT/SIGTERM every child is stopped (an audit writes its reports first), what ran so far is
 printed, the temp folder is removed and the bench exits 128 + the signal's number (bench/children.py).
+
+`--smoke` (what tests/test_benches.py runs, with `--scenario oneshot`): one run, the tool battery and the services
+off (`--tools none --services none`: each tenant's turn is the environment probe, against its provider's stub, in
+about 10 s); the same table. It proves that the bench still runs the CLI and reads what it writes, and repeats
+nothing.
 """
 
 from __future__ import annotations
@@ -223,8 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", type=Path, metavar="FILE", help="also write the table's data as JSON")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder with every run's evidence")
     ap.add_argument("--quick", action="store_true", help="2 runs")
+    ap.add_argument("--smoke", action="store_true", help="1 run without the tool battery and the services")
     a = ap.parse_args(argv)
-    runs = a.runs or (2 if a.quick else 5)
+    runs = a.runs or (1 if a.smoke else 2 if a.quick else 5)
     if runs < 1 or a.busy < 0:
         ap.error("--runs must be at least 1 and --busy at least 0")
     if a.cores and not shutil.which("taskset"):
@@ -238,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"no baseline file {baseline}")
     pin = ["taskset", "-c", a.cores] if a.cores else []
     command = [*pin, str(CLI), "run", "--scenario", a.scenario, "--quiet"]
+    if a.smoke:
+        command += ["--tools", "none", "--services", "none"]
     if baseline is not None:
         command += ["--baseline", str(baseline.resolve())]
     shown = _shown(baseline)

@@ -1,11 +1,15 @@
 """Soak: kill `tenancy-audit run` mid-run N times (SIGINT, SIGTERM, SIGKILL in turn) and count survivors.
 
-    TENANCY_HERMES_PYTHON=.hermes-venv/bin/python .venv/bin/python bench/soak_kill.py [--kills 20]
+    TENANCY_HERMES_PYTHON=.hermes-venv/bin/python .venv/bin/python bench/soak_kill.py [--kills 20 | --smoke]
 
 Each run is killed once its ledger has lines (Hermes turns in flight); after a SIGKILL, `tenancy-audit
 cleanup` reaps. Survivors are counted by an independent psutil sweep (the run's TENANCY_RUN marker or
 its process groups, from its pid file). tests/e2e/test_faults.py runs the same with 3 kills. On SIGTERM/SIGINT
 the soak stops the run in flight (SIGTERM: it stops its own children) and whatever of it is left.
+
+`--smoke` (what tests/test_benches.py runs): one kill, SIGKILL (the case that needs `tenancy-audit cleanup`), of an
+audit without the tool battery and the services (it reaches its turns sooner); the same lines. It proves that the
+soak still starts, kills and sweeps a real run, and soaks nothing.
 """
 
 from __future__ import annotations
@@ -28,6 +32,8 @@ from harness.options import hermes_python
 
 CLI = [sys.executable, "-m", "harness.cli"]
 SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGKILL)
+#: `--smoke`: what the killed audit leaves out.
+SMOKE_ARGS = ("--tools", "none", "--services", "none")
 
 
 def _sweep(run_id: str, groups: list[int]) -> list[int]:
@@ -58,11 +64,13 @@ def finish(proc: subprocess.Popen[bytes]) -> None:
                 victim.kill()
 
 
-def one_kill(procs: ProcessSet, root: Path, n: int, sig: signal.Signals) -> tuple[int, int, float]:
-    """(processes of the run at the kill, survivors after teardown/cleanup, seconds from kill to none left)."""
+def one_kill(procs: ProcessSet, root: Path, n: int, sig: signal.Signals,
+             extra: tuple[str, ...] = ()) -> tuple[int, int, float]:
+    """(processes of the run at the kill, survivors after teardown/cleanup, seconds from kill to none left);
+    `extra`: more options of the run."""
     out = root / f"run-{n}"
-    proc = procs.spawn([*CLI, "run", "--quiet", "--out", str(out), "--hermes-python", str(hermes_python(None))],
-                       env=dict(os.environ), stdio=Stdio(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+    argv = [*CLI, "run", "--quiet", "--out", str(out), "--hermes-python", str(hermes_python(None)), *extra]
+    proc = procs.spawn(argv, env=dict(os.environ), stdio=Stdio(stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     try:
         return kill_run(procs, proc, out, n, sig)
     finally:
@@ -96,16 +104,18 @@ def kill_run(procs: ProcessSet, proc: subprocess.Popen[bytes], out: Path, n: int
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=20)
+    ap.add_argument("--smoke", action="store_true", help="one SIGKILL of an audit without battery and services")
     args = ap.parse_args()
-    return children.run(lambda procs: soak(procs, args.kills), grace=60)
+    return children.run(lambda procs: soak(procs, 1 if args.smoke else args.kills, args.smoke), grace=60)
 
 
-def soak(procs: ProcessSet, kills: int) -> int:
+def soak(procs: ProcessSet, kills: int, smoke: bool = False) -> int:
     total = 0
+    signals = (signal.SIGKILL,) if smoke else SIGNALS
     with tempfile.TemporaryDirectory(prefix="tenancy-soak-") as tmp:
         for n in range(kills):
-            sig = SIGNALS[n % len(SIGNALS)]
-            at_kill, left, seconds = one_kill(procs, Path(tmp), n, sig)
+            sig = signals[n % len(signals)]
+            at_kill, left, seconds = one_kill(procs, Path(tmp), n, sig, SMOKE_ARGS if smoke else ())
             total += left
             print(f"kill {n + 1:>2} {sig.name:<7} processes at kill {at_kill:>2}  survivors {left}  "
                   f"all gone after {seconds:4.1f}s", flush=True)

@@ -15,7 +15,7 @@ Fixtures:
   ports, flows path, `base_url(tenant)`, `check(turns)`); torn down after the test. Tenants: 2, or
   `@pytest.mark.tenancy(tenants=N)`.
 - `tenant_homes`: every tenant's Hermes home written for `tenancy_proxy` (tenant -> home).
-- `hermes`: a `harness.drive.hermes.Hermes` driver on the test's sandbox (`hermes.oneshot(tenant, prompt)`).
+- `hermes`: a `harness.drive.hermes.agent.Hermes` driver on the test's sandbox (`hermes.oneshot(tenant, prompt)`).
 Helpers: `assert_isolated(audit_or_check_or_findings)` raises `IsolationError` (an `AssertionError`) with
 one line per finding class and every inconclusive reason as the message; `assert_reproduced(audit)` that
 `tenancy-audit reconcile` of the audit's folder reaches its verdict, incidents and fingerprints again.
@@ -43,7 +43,7 @@ from harness.core.procs import ProcessSet
 from harness.core.record import RunRecord
 from harness.core.registry import Registry
 from harness.detect.reconcile import LogSource, Reconciliation, reconcile
-from harness.drive.hermes import Hermes, Sandbox, TurnResult, write_home
+from harness.drive.hermes.agent import Hermes, Sandbox, TurnResult, write_home
 from harness.options import RunOptions
 from harness.options import hermes_python as resolve_hermes_python
 from harness.report.result import groups

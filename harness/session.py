@@ -28,7 +28,7 @@ from harness.core.files import SERVICE_RECORDS, write_private
 from harness.core.procs import ProcessSet, reap_stale
 from harness.core.registry import PROVIDER, Registry, mint
 from harness.drive import services
-from harness.drive.hermes import Sandbox
+from harness.drive.hermes.agent import Sandbox
 from harness.drive.services import PROVIDER_SERVICE, SERVICES
 
 

@@ -5,8 +5,17 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from harness.drive import phases
+
 
 def settings_context(phases: list[str], scenario: str = "tui") -> SimpleNamespace:
     names = ["default", "alpha", "beta"]
     return SimpleNamespace(opts=SimpleNamespace(phases=phases), scenario=scenario,
                            sandbox=SimpleNamespace(launch="default"), registry=SimpleNamespace(names=lambda: names))
+
+
+def laid(ctx: SimpleNamespace, tenant: str) -> tuple[dict, dict[str, str]]:
+    """What the phases asked for lay in a tenant's config and `.env` (`phases.settings`, which asks each phase only
+    where it runs)."""
+    done = phases.settings(ctx, tenant)  # type: ignore[arg-type]
+    return done.config, done.env

@@ -9,9 +9,9 @@ from __future__ import annotations
 import fnmatch
 
 from harness.detect.incidents import build, entry_point
-from harness.drive.approvals import ALLOWLIST, ALWAYS, SEEDED, bleeds, settings
+from harness.drive.phases.approvals import ALLOWLIST, ALWAYS, SEEDED, bleeds
 from harness.report.documented import documented
-from tests.phase_settings import settings_context
+from tests.phase_settings import laid, settings_context
 
 
 def test_a_command_of_another_tenant_that_ran_unasked_is_a_finding_and_its_own_is_not():
@@ -45,8 +45,8 @@ def test_the_allowlist_names_the_seeded_command_in_any_workdir_and_not_the_recur
 
 def test_only_the_first_tenant_that_is_not_the_launch_profile_has_the_allowlist_and_only_when_the_phase_runs():
     ctx = settings_context(["turns", "approvals"])
-    assert [settings(ctx, n) for n in ("default", "alpha", "beta")] == [{}, {"command_allowlist": [ALLOWLIST]}, {}]
-    assert settings(settings_context(["turns"]), "alpha") == {}
-    assert settings(settings_context(["turns", "approvals"], scenario="gateway"), "alpha") == {}
+    assert [laid(ctx, n)[0] for n in ("default", "alpha", "beta")] == [{}, {"command_allowlist": [ALLOWLIST]}, {}]
+    assert laid(settings_context(["turns"]), "alpha") == ({}, {})
+    assert laid(settings_context(["turns", "approvals"], scenario="gateway"), "alpha") == ({}, {})
     under_all = settings_context(["turns", "approvals"], scenario="all")
-    assert settings(under_all, "alpha") == {"command_allowlist": [ALLOWLIST]}
+    assert laid(under_all, "alpha") == ({"command_allowlist": [ALLOWLIST]}, {})

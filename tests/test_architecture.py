@@ -1,12 +1,14 @@
 """The shape of the code: no function of `harness` takes more than 7 parameters (self and cls aside) and every
-module is shorter than 400 lines, with no exception."""
+module of `harness` and of bench/ is shorter than 400 lines, with no exception."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-HARNESS = Path(__file__).resolve().parent.parent / "harness"
+ROOT = Path(__file__).resolve().parent.parent
+HARNESS = ROOT / "harness"
+BENCH = ROOT / "bench"
 MAX_PARAMETERS = 7
 MAX_LINES = 400
 
@@ -32,7 +34,7 @@ def test_no_function_takes_more_than_7_parameters():
 
 
 def test_every_module_is_shorter_than_400_lines():
-    over = {path.relative_to(HARNESS).as_posix(): n for path in modules()
+    over = {path.relative_to(ROOT).as_posix(): n for path in [*modules(), *sorted(BENCH.glob("*.py"))]
             if (n := len(path.read_text(encoding="utf-8").splitlines())) >= MAX_LINES}
     assert not over, over
 

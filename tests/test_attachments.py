@@ -1,4 +1,4 @@
-"""What the bots deliver besides text, judged (`harness.drive.attachments`): a reply's `MEDIA:` lines name the
+"""What the bots deliver besides text, judged (`harness.drive.phases.attachments`): a reply's `MEDIA:` lines name the
 tenant's own media file, its neighbour's and its neighbour's `.env` without a canary; the tenant's own file through
 its own bot is a step, not a finding; a cron job's output must be in its home channel at its own server, and at
 another's it is a `profile_bleed`. The plant `mattermost-media` puts the donor's canary in the target's media file."""
@@ -10,11 +10,12 @@ from pathlib import Path
 from types import SimpleNamespace
 
 from harness.core.registry import mint
-from harness.drive import attachments, services
-from harness.drive.hermes import Sandbox
+from harness.drive import services
+from harness.drive.hermes.agent import Sandbox
+from harness.drive.phases import attachments
 from harness.drive.plants import apply
-from harness.drive.services.base import PlantContext
-from harness.drive.services.mattermost import MEDIA_FILE, MattermostStub, media_text
+from harness.drive.platforms.mattermost import MEDIA_FILE, MattermostStub, media_text
+from harness.drive.surface import PlantContext
 
 NAMES = ["default", "alpha", "beta"]
 
@@ -29,7 +30,8 @@ def _ctx(tmp_path: Path) -> SimpleNamespace:
     steps: list[tuple[str, str, bool, str]] = []
     return SimpleNamespace(
         registry=reg, sandbox=sandbox, scenario="gateway", findings=[], timeline=[], steps=steps,
-        service_stubs={(t.name, "mattermost"): MattermostStub(t) for t in reg},
+        service_stubs={(t.name, "mattermost"): MattermostStub(t) for t in reg}, services=lambda: ["mattermost"],
+        relaxed=lambda tenant, service, what: False,
         record=lambda r, phase, snapshot=True: steps.append((r.tenant, r.driver, r.ok, phase)))
 
 
@@ -74,12 +76,12 @@ def test_cron_output_in_its_home_channel_is_a_step_and_at_another_server_a_profi
           d.canaries["mattermost_key"])
     _post(ctx.service_stubs[("default", "mattermost")], d.canaries["mattermost_channel"],
           "probe done for tenant default", d.canaries["mattermost_key"])  # a reply to a message: not cron output
-    attachments.judge_cron(ctx)
+    attachments.judge_cron(ctx, "mattermost")
     assert ctx.steps == [("default", "cron-delivery", True, "messaging")] and ctx.findings == []
     beta = ctx.registry["beta"]
     _post(ctx.service_stubs[("beta", "mattermost")], beta.canaries["mattermost_channel"], output,
           beta.canaries["mattermost_key"])
-    attachments.judge_cron(ctx)
+    attachments.judge_cron(ctx, "mattermost")
     assert [(f.kind, f.victim, f.seen_in, f.canary) for f in ctx.findings] == [
         ("profile_bleed", "default", "beta", "cron_delivery")]
 
@@ -90,7 +92,7 @@ def test_a_cron_job_posted_outside_its_home_channel_is_a_failed_step(tmp_path):
     d = ctx.registry["default"]
     _post(ctx.service_stubs[("default", "mattermost")], ctx.registry["alpha"].canaries["mattermost_channel"],
           "Cronjob Response: x\nprobe done for tenant default", d.canaries["mattermost_key"])
-    attachments.judge_cron(ctx)
+    attachments.judge_cron(ctx, "mattermost")
     assert ctx.steps == [("default", "cron-delivery", False, "messaging")]
 
 

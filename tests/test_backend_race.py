@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from harness.drive.backends import BackendError, RpcBackend, RpcLog
+from harness.drive.hermes.rpc import BackendError, RpcBackend, RpcLog
 
 TURN_TIMEOUT = 2.0  # a turn takes milliseconds; a missed frame fails fast
 

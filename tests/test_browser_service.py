@@ -15,9 +15,9 @@ from harness.detect.checks import RawRequest
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import Route, inspect_request
 from harness.drive import services
-from harness.drive.hermes import hermetic_env
-from harness.drive.services.base import PlantContext, Where
+from harness.drive.hermes.agent import hermetic_env
 from harness.drive.services.browser import SERVICE, CamofoxStub, page_url
+from harness.drive.surface import PlantContext, Where
 
 
 def registry(tmp_path: Path) -> Registry:

@@ -16,9 +16,9 @@ from harness.core.protocol import placeholder
 from harness.core.registry import Registry, mint
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.incidents import build, entry_point
-from harness.drive.backends import RpcLog
-from harness.drive.dashboard_backend import Route, data_routes
 from harness.drive.doors.dashboard import FOREIGN_HOST, credentials, probe
+from harness.drive.doors.dashboard_client import Route, data_routes
+from harness.drive.hermes.rpc import RpcLog
 from harness.report.documented import documented
 
 TOKEN = "s" * 43

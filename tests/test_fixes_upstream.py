@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from harness.drive.patched import targets
-from harness.drive.twin import read_series
+from harness.drive.hermes.patched import targets
+from harness.drive.hermes.twin import read_series
 
 FIXES = Path(__file__).resolve().parents[1] / "docs" / "fixes"
 #: Hermes 0.19.0's top-level packages and modules (its pyproject.toml: `packages.find` and `py-modules`).

@@ -17,8 +17,8 @@ from harness.core.findings import Finding
 from harness.detect.incidents import build, entry_point
 from harness.detect.tools import tool_for_file
 from harness.drive import doors
-from harness.drive.kanban import bleeds, board_of, boards
-from harness.drive.kanban_workers import Card, cards, misrouted, prompt, workers_seen
+from harness.drive.phases.kanban import bleeds, board_of, boards
+from harness.drive.phases.kanban_workers import Card, cards, misrouted, prompt, workers_seen
 from harness.report import policy
 from harness.report.documented import documented
 
@@ -77,8 +77,9 @@ def test_the_shared_board_is_allowed_by_the_hermes_policy_and_the_bleed_is_not()
 
 def test_the_phase_is_a_way_in_of_tui_and_serve_only():
     assert doors.door_states("serve", ["turns", "kanban"])["kanban"] == "phase kanban"
-    assert doors.door_states("tui")["kanban"].startswith("out of scope: ")  # the phase did not run
-    assert doors.door_states("gateway", ["kanban"])["kanban"].startswith("out of scope: ")  # not its phase
+    assert doors.door_states("tui")["kanban"] == "not driven: --phases kanban"  # the phase did not run
+    assert doors.door_states("gateway", ["kanban"])["kanban"] == (  # not its phase
+        "not driven: --phases kanban (with --scenario tui or --scenario serve or all)")
 
 
 def test_a_card_worked_in_another_profile_is_a_finding_and_as_its_assignee_is_not():

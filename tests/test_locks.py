@@ -18,7 +18,7 @@ from harness.core.distributions import (
     lock_digest,
     lock_versions,
 )
-from harness.drive import install
+from harness.drive.hermes import install
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCK = """\
@@ -153,7 +153,7 @@ def test_a_lock_is_made_from_pips_report_with_a_hash_for_every_distribution():
 def test_every_committed_lock_is_shipped_and_names_its_release():
     committed = sorted(p.name for p in (ROOT / "locks").glob("hermes-*.txt"))
     assert {f"hermes-{install.PIN}.txt", "hermes-0.16.0.txt"} <= set(committed)
-    assert (ROOT / "harness" / "drive" / "locks").readlink() == Path("../../locks")
+    assert (ROOT / "harness" / "drive" / "hermes" / "locks").readlink() == Path("../../../locks")
     for name in committed:
         version = name.removeprefix("hermes-").removesuffix(".txt")
         lock = install.find_lock(version)

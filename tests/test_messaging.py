@@ -16,8 +16,8 @@ from harness.detect.checks import RawRequest
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import Route, inspect_request
 from harness.drive import doors, services
-from harness.drive.hermes import hermetic_env
-from harness.drive.services.mattermost import MattermostStub, bot_id, media_text, multipart
+from harness.drive.hermes.agent import hermetic_env
+from harness.drive.platforms.mattermost import MattermostStub, bot_id, media_text, multipart
 
 
 def _registry(tmp_path: Path):
@@ -134,5 +134,7 @@ def test_a_reply_ends_with_the_lines_it_is_told_to_say(tmp_path):
 
 def test_messaging_platforms_are_driven_where_the_messaging_phase_ran():
     assert doors.door_states("gateway", ["route-auth", "messaging"])["messaging platforms"] == "phase messaging"
-    assert doors.door_states("gateway", ["route-auth"])["messaging platforms"].startswith("out of scope: ")
-    assert doors.door_states("tui", ["messaging"])["messaging platforms"].startswith("out of scope: ")
+    assert doors.door_states("gateway", ["route-auth"])["messaging platforms"] == (
+        "not driven: --platforms <a messaging platform>")
+    assert doors.door_states("tui", ["messaging"])["messaging platforms"] == (
+        "not driven: --platforms <a messaging platform> (with --scenario gateway or all)")

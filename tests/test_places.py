@@ -8,7 +8,7 @@ import pytest
 
 from harness.core import places
 from harness.core.severity import FINDINGS_DOC, docs_url
-from harness.drive import install
+from harness.drive.hermes import install
 
 ROOT = Path(__file__).resolve().parent.parent
 

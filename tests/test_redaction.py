@@ -6,12 +6,12 @@ finding is a root cause of its own (entry `redaction`, F26)."""
 from __future__ import annotations
 
 import subprocess
-from types import SimpleNamespace
 
 from harness.detect.incidents import build, entry_point
-from harness.drive.hermes import hermetic_env
-from harness.drive.redaction import bleeds, secret, settings
+from harness.drive.hermes.agent import hermetic_env
+from harness.drive.phases.redaction import bleeds, secret
 from harness.report.documented import documented
+from tests.phase_settings import laid, settings_context
 
 
 def test_a_secret_shown_whole_against_its_profiles_setting_is_a_finding_and_the_launch_profiles_is_not():
@@ -41,15 +41,13 @@ def test_hermes_masks_the_phases_secret_when_redaction_is_on(tmp_path, hermes_py
 
 
 def test_the_phases_settings_are_laid_down_for_its_doors_and_for_all_and_nowhere_else():
-    def ctx(scenario: str, phases: list[str]) -> SimpleNamespace:
-        return SimpleNamespace(scenario=scenario, opts=SimpleNamespace(phases=phases),
-                               sandbox=SimpleNamespace(launch="default"))
     for scenario in ("serve", "gateway", "all"):  # `all` lays every door's homes down once
-        assert settings(ctx(scenario, ["turns", "redaction"]), "default") == (
+        assert laid(settings_context(["turns", "redaction"], scenario), "default") == (
             {"security": {"redact_secrets": False}}, {"HERMES_REDACT_SECRETS": "false"})
-        assert settings(ctx(scenario, ["turns", "redaction"]), "alpha")[0] == {"security": {"redact_secrets": True}}
-    assert settings(ctx("tui", ["turns", "redaction"]), "default") == ({}, {})  # tui never honours it
-    assert settings(ctx("serve", ["turns"]), "default") == ({}, {})  # the phase not asked for
+        assert laid(settings_context(["turns", "redaction"], scenario), "alpha")[0] == {
+            "security": {"redact_secrets": True}}
+    assert laid(settings_context(["turns", "redaction"], "tui"), "default") == ({}, {})  # tui never honours it
+    assert laid(settings_context(["turns"], "serve"), "default") == ({}, {})  # the phase not asked for
 
 
 def test_the_evidence_names_the_kind_the_secret_was_minted_as():

@@ -17,10 +17,11 @@ from harness import cli, options
 from harness import matrix as runner
 from harness.core.findings import Finding, Verdict
 from harness.detect.incidents import build
-from harness.drive import features, install
 from harness.drive.doors import missing
-from harness.drive.features import Features
+from harness.drive.hermes import features, install
+from harness.drive.hermes.features import Features
 from harness.drive.phases import ALL_PHASES, DEFAULT_PHASES
+from harness.drive.services import PROBES
 from harness.options import UsageError
 from harness.report import matrix
 from harness.report.baseline import load, write
@@ -510,13 +511,13 @@ def test_a_release_is_probed_once_per_python_and_version(tmp_path, monkeypatch):
     hermes = _Install(tmp_path / "venv" / "bin" / "python")
     old = Features(usage_file=False, serve=False, multiplex=False, tui=True, acp=False, dashboard=False,
                    services=frozenset({"web", "aux"}))
-    assert features.probe(hermes, "0.16.0") == old and hermes.children == 2
+    assert features.probe(hermes, "0.16.0", PROBES) == old and hermes.children == 2
     same = _Install(tmp_path / "venv" / "bin" / ".." / "bin" / "python")  # the same install, spelt otherwise
-    assert features.probe(same, "0.16.0") == old and same.children == 0
-    assert features.probe(hermes, "0.16.1") == old and hermes.children == 4  # another version: asked again
+    assert features.probe(same, "0.16.0", PROBES) == old and same.children == 0
+    assert features.probe(hermes, "0.16.1", PROBES) == old and hermes.children == 4  # another version: asked again
     other = _Install(tmp_path / "other" / "bin" / "python")
     (tmp_path / "other" / "bin").mkdir(parents=True)
-    assert features.probe(other, "0.16.0") == old and other.children == 2  # another install: asked again
+    assert features.probe(other, "0.16.0", PROBES) == old and other.children == 2  # another install: asked again
 
 
 # --- the release cache --------------------------------------------------------------------------------------

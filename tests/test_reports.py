@@ -16,7 +16,7 @@ import pytest
 from harness.core.findings import KINDS, Finding, Verdict
 from harness.core.registry import mint
 from harness.core.severity import POSSIBLE, severity
-from harness.drive.hermes import Sandbox
+from harness.drive.hermes.agent import Sandbox
 from harness.report import sarif
 from harness.report.result import AuditResult, groups, summary_table
 from harness.report.writer import write_reports

@@ -5,7 +5,7 @@ finding (the plant), refused is not, and the tenant's own is never one (the near
 from __future__ import annotations
 
 from harness.detect.incidents import build, entry_point
-from harness.drive.run_control import taken
+from harness.drive.doors.run_control import taken
 from harness.report.documented import documented
 
 

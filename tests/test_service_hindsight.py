@@ -12,8 +12,8 @@ from harness.core.registry import Registry
 from harness.detect.checks import RawRequest
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import Route, inspect_request
-from harness.drive.services.base import PlantContext, Where
 from harness.drive.services.hindsight import SERVICE, HindsightStub
+from harness.drive.surface import PlantContext, Where
 
 RECALL = "/v1/default/banks/{bank}/memories/recall"
 

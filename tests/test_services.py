@@ -22,13 +22,13 @@ from harness.detect.checks import RawRequest
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import Route, inspect_request
 from harness.drive import services
-from harness.drive.hermes import hermetic_env
+from harness.drive.hermes.agent import hermetic_env
 from harness.drive.plants import apply
-from harness.drive.services.base import PlantContext
 from harness.drive.services.honcho import HonchoStub, honcho_json, host_key
 from harness.drive.services.memory import Mem0Stub
 from harness.drive.services.supermemory import SupermemoryStub
 from harness.drive.services.web import TavilyStub
+from harness.drive.surface import PlantContext
 
 # -- a registry with services ----------------------------------------------------------------------------------
 

@@ -1,9 +1,11 @@
-"""Every service is a plug-in described once (`harness/drive/services/<name>.py`), and every front door too
-(`harness/drive/doors/<name>.py`): each declares all its parts, the registries find them, and nothing else of
+"""Every service is a plug-in described once (`harness/drive/services/<name>.py`), every messaging platform
+(`harness/drive/platforms/<name>.py`), every front door (`harness/drive/doors/<name>.py`) and every phase
+(`harness/drive/phases/<name>.py`) too: each declares all its parts, the registries find them, and nothing else of
 the harness names one."""
 
 from __future__ import annotations
 
+import importlib
 import pkgutil
 import re
 from pathlib import Path
@@ -12,11 +14,14 @@ import pytest
 
 from harness.core.places import SOURCE
 from harness.core.registry import Tenant, mint
-from harness.drive import doors, plants, services
+from harness.drive import doors, phases, plants, platforms, services
+from harness.drive.phases.base import PhaseSpec
+from harness.drive.platforms.base import ChatStub
 from harness.drive.services import ALL_SERVICES, SERVICES, TOOL_GROUPS
-from harness.drive.services.base import Turn, Where
+from harness.drive.surface import ServiceSpec, Turn, Where
 
 DOCS, HARNESS = SOURCE / "docs", SOURCE / "harness"
+platforms_ = {n for n, s in ALL_SERVICES.items() if s.messaging is not None}
 
 
 def _tenant(tmp_path: Path) -> Tenant:
@@ -25,9 +30,19 @@ def _tenant(tmp_path: Path) -> Tenant:
     return reg["alpha"]
 
 
+def _declared(package: object, attribute: str, kind: type) -> dict[str, list[str]]:
+    """Every module of `package` by whether it declares an `attribute` of type `kind` (`with`) or not (`without`)."""
+    out: dict[str, list[str]] = {"with": [], "without": []}
+    for m in pkgutil.iter_modules(package.__path__):  # type: ignore[attr-defined]
+        module = importlib.import_module(f"{package.__name__}.{m.name}")  # type: ignore[attr-defined]
+        out["with" if isinstance(getattr(module, attribute, None), kind) else "without"].append(m.name)
+    return out
+
+
 def test_every_service_module_holds_one_registered_service():
-    modules = {m.name for m in pkgutil.iter_modules(services.__path__)} - {"base"}
-    assert modules == set(ALL_SERVICES)
+    found, on = _declared(services, "SERVICE", ServiceSpec), _declared(platforms, "SERVICE", ServiceSpec)
+    assert set(found["with"]) | set(on["with"]) == set(ALL_SERVICES)
+    assert found["without"] == [] and on["without"] == ["base"], "a module of its own for each, and one base"
     assert next(iter(ALL_SERVICES)) == "provider" and "provider" not in SERVICES  # always on, not a choice
 
 
@@ -63,7 +78,7 @@ def test_a_service_s_battery_steps_name_only_its_own_tools(name, tmp_path):
 #: record format); `mcp` is also the pip extra of Hermes' MCP client; the scorecard seeds a registry of its own
 #: (services and the paths their requests take), beside `drive` and not built from it.
 QUOTE_A_SERVICE = {"capture/stubs/mcp_stdio.py", "capture/stubs/mcp_http.py", "detect/records.py",
-                   "drive/install.py", "proof/cases.py", "proof/traffic.py"}
+                   "drive/hermes/install.py", "proof/cases.py", "proof/traffic.py"}
 
 
 def _quoted_outside(package: Path, names: set[str]) -> list[str]:
@@ -83,12 +98,19 @@ def test_no_other_module_names_a_service():
     """A service is added by its module alone: no other module quotes its name (`aux`, `web`, `memory` and
     `delegation` are also words of other meanings, and checked by the registry's other tests)."""
     names = set(SERVICES) - {"aux", "delegation", "web", "memory"}
-    assert _quoted_outside(HARNESS / "drive" / "services", names) == [], "name a service only in its module"
+    assert _quoted_outside(HARNESS / "drive" / "services", names - set(platforms_)) == [], \
+        "name a service only in its module"
+    assert _quoted_outside(HARNESS / "drive" / "platforms", set(platforms_)) == [], \
+        "name a platform only in its module"
 
 
 def test_every_door_module_holds_one_registered_door():
-    modules = {m.name for m in pkgutil.iter_modules(doors.__path__)} - {"base"}
-    assert modules == set(doors.DOORS)
+    found = _declared(doors, "DOOR", doors.Door)
+    assert set(found["with"]) == set(doors.DOORS)
+    clients = {m for m in found["without"] if m.endswith("_client")}
+    assert {c.removesuffix("_client") for c in clients} <= set(doors.DOORS), "a door's client is named after it"
+    # besides the clients: the Door shape, the driver tui and serve share, and a step of the api_server door
+    assert set(found["without"]) - clients == {"base", "rpc_doors", "run_control"}
 
 
 @pytest.mark.parametrize("name", sorted(doors.DOORS))
@@ -123,8 +145,9 @@ def test_a_way_in_that_a_phase_drives_is_covered_where_that_phase_ran():
 
     assert doors.door_states("tui", ["turns", "approvals"])["tool approvals"] == "phase approvals"
     assert doors.door_states("all", ["approvals"])["tool approvals"] == "phase approvals"
-    assert doors.door_states("tui")["tool approvals"].startswith("out of scope: ")  # the phase did not run
-    assert doors.door_states("gateway", ["approvals"])["tool approvals"].startswith("out of scope: ")  # not its phase
+    assert doors.door_states("tui")["tool approvals"] == "not driven: --phases approvals"  # the phase did not run
+    assert doors.door_states("gateway", ["approvals"])["tool approvals"] == (  # not a phase of the door driven
+        "not driven: --phases approvals (with --scenario tui or --scenario serve or all)")
     states = {"tool approvals": "phase approvals"}
     asked = [{"scenario": "tui", "phase": "approvals", "ok": True}]
     bled = Finding("profile_bleed", "alpha", "beta", "approval", "rpc", "tui:approval.request", scenario="tui",
@@ -133,3 +156,56 @@ def test_a_way_in_that_a_phase_drives_is_covered_where_that_phase_ran():
     assert door_table(states, asked, [bled]) == {"tool approvals": "leak"}
     assert door_table(states, asked, [elsewhere]) == {"tool approvals": "driven"}  # a leak of another phase
     assert door_table(states, [{**asked[0], "ok": False}], []) == {"tool approvals": "failed"}
+
+
+def test_every_phase_module_holds_one_registered_phase():
+    found = _declared(phases, "PHASE", PhaseSpec)
+    assert {m.replace("_", "-") for m in found["with"]} == set(phases.PHASES)
+    assert set(found["without"]) == {"base", "attachments", "kanban_workers"}  # the shape, and two phases' helpers
+
+
+@pytest.mark.parametrize("name", sorted(phases.PHASES))
+def test_a_phase_declares_its_doors_selection_coverage_and_plant(name):
+    phase = phases.PHASES[name]
+    assert phase.summary and phase.doors and set(phase.doors) <= set(doors.DOORS)
+    assert phase.selection in ("default", "all", "opt-in", "platforms")
+    assert phase.plant in plants.PLANTS or (not phase.plant and phase.unplanted), \
+        "a plant the audit catches in the phase, or why there is none"
+    assert f"`{name}`" in (DOCS / "phases.md").read_text(), "a row of its own in docs/phases.md"
+    if phase.selection == "opt-in":
+        assert phase.run is not None, "an opt-in phase runs where its doors run the phases that ask for it"
+    if phase.way:
+        assert doors.door_states("all", [name])[phase.way] == f"phase {name}"
+        assert doors.door_states("all")[phase.way] == f"not driven: {phase.option}"
+
+
+def test_every_platform_declares_its_messaging_kinds_a_chat_stub_and_a_row(tmp_path):
+    assert platforms_, "at least one messaging platform"
+    tenant = _tenant(tmp_path)
+    for name in sorted(platforms_):
+        spec = ALL_SERVICES[name]
+        kinds = spec.messaging
+        assert kinds is not None and {kinds.user, kinds.channel, kinds.post, kinds.file} <= set(spec.kinds())
+        assert kinds.media_file and kinds.deliver and spec.doors == ("gateway",)
+        assert isinstance(spec.make(tenant, "observe"), ChatStub)
+        assert f"`{name}`" in (DOCS / "platforms.md").read_text(), "a row of its own in docs/platforms.md"
+        setup = spec.configure(tenant, Where("http://127.0.0.1:9", tmp_path / "registry.yaml", tmp_path))
+        assert setup.files.get(kinds.media_file), "every profile holds its media file"
+
+
+def test_every_coverage_row_of_all_is_driven_not_driven_with_an_option_or_out_of_scope_with_a_reason():
+    """A row that says `not driven` names the option that drives it (an option of `tenancy-audit run`); one that
+    says `out of scope` gives a reason that is no option of the tool (what the audit cannot do)."""
+    import argparse
+
+    from harness.arguments import parser
+
+    commands = next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction))
+    options = {o for a in commands.choices["run"]._actions for o in a.option_strings}
+    states = doors.door_states("tui")  # one door: every other one and every way not driven
+    for row, state in states.items():
+        if state.startswith("not driven: "):
+            assert state.split()[2] in options, (row, state)
+        else:
+            assert state.startswith(("on", "out of scope: ")), (row, state)
+            assert not any(f" {o} " in f" {state} " for o in options), (row, state)

@@ -8,10 +8,10 @@ from __future__ import annotations
 import pytest
 
 from harness.detect.incidents import build, entry_point
-from harness.drive.toolsets import TOOLSET, bleeds, settings
+from harness.drive.phases.toolsets import TOOLSET, bleeds
 from harness.options import RunOptions, UsageError, check_options
 from harness.report.documented import documented
-from tests.phase_settings import settings_context
+from tests.phase_settings import laid, settings_context
 
 
 def test_another_profile_offered_the_launch_profiles_toolset_is_a_finding_and_the_launch_profiles_own_is_not():
@@ -27,9 +27,9 @@ def test_another_profile_offered_the_launch_profiles_toolset_is_a_finding_and_th
 
 def test_only_the_launch_profile_enables_the_toolset_and_only_when_the_phase_runs():
     ctx = settings_context(["turns", "toolsets"])
-    assert [settings(ctx, n) for n in ("default", "alpha")] == [{"toolsets": ["hermes-cli", TOOLSET]}, {}]
-    assert settings(settings_context(["turns"]), "default") == {}
-    assert settings(settings_context(["turns", "toolsets"], scenario="gateway"), "default") == {}
+    assert [laid(ctx, n)[0] for n in ("default", "alpha")] == [{"toolsets": ["hermes-cli", TOOLSET]}, {}]
+    assert laid(settings_context(["turns"]), "default") == ({}, {})
+    assert laid(settings_context(["turns", "toolsets"], scenario="gateway"), "default") == ({}, {})
 
 
 def test_the_kanban_phase_and_the_toolsets_phase_cannot_run_together():

@@ -1,4 +1,4 @@
-"""The twin (`drive.twin`, `patch-check --series`): a fix series applied to a copy of the install, built once and
+"""The twin (`drive.hermes.twin`, `patch-check --series`): a fix series applied to a copy of the install, built once and
 cached by the series' hash; a series whose patch does not apply in order is one line, exit 2, and nothing cached.
 
 The patches are real fixes of docs/fixes (F9's and F17's, which builds on F9's: both change
@@ -15,9 +15,9 @@ import pytest
 
 from harness import cli
 from harness.core.evidence import UsageError
-from harness.drive import twin as twins
-from harness.drive.patched import site_packages
-from harness.drive.twin import read_series, series_key, twin
+from harness.drive.hermes import twin as twins
+from harness.drive.hermes.patched import site_packages
+from harness.drive.hermes.twin import read_series, series_key, twin
 
 FIXES = Path(__file__).resolve().parents[1] / "docs" / "fixes"
 TARGET = "tools/process_registry.py"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from harness.core.record import VERSION, RunRecord
-from harness.drive import install
+from harness.drive.hermes import install
 from harness.judge import release_versions, venv_warnings
 from harness.report.baseline import Baseline
 

@@ -5,7 +5,7 @@ editable install, `PYTHONPATH=<checkout>`): the CA is `certs/`, evidence goes to
 `.hermes-venv/`, all in the checkout. Installed (`pip install` of the project or of its wheel): the CA is
 `$XDG_DATA_HOME/tenancy-audit/certs`, evidence goes to `$XDG_DATA_HOME/tenancy-audit/evidence`
 (`~/.local/share` without XDG_DATA_HOME) and Hermes is installed into `$XDG_CACHE_HOME/tenancy-audit/hermes`
-(`~/.cache`; see `drive.install`).
+(`~/.cache`; see `drive.hermes.install`).
 """
 
 from __future__ import annotations

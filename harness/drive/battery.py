@@ -33,7 +33,7 @@ from harness.detect.decode import loads
 from harness.detect.tools import call_names
 from harness.drive.context import Context
 from harness.drive.services import GROUP_SERVICES, SERVICES, TOOL_GROUPS
-from harness.drive.services.base import COMMON_WORD, Turn
+from harness.drive.surface import COMMON_WORD, Turn
 
 #: Canary kinds the battery mints for every tenant (kind -> value prefix).
 KINDS = {

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from harness.drive.context import Context
 from harness.drive.services import ALL_SERVICES, TOOL_GROUPS
-from harness.drive.services.base import Plant, PlantContext, edit_config
+from harness.drive.surface import Plant, PlantContext, edit_config
 
 
 def _append(path: Path, text: str) -> None:

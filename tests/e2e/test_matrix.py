@@ -22,7 +22,7 @@ import pytest
 
 from harness.core.registry_file import load
 from harness.detect.engine.matcher import Matcher
-from harness.drive import install
+from harness.drive.hermes import install
 from harness.matrix import FILES
 from harness.options import hermes_python
 from harness.report.matrix import NA

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness import cli
-from harness.drive import twin as twins
-from harness.drive.patched import patched_copy, site_packages, targets
-from harness.drive.twin import read_series
+from harness.drive.hermes import twin as twins
+from harness.drive.hermes.patched import patched_copy, site_packages, targets
+from harness.drive.hermes.twin import read_series
 
 pytestmark = pytest.mark.e2e
 

@@ -26,7 +26,7 @@ from harness.core.registry_file import load
 from harness.detect import scan
 from harness.detect.flows import route_of
 from harness.detect.reconcile import read_flows, reconcile
-from harness.drive.hermes import real_home
+from harness.drive.hermes.agent import real_home
 
 pytestmark = pytest.mark.e2e
 

@@ -4,7 +4,7 @@ under it), against the Hermes of the other e2e tests.
 
 Without a download (about 15 s in all): pip builds the wheel with the harness venv's setuptools (the [test]
 extra; `--no-build-isolation --no-index`) from a copy of what the build reads (pyproject.toml, README.md,
-harness/, docs/findings.md, which harness/core/findings.md links to, and locks/, which harness/drive/locks links
+harness/, docs/findings.md, which harness/core/findings.md links to, and locks/, which harness/drive/hermes/locks links
 to); the venv is created without pip and
 the harness venv's pip installs the wheel into it (`--python`, before anything else is in it). The wheel's
 dependencies are not installed again: a `.pth` file names the harness venv's site-packages as a plain path (the
@@ -30,7 +30,7 @@ import pytest
 
 import harness
 from harness.core.distributions import lock_digest
-from harness.drive.install import PIN
+from harness.drive.hermes.install import PIN
 from harness.report.sarif import remediation
 
 pytestmark = pytest.mark.e2e
@@ -120,8 +120,9 @@ def test_the_installed_tool_names_itself_and_its_hermes(installed):
 
 def test_the_installed_tool_ships_every_committed_lock(installed):
     """What an installed tool installs Hermes from: the wheel's copies of locks/, each found as committed."""
-    done = subprocess.run([str(installed.venv / "bin" / "python"), "-c", "import json, sys; from harness.drive.install "
-                           "import find_lock; print(json.dumps({v: [str(lk.path), lk.committed] for v in sys.argv[1:] "
+    done = subprocess.run([str(installed.venv / "bin" / "python"), "-c", "import json, sys; "
+                           "from harness.drive.hermes.install import find_lock; "
+                           "print(json.dumps({v: [str(lk.path), lk.committed] for v in sys.argv[1:] "
                            "if (lk := find_lock(v))}))", *VERSIONS],
                           capture_output=True, text=True, cwd=installed.cwd, env={"HOME": str(installed.home)},
                           timeout=TIMEOUT)

@@ -28,11 +28,11 @@ from harness.capture.stubs.provider import Plan
 from harness.core.findings import Finding
 from harness.core.protocol import PROMPT
 from harness.drive import battery
-from harness.drive.acp_client import AcpClient
-from harness.drive.backends import BackendError
 from harness.drive.context import Context
+from harness.drive.doors.acp_client import AcpClient
 from harness.drive.doors.base import Door
-from harness.drive.hermes import TurnResult
+from harness.drive.hermes.agent import TurnResult
+from harness.drive.hermes.rpc import BackendError
 from harness.drive.phases import wanted
 
 #: The ACP package the adapter needs (Hermes' extra `acp`): only this door uses it.

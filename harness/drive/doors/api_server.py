@@ -12,7 +12,7 @@ Phases:
   session list, the run's event stream (`GET /v1/runs/{id}/events`), and a chat completion continuing its session
   by id (`X-Hermes-Session-Id`), each answer in the RPC log under the asking tenant. Whatever of the neighbour comes
   back (in a reply, or in the asking tenant's provider request when Hermes rebuilds the conversation) is a finding.
-  Then run control (`harness/drive/run_control.py`): a run of the first tenant that is not the launch profile,
+  Then run control (`harness/drive/doors/run_control.py`): a run of the first tenant that is not the launch profile,
   waiting for its approval, is answered and stopped by the tenant that looks up its objects.
 
 Hermes has no per-profile API-server key (F4): a tenant's own key that is refused is retried with the launch
@@ -27,11 +27,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from harness.core.protocol import PROMPT
-from harness.drive import battery, run_control
+from harness.drive import battery
 from harness.drive.context import Context
+from harness.drive.doors import run_control
 from harness.drive.doors.base import Door
-from harness.drive.gateway_backend import GatewayBackend
-from harness.drive.hermes import TurnResult
+from harness.drive.doors.gateway_client import GatewayBackend
+from harness.drive.hermes.agent import TurnResult
 from harness.drive.phases import wanted
 
 DRIVER = "api-server"

@@ -33,9 +33,9 @@ from harness.core.findings import Finding
 from harness.core.protocol import placeholder
 from harness.detect.engine.stream import DEFAULT_LIMITS, ScanHit, scan_bytes
 from harness.drive.context import Context
-from harness.drive.dashboard_backend import TOKEN_HEADER, DashboardBackend, Route
 from harness.drive.doors.base import Door
-from harness.drive.hermes import TurnResult
+from harness.drive.doors.dashboard_client import TOKEN_HEADER, DashboardBackend, Route
+from harness.drive.hermes.agent import TurnResult
 
 PHASE = "route-auth"
 #: The label of the RPC log and of a finding's location (`dashboard:GET /api/...`).

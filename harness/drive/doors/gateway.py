@@ -1,11 +1,13 @@
 """The `gateway` front door: `hermes gateway run` with multiplexed profiles and the OpenAI-compatible API server.
 
-Phases: `cron` (when asked for; first and alone, as in `rpc_phases`), `route-auth` (every tenant's
-API-server key tried on every tenant's route: `route_auth`), `messaging` (when the `mattermost` service is on:
-a bot per profile, `harness.drive.messaging`), `turns` (the first running the tool battery's
-write plan), `lookups` (every tenant asks the tools for another tenant's identifiers) and `profiles`.
+Phases: `cron` (when asked for; first and alone, as in `rpc_doors`), `route-auth` (every tenant's
+API-server key tried on every tenant's route: `route_auth`), `messaging` (when a messaging platform is on:
+a bot per profile on each, `harness.drive.phases.messaging`), `turns` (the first running the tool battery's
+write plan), `lookups` (every tenant asks the tools for another tenant's identifiers), the opt-in phases the
+gateway runs (`phases.run_at`: `redaction`) and `profiles`.
 
-With the bots on, every cron job delivers to its profile's home channel and is due at the ticker's second tick,
+With the bots on, every cron job delivers to its profile's home channel on the first platform driven and is due
+at the ticker's second tick,
 so `cron` runs after `messaging`: a job's turn before the secondary bots' would load the launch profile's `.env`
 first and hide F25 (docs/hermes-findings.md); the jobs' deliveries are then judged (`attachments.judge_cron`).
 """
@@ -17,21 +19,24 @@ import time
 
 from harness.core.findings import Finding
 from harness.core.protocol import PROMPT, placeholder
-from harness.drive import attachments, battery, messaging, redaction
+from harness.drive import battery, phases
 from harness.drive.context import Context
 from harness.drive.doors.base import Door
-from harness.drive.gateway_backend import GatewayBackend
-from harness.drive.hermes import TurnResult
-from harness.drive.phases import profiles, seed_cron, wait_cron, wanted
+from harness.drive.doors.gateway_client import GatewayBackend
+from harness.drive.hermes.agent import TurnResult
+from harness.drive.phases import attachments, messaging, wanted
+from harness.drive.phases.base import PhaseRun
+from harness.drive.phases.cron import seed_cron, wait_cron
+from harness.drive.phases.profiles import profiles
 
 
 def gateway(ctx: Context) -> None:
     launch = ctx.sandbox.launch
     names = ctx.registry.names()
     log = ctx.rpc_log("gateway")
-    bots = messaging.enabled(ctx)
+    bots = attachments.platforms(ctx)
     if wanted(ctx, "cron"):  # with bots, every job's output goes to its profile's home channel, a tick later
-        seed_cron(ctx, messaging.SERVICE if bots else "local", later=bots)
+        seed_cron(ctx, attachments.kinds(bots[0]).deliver if bots else "local", later=bool(bots))
     started = time.time()
     gw = GatewayBackend(ctx.hermes, ctx.gateway_port, log, ctx.out / "logs" / "backend-gateway.log").start()
     try:
@@ -43,13 +48,13 @@ def gateway(ctx: Context) -> None:
             with ctx.phase("route-auth"):
                 _route_auth(ctx, gw)
         if bots:
-            with ctx.phase(messaging.PHASE):
+            with ctx.phase(messaging.NAME):
                 messaging.run(ctx)
             if wanted(ctx, "cron"):
                 with ctx.phase("cron"):
                     wait_cron(ctx, ctx.opts.cron_wait, "gateway", started)
-                with ctx.phase(messaging.PHASE):  # what the jobs that fired posted through the bots
-                    attachments.judge_cron(ctx)
+                with ctx.phase(messaging.NAME):  # what the jobs that fired posted through the bots
+                    attachments.judge_cron(ctx, bots[0])
         with ctx.phase("turns"):
             battery.write_turns(ctx, lambda name: _gateway_turn(ctx, gw, name, launch_key, "turns"))
             for _ in range(ctx.opts.turns - 1):
@@ -58,9 +63,8 @@ def gateway(ctx: Context) -> None:
         if battery.enabled(ctx) and wanted(ctx, "lookups"):
             with ctx.phase("lookups"):
                 battery.lookup_turns(ctx, lambda name: _gateway_turn(ctx, gw, name, launch_key, "lookups"), started)
-        if wanted(ctx, redaction.PHASE):
-            with ctx.phase(redaction.PHASE):
-                redaction.run(ctx, "gateway", lambda name: _gateway_turn(ctx, gw, name, launch_key, redaction.PHASE))
+        phases.run_at(ctx, "gateway", PhaseRun(
+            ctx, "gateway", lambda name: _gateway_turn(ctx, gw, name, launch_key, ctx.current_phase or "")))
         if wanted(ctx, "profiles"):
             with ctx.phase("profiles"):
                 profiles(ctx, gw.pid, gw.proc, "gateway")

@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-from harness.drive.backends import ServeBackend
 from harness.drive.context import Context
 from harness.drive.doors.base import Door
-from harness.drive.rpc_phases import drive_rpc
+from harness.drive.doors.rpc_doors import drive_rpc
+from harness.drive.doors.serve_client import ServeBackend
 
 
 def serve(ctx: Context) -> None:

@@ -3,10 +3,10 @@ sessions (`session.create {profile}`); the multi-profile phases of `rpc_phases`.
 
 from __future__ import annotations
 
-from harness.drive.backends import TuiBackend
 from harness.drive.context import Context
 from harness.drive.doors.base import Door
-from harness.drive.rpc_phases import drive_rpc
+from harness.drive.doors.rpc_doors import drive_rpc
+from harness.drive.doors.tui_client import TuiBackend
 
 
 def tui(ctx: Context) -> None:

@@ -10,21 +10,27 @@ exposed F1). docs/services.md describes each service; docs/architecture.md how t
 from __future__ import annotations
 
 import importlib
-import json
 import pkgutil
 import re
+from collections.abc import Callable
 from typing import Any
 
 from harness.core.protocol import TOOL_GROUPS as OWN_TOOL_GROUPS
 from harness.core.registry import Registry, Tenant, new_tag
 from harness.core.registry import Service as RegistryService
-from harness.drive.services.base import ServiceSpec, Setup, Where
+from harness.drive.surface import ServiceSpec, Setup, Unset, Where, merge
 
 
 def _discover() -> dict[str, ServiceSpec]:
-    specs = [importlib.import_module(f"{__name__}.{m.name}").SERVICE
-             for m in pkgutil.iter_modules(__path__) if m.name != "base"]
-    return {s.name: s for s in sorted(specs, key=lambda s: s.rank)}
+    """Every module of this package and of `harness.drive.platforms` (the messaging platforms) that declares one."""
+    from harness.drive import platforms
+
+    found = []
+    for package in (__name__, platforms.__name__):
+        path = importlib.import_module(package).__path__
+        modules = [importlib.import_module(f"{package}.{m.name}") for m in pkgutil.iter_modules(path)]
+        found += [m.SERVICE for m in modules if isinstance(getattr(m, "SERVICE", None), ServiceSpec)]
+    return {s.name: s for s in sorted(found, key=lambda s: s.rank)}
 
 
 #: Every service, the LLM provider first.
@@ -32,6 +38,12 @@ ALL_SERVICES: dict[str, ServiceSpec] = _discover()
 PROVIDER_SERVICE = next(s for s in ALL_SERVICES.values() if not s.optional)
 #: The services `--services` chooses from (every one but the provider).
 SERVICES: dict[str, ServiceSpec] = {n: s for n, s in ALL_SERVICES.items() if s.optional}
+#: The messaging platforms of the gateway (the modules of `harness.drive.platforms`), chosen with `--platforms`.
+PLATFORMS: dict[str, ServiceSpec] = {n: s for n, s in SERVICES.items() if s.messaging is not None}
+#: Every setting a profile may leave unset, by `SERVICE.NAME` (`--unset`).
+UNSETTABLE: dict[str, Unset] = {f"{n}.{u.name}": u for n, s in ALL_SERVICES.items() for u in s.unsettable}
+#: How a release is asked whether it has each service (`Coverage.probe`), for the feature probe.
+PROBES: dict[str, str] = {n: s.coverage.probe for n, s in SERVICES.items()}
 #: The services of a run without `--services`: every one but those chosen by name only (another holder of a slot).
 DEFAULT_SERVICES: tuple[str, ...] = tuple(n for n, s in SERVICES.items() if s.by_default)
 #: The tool battery by group (`--tools`): Hermes' own tools, then each service's.
@@ -45,6 +57,16 @@ GROUP_SERVICES: dict[str, tuple[str, ...]] = {}
 for _spec in SERVICES.values():
     if _spec.battery.tools:
         GROUP_SERVICES[_spec.battery.group] = (*GROUP_SERVICES.get(_spec.battery.group, ()), _spec.name)
+
+
+def unavailable(offered: Callable[[str], bool], names: list[str]) -> str | None:
+    """Why a run that asks for the services `names` cannot be audited on a release (`offered`: whether it has a
+    service), or None: a messaging platform asked for that it lacks (its adapter, or the SDK of Hermes' extra)."""
+    for name in names:
+        spec = SERVICES.get(name)
+        if spec is not None and spec.messaging is not None and not offered(name):
+            return f"platform {name}: {spec.coverage.lacks}"
+    return None
 
 
 def check(names: list[str]) -> list[str]:
@@ -86,30 +108,20 @@ def attach(registry: Registry, name: str, tenant: str, route: dict[str, Any] | N
     registry.validate()
 
 
-def setup(tenant: Tenant, names: list[str], where: dict[str, Where], *, second: bool = False) -> Setup:
-    """Everything the services `names` add to one profile, merged (`second`: the run's second tenant)."""
+def setup(tenant: Tenant, names: list[str], where: dict[str, Where], *, second: bool = False,
+          unset: tuple[str, ...] = ()) -> Setup:
+    """Everything the services `names` add to one profile, merged (`second`: the run's second tenant; `unset`: the
+    settings, `SERVICE.NAME`, it leaves unset)."""
     merged = Setup()
     for name in names:
         if second and SERVICES[name].but_second:
             continue
         part = SERVICES[name].configure(tenant, where[name])
-        _merge(merged.config, part.config)
+        for setting in unset:
+            if setting.split(".", 1)[0] == name:
+                part = UNSETTABLE[setting].drop(part)
+        merge(merged.config, part.config)
         merged.env.update(part.env)
         merged.files.update(part.files)
         merged.workdir_files.update(part.workdir_files)
     return merged
-
-
-def merged(base: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
-    """`base` with `more` merged in, mapping by mapping (neither is changed)."""
-    out = json.loads(json.dumps(base))
-    _merge(out, json.loads(json.dumps(more)))
-    return out
-
-
-def _merge(into: dict[str, Any], more: dict[str, Any]) -> None:
-    for key, value in more.items():
-        if isinstance(value, dict) and isinstance(into.get(key), dict):
-            _merge(into[key], value)
-        else:
-            into[key] = value

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from harness.capture.stubs.provider import StubProvider, ToolStep
 from harness.core.registry import Tenant
-from harness.drive.services.base import Battery, Coverage, ServiceSpec, Setup, Turn, Where, credential_plant
+from harness.drive.surface import Battery, Coverage, ServiceSpec, Setup, Turn, Where, credential_plant
 
 #: A 1x1 PNG: the picture the battery asks `vision_analyze` about (the auxiliary vision model is a stub).
 PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5E"

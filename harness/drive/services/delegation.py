@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from harness.capture.stubs.provider import StubProvider
 from harness.core.registry import Tenant
-from harness.drive.services.base import Battery, Coverage, Plant, PlantContext, ServiceSpec, Setup, Where, edit_config
+from harness.drive.surface import Battery, Coverage, Plant, PlantContext, ServiceSpec, Setup, Where, edit_config
 
 
 def configure(t: Tenant, where: Where) -> Setup:

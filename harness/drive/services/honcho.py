@@ -35,7 +35,7 @@ from typing import Any, ClassVar
 from harness.capture.stubs.base import JsonApiStub
 from harness.capture.stubs.provider import ToolStep
 from harness.core.registry import Tenant
-from harness.drive.services.base import (
+from harness.drive.surface import (
     COMMON_WORD,
     Battery,
     Coverage,

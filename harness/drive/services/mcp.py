@@ -8,7 +8,7 @@ from harness.capture.stubs.mcp_http import PATH, McpHttpStub
 from harness.capture.stubs.mcp_tools import SERVER_NAME
 from harness.capture.stubs.provider import ToolStep
 from harness.core.registry import Tenant
-from harness.drive.services.base import Battery, Coverage, ServiceSpec, Setup, Where, credential_plant
+from harness.drive.surface import Battery, Coverage, ServiceSpec, Setup, Where, credential_plant
 
 REMEMBER, RECALL = f"mcp__{SERVER_NAME}__remember", f"mcp__{SERVER_NAME}__recall"
 #: The features probe's test for an MCP client (shared with `mcp_stdio`).

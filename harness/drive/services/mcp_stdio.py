@@ -12,8 +12,8 @@ from harness.capture.stubs.mcp_stdio import SERVER_NAME, TOKEN_ENV
 from harness.capture.stubs.provider import ToolStep
 from harness.core.places import SOURCE
 from harness.core.registry import Tenant
-from harness.drive.services.base import Battery, Coverage, ServiceSpec, Setup, Turn, Where, credential_plant
 from harness.drive.services.mcp import DISCOVERY_WAIT, LACKS, PROBE
+from harness.drive.surface import Battery, Coverage, ServiceSpec, Setup, Turn, Where, credential_plant
 
 REMEMBER, RECALL = f"mcp__{SERVER_NAME}__remember", f"mcp__{SERVER_NAME}__recall"
 

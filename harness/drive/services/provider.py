@@ -9,8 +9,8 @@ from __future__ import annotations
 from harness.capture.proxy import FORWARD_DOMAIN
 from harness.capture.stubs.provider import StubProvider
 from harness.core.registry import PROVIDER
-from harness.drive.hermes import PROVIDER_ID, PROVIDER_KEY_ENV
-from harness.drive.services.base import Battery, Coverage, Plant, PlantContext, ServiceSpec, edit_config, set_env
+from harness.drive.hermes.agent import PROVIDER_ID, PROVIDER_KEY_ENV
+from harness.drive.surface import Battery, Coverage, Plant, PlantContext, ServiceSpec, edit_config, set_env
 
 
 def _route(c: PlantContext) -> None:
