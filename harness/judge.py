@@ -57,10 +57,11 @@ def venv_warnings(record: RunRecord, base: baselines.AnyBaseline | None) -> list
                                                "other versions"]
     made_with = getattr(base, "made_with", None) or {}
     if made_with.get("installed") and venv.get("installed"):
-        # a distribution only the SDK of a service, or a door, this run did not drive brings cannot have changed it
-        unused = frozenset(p for name, spec in SERVICES.items() if record.services.get(name) != "on"
-                           for p in spec.packages) | frozenset(
-            p for name, door in DOORS.items() if record.doors.get(name) != "on" for p in door.packages)
+        # a distribution only the SDKs of services, or doors, this run did not drive bring cannot have changed it
+        declared = [(spec.packages, record.services.get(name) == "on") for name, spec in SERVICES.items()]
+        declared += [(door.packages, record.doors.get(name) == "on") for name, door in DOORS.items()]
+        used = frozenset(p for packages, on in declared if on for p in packages)
+        unused = frozenset(p for packages, _ in declared for p in packages) - used
         differs = differences(venv["installed"], made_with["installed"], "the Hermes venv", ignore=TOOLS | unused,
                               against=("the one that made the baseline", "baseline"))
         lines += [differs] if differs else []
