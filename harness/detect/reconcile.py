@@ -62,7 +62,8 @@ class Reconciliation:
     coverage: Coverage = field(default_factory=Coverage)
     #: Everything not read to its end (files, layers, bodies); those read in part are also in `reasons`.
     not_inspected: list[stream.NotInspected] = field(default_factory=list)
-    #: Requests the proxy refused (hosts no tenant routes, nothing dialled), by host.
+    #: Requests the proxy refused (hosts no tenant routes, nothing dialled), by host (and whose credential one
+    #: presented, if a tenant's).
     refused: Counter[str] = field(default_factory=Counter)
 
     def skip(self, entries: Sequence[stream.NotInspected], where: str = "") -> None:
@@ -197,7 +198,8 @@ def _flows(ev: Evidence, rec: Reconciliation) -> None:
         rec.findings += _tag(list(report.findings), phase, flow.request.timestamp_start)
         rec.skip(report.not_inspected)
         if report.refused:
-            rec.refused[report.host] += 1
+            owner = report.request.bearer_tenant
+            rec.refused[report.host + (f" with {owner}'s credential" if owner else "")] += 1
         tenant = report.request.tenant
         if tenant is None:
             continue
