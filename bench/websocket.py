@@ -6,7 +6,7 @@ A registry of 8 tenants x 12 canaries; one connection on a tenant's reverse list
 text messages (half each way, about 300 bytes each, some naming the tenant's own canaries: a clean stream).
 
 - hooks: `websocket_message` for every message, then `websocket_end` (the whole streams scanned), on the
-  `Tenancy` addon in-process; against the same loop on a flow the addon does not inspect (no socket in flight).
+  `Tenancy` addon in-process; against the same loop without the hooks.
 - proxy: an echo server behind a reverse listener of mitmdump with the addon, against plain mitmdump; the client
   sends every message and reads every echo; each round runs both, alternately.
 """
@@ -25,6 +25,7 @@ import threading
 import time
 from pathlib import Path
 
+import children
 from hooks import make_registry
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow
@@ -35,6 +36,7 @@ from wsproto.frame_protocol import Opcode
 
 from harness.capture.addon import Tenancy
 from harness.capture.proxy import free_port
+from harness.core.procs import ProcessSet
 from harness.core.registry import Registry
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -51,8 +53,8 @@ def messages(reg: Registry, n: int) -> list[tuple[bool, bytes]]:
     return out
 
 
-def hooks(reg: Registry, stream: list[tuple[bool, bytes]], inspect: bool) -> float:
-    """Seconds for every message's hook and the end of the connection."""
+def hooks(reg: Registry, stream: list[tuple[bool, bytes]], inspect: bool) -> tuple[float, float]:
+    """Seconds for every message's hook and the end of the connection, and for the end alone."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "registry.yaml"
         reg.save(path)
@@ -60,8 +62,7 @@ def hooks(reg: Registry, stream: list[tuple[bool, bytes]], inspect: bool) -> flo
         with taddons.context(addon) as tctx:
             tctx.configure(addon, tenancy_registry=str(path))
             f = tflow.twebsocketflow()
-            port = reg["t0"].listen if inspect else 18999  # 18999: no tenant's, so nothing is inspected
-            f.client_conn.proxy_mode = ProxyMode.parse(f"reverse:http://127.0.0.1:9@{port}")
+            f.client_conn.proxy_mode = ProxyMode.parse(f"reverse:http://127.0.0.1:9@{reg['t0'].listen}")
             response, f.response, f.websocket = f.response, None, None
             addon.request(f)
             f.response, f.websocket = response, WebSocketData()
@@ -69,9 +70,13 @@ def hooks(reg: Registry, stream: list[tuple[bool, bytes]], inspect: bool) -> flo
             start = time.perf_counter()
             for from_client, content in stream:
                 f.websocket.messages.append(WebSocketMessage(Opcode.TEXT, from_client, content))
-                addon.websocket_message(f)
-            addon.websocket_end(f)
-            return time.perf_counter() - start
+                if inspect:
+                    addon.websocket_message(f)
+            end = time.perf_counter()
+            if inspect:
+                addon.websocket_end(f)
+            done = time.perf_counter()
+            return done - start, done - end
 
 
 def echo(conn: ServerConnection) -> None:
@@ -92,7 +97,8 @@ def through(port: int, stream: list[tuple[bool, bytes]]) -> float:
         return time.perf_counter() - start
 
 
-def mitmdump(tmp: Path, reg: Registry, upstream: str, addon: bool) -> tuple[subprocess.Popen[bytes], int]:
+def mitmdump(procs: ProcessSet, tmp: Path, reg: Registry, upstream: str, addon: bool
+             ) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
     argv = [str(Path(sys.executable).parent / "mitmdump"), "-q", "--set", f"confdir={ROOT / 'certs'}",
             "--mode", f"reverse:{upstream}@127.0.0.1:{port}"]
@@ -101,7 +107,7 @@ def mitmdump(tmp: Path, reg: Registry, upstream: str, addon: bool) -> tuple[subp
         reg.save(tmp / "registry.yaml")
         argv += ["-s", str(ROOT / "addons" / "tenancy.py"), "--set", f"tenancy_registry={tmp / 'registry.yaml'}",
                  "--set", f"tenancy_ledger={tmp / 'ledger.jsonl'}"]
-    proc = subprocess.Popen(argv, env={**os.environ, "PYTHONPATH": str(ROOT)}, start_new_session=True)
+    proc = procs.spawn(argv, env={**os.environ, "PYTHONPATH": str(ROOT)})
     for _ in range(300):
         try:
             connect(f"ws://127.0.0.1:{port}/", proxy=None, open_timeout=1).close()
@@ -111,11 +117,7 @@ def mitmdump(tmp: Path, reg: Registry, upstream: str, addon: bool) -> tuple[subp
     raise RuntimeError("mitmdump did not come up")
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--messages", type=int, default=10000)
-    ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args()
+def bench(args: argparse.Namespace, procs: ProcessSet) -> int:
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         reg = make_registry(tmp)
@@ -124,15 +126,16 @@ def main() -> None:
         on = [hooks(reg, stream, True) for _ in range(args.rounds)]
         off = [hooks(reg, stream, False) for _ in range(args.rounds)]
         print(f"{args.messages} messages, {size / 1e6:.1f} MB")
-        print(f"hooks, inspected: {statistics.median(on):.3f} s ({statistics.median(on) / args.messages * 1e6:.1f} "
-              f"us/message); not inspected: {statistics.median(off):.3f} s")
+        total, end = statistics.median(t for t, _ in on), statistics.median(e for _, e in on)
+        print(f"hooks: {total:.3f} s ({total / args.messages * 1e6:.1f} us/message; the end of the connection "
+              f"{end:.3f} s of it); without them: {statistics.median(t for t, _ in off):.3f} s")
         server = serve(echo, "127.0.0.1", 0, max_queue=None)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         upstream = f"http://127.0.0.1:{server.socket.getsockname()[1]}"
         times: dict[bool, list[float]] = {True: [], False: []}
         for _ in range(args.rounds):
             for addon in (True, False):
-                proc, port = mitmdump(tmp, reg, upstream, addon)
+                proc, port = mitmdump(procs, tmp, reg, upstream, addon)
                 try:
                     times[addon].append(through(port, stream))
                 finally:
@@ -142,7 +145,12 @@ def main() -> None:
         with_addon, plain = statistics.median(times[True]), statistics.median(times[False])
         print(f"proxy, {len(stream) // 2} messages each way: with the addon {with_addon:.2f} s, plain mitmdump "
               f"{plain:.2f} s ({with_addon / plain:.2f}x; rounds {times})")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=10000)
+    ap.add_argument("--rounds", type=int, default=3)
+    arguments = ap.parse_args()
+    sys.exit(children.run(lambda procs: bench(arguments, procs)))
