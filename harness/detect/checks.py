@@ -3,8 +3,9 @@
 `RequestFacts` or `ResponseFacts`, worked out once) and adds what it finds to the message's report.
 
 The order matters: the leak scan leaves out a canary that the key or the model check has already reported at
-that part of the request (it is that finding, not a leak besides); the identity check renames the leaks the
-scan found; the stream check reports only canaries the headers and body did not already show.
+that part of the request (it is that finding, not a leak besides); the egress check reads whether a refused
+request carried a canary (its leaks); the identity check renames the leaks the scan found; the stream check
+reports only canaries the headers and body did not already show.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ class RawRequest:
     path: str
     headers: Headers
     body: bytes | None
+    refused: bool = False  # answered by the proxy without dialling anything (`tenancy_egress=block`)
 
 
 @dataclass(frozen=True)
@@ -154,14 +156,18 @@ def _bearer_state(tenant: Tenant | None, bearer: str | None, owner: Tenant | Non
 
 
 def check_egress(req: RequestFacts, report: RequestReport) -> None:
-    """`egress`: a forward request for a host no tenant owns."""
+    """`egress`: a forward request for a host no tenant owns that went out (`tenancy_egress=flag`), or that the
+    proxy refused but that carried a tenant's canary (its `request_leak`s, found before). A refused request
+    carrying none left nothing and held nothing of a tenant's: a safety record (`refused`), not a finding."""
     route = req.endpoint.route
-    if req.tenant is not None or route.topology != "forward":
+    if req.endpoint.owned or route.topology != "forward":
         return
-    report.findings.append(Finding(
+    if req.raw.refused and not any(f.kind == "request_leak" for f in report.findings):
+        return
+    report.findings.insert(0, Finding(
         kind="egress", victim=None, seen_in=None, canary=None, channel="request", location=req.where,
         evidence=req.matcher.redact_text(f"{req.raw.method} {route.host}{req.raw.path}")[:200],
-        detail=f"host {route.host!r} is owned by no tenant",
+        detail=f"host {route.host!r} is owned by no tenant" + (" (refused)" if req.raw.refused else ""),
     ))
 
 
@@ -245,10 +251,11 @@ def check_identity(req: RequestFacts, report: RequestReport) -> None:
 
 
 RequestCheck = Callable[[RequestFacts, RequestReport], None]
-#: The checks of what a request presents (host, credential, model): cheap, they run in the proxy's hook.
-IN_PATH_CHECKS: tuple[RequestCheck, ...] = (check_egress, check_key, check_model)
-#: The checks that scan a request's bytes for canaries: the live addon may run them in a worker process.
-SCAN_CHECKS: tuple[RequestCheck, ...] = (check_request_leaks, check_identity)
+#: The checks of what a request presents (credential, model): cheap, they run in the proxy's hook.
+IN_PATH_CHECKS: tuple[RequestCheck, ...] = (check_key, check_model)
+#: The checks that scan a request's bytes for canaries, and egress (which reads what the scan found): the live
+#: addon may run them in a worker process.
+SCAN_CHECKS: tuple[RequestCheck, ...] = (check_request_leaks, check_egress, check_identity)
 #: Every request check, in the order they run (see the module's docstring for why this order).
 REQUEST_CHECKS: tuple[RequestCheck, ...] = IN_PATH_CHECKS + SCAN_CHECKS
 
