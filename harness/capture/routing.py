@@ -19,7 +19,7 @@ from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from harness.capture.watched import RegistryFile
 from harness.core import registry
-from harness.core.protocol import FLOW_HEADER
+from harness.core.protocol import FLOW_HEADER, REFUSED_CONNECTION
 from harness.detect import routes
 from harness.detect.routes import Endpoint
 
@@ -129,7 +129,7 @@ class Routing:
             return
         host, port = data.server.address[0], data.server.address[1]
         if not is_loopback(host) and (host.lower(), port) not in self._upstreams():
-            data.server.error = f"tenancy-audit: connection to {host}:{port} refused (no tenant routes it)"
+            data.server.error = f"{REFUSED_CONNECTION}: a connection to {host}:{port} (no tenant routes it)"
             log.warning(f"tenancy: refused a connection to {host}:{port}: the audit routes no such host")
 
     def _upstreams(self) -> frozenset[tuple[str, int]]:

@@ -11,6 +11,7 @@ reports only canaries the headers and body did not already show.
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -110,7 +111,7 @@ def request_facts(registry: Registry, matcher: Matcher, raw: RawRequest, endpoin
     decoded = decode_body(raw.body, first.get("content-encoding", ""), first.get("transfer-encoding", ""))
     doc = parse_json(decoded)
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
-    bearer, held_in = credential_of(first, doc)
+    bearer, held_in = credential_of(first, doc, raw.path, decoded.data, registry)
     expected = tenant.credential(service) if tenant is not None else None
     if tenant is not None and bearer is not None and bearer == expected:  # the usual case (a value has one owner)
         owner: Tenant | None = tenant
@@ -130,14 +131,28 @@ def request_kind(path: str, doc: Any, service: str = PROVIDER) -> str:
     return "main" if isinstance(doc, dict) and doc.get("tools") else "aux"
 
 
-def credential_of(first: dict[str, str], doc: Any) -> tuple[str | None, str]:
-    """The credential a request presents and where: a key header (`bearer_of`), else a top-level
-    `api_key` field of a JSON body (as Tavily's API takes it)."""
+def credential_of(first: dict[str, str], doc: Any, path: str = "", body: bytes = b"",
+                  registry: Registry | None = None) -> tuple[str | None, str]:
+    """The credential a request presents and where: a key header (`bearer_of`), else a top-level `api_key` or
+    `token` field of a JSON body (as Tavily's API takes it), a `token` field of the query or a form body (Slack's
+    Web API), or a path segment `bot<TOKEN>` whose token is a secret of `registry` (Telegram's Bot API)."""
     bearer = bearer_of(first)
     if bearer:
         return bearer, next(f"headers.{n}" for n in KEY_HEADERS if first.get(n, "").strip())
-    value = doc.get("api_key") if isinstance(doc, dict) else None
-    return (value, "body.api_key") if isinstance(value, str) and value else (None, "headers.authorization")
+    for name in ("api_key", "token"):
+        value = doc.get(name) if isinstance(doc, dict) else None
+        if isinstance(value, str) and value:
+            return value, f"body.{name}"
+    target = urllib.parse.urlsplit(path)
+    form = body.decode("utf-8", "replace") if "form-urlencoded" in first.get("content-type", "") else ""
+    for where, fields in (("path.token", target.query), ("body.token", form)):
+        value = next(iter(urllib.parse.parse_qs(fields).get("token", [])), "")
+        if value:
+            return value, where
+    for segment in target.path.split("/"):
+        if segment.startswith("bot") and registry is not None and registry.owner_of_key(segment[3:]):
+            return segment[3:], "path.bot"
+    return None, "headers.authorization"
 
 
 def _bearer_state(tenant: Tenant | None, bearer: str | None, owner: Tenant | None, expected: str | None) -> str:

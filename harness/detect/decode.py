@@ -133,13 +133,18 @@ def first_values(headers: Headers) -> dict[str, str]:
     return first
 
 
+#: Authorization schemes whose credential is the rest of the value (`Bot` is Discord's).
+AUTH_SCHEMES = ("bearer ", "bot ", "token ")
+
+
 def bearer_of(first: dict[str, str]) -> str | None:
-    """The credential a request presents (`first`: its `first_values`): `Authorization: Bearer X`, or an
-    api-key style header."""
+    """The credential a request presents (`first`: its `first_values`): `Authorization: Bearer X` (or `Bot X`,
+    `Token X`), or an api-key style header."""
     for name in KEY_HEADERS:
         value = first.get(name, "").strip()
         if value:
-            return value[7:].strip() if value.lower().startswith("bearer ") else value
+            scheme = next((s for s in AUTH_SCHEMES if value.lower().startswith(s)), "")
+            return value[len(scheme):].strip()
     return None
 
 
