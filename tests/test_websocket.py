@@ -78,7 +78,7 @@ def test_a_canary_in_a_message_is_a_leak_by_direction(reg):
 def test_near_misses_are_not_leaks(reg):
     soul, own = reg["beta"].canaries["soul"], reg["alpha"].canaries["soul"]
     changed = soul[:-1] + ("0" if soul[-1] != "0" else "1")
-    fed, found = scan(reg, [(True, changed.encode()), (True, b" " + soul[:-1].encode()),
+    fed, found = scan(reg, [(True, changed.encode()), (True, b" " + soul[:-1].encode() + b" "),
                             (False, own.encode()), (True, reg["alpha"].canaries["chat_key"].encode())])
     assert fed == [[], [], [], []] and found == []
 
