@@ -143,6 +143,19 @@ def run(ctx: Context) -> None:
     _exchange(ctx, round_of(refused), QUIET)
     attachments.judge_media(ctx, since, until, time.monotonic() - started)  # after round 3: every upload landed
     ctx.findings.extend(_tokens(ctx))  # every sign-in of the phase, a bot's reconnection after a turn included
+    _unknown(ctx)
+
+
+def _unknown(ctx: Context) -> None:
+    """A failed step for every server that got requests its stub does not know (answered in the platform's
+    error shape): what the bot did there is not all on the record."""
+    for platform in platforms(ctx):
+        for name in ctx.registry.names():
+            unknown = stub_of(ctx, name, platform).unknown
+            if unknown:
+                ctx.record(TurnResult(name, "gateway", False, 0.0, f"its {platform} server did not know "
+                                      f"{len(unknown)} request(s): {', '.join(sorted(set(unknown))[:3])}"),
+                           NAME, snapshot=False)
 
 
 def _text(ctx: Context, m: Message) -> str:
@@ -191,6 +204,11 @@ def _judge(ctx: Context, m: Message, since: float, seconds: float) -> None:
             kind, seen = ("profile_bleed", m.by) if m.by else ("route_auth", m.tenant)
             ctx.findings.append(_finding(ctx, m, kind, seen, m.allowlist, f"{m.mark}: {own} provider request(s)",
                                          f"{m.what} got an agent turn through {m.tenant}'s bot"))
+        marked = stub_of(ctx, m.tenant, m.platform).reactions_to(m.sender, m.channel, since) if m.by else []
+        if marked:  # the bot showed another profile's user it took the message (Signal's 👀): that profile's list
+            ctx.findings.append(_finding(ctx, m, "profile_bleed", m.by, "reactions",
+                                         f"{m.mark}: reaction(s) {' '.join(r['emoji'] for r in marked)}",
+                                         f"{m.what} got a reaction from {m.tenant}'s bot"))
         ctx.record(TurnResult(m.tenant, "gateway", True, seconds, f"{m.what}: {own} request(s)"), NAME,
                    snapshot=False)
         return
