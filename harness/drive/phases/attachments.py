@@ -90,8 +90,8 @@ def judge_media(ctx: Context, since: float, until: float, seconds: float) -> Non
             own = [f for f in stub.files_since(since) if f["data"] == mine and f["token"] == key]
             attached = {fid for p in stub.posts_since(since) for fid in p["file_ids"]}
             ok = any(f["id"] in attached for f in own)
-            ctx.record(TurnResult(t.name, MEDIA, ok, seconds, "" if ok else
-                                  f"its own {platform} MEDIA file: {len(own)} upload(s) with its token, none "
+            ctx.record(TurnResult(t.name, MEDIA, ok, seconds, f"{platform}: its own MEDIA file attached" if ok else
+                                  f"{platform}: its own MEDIA file: {len(own)} upload(s) with its token, none "
                                   "attached to a post"), NAME, snapshot=False)
 
 

@@ -40,7 +40,10 @@ from harness.drive.platforms.base import lead
 from harness.drive.services import SERVICES
 
 SIGN_IN = 60.0  # how long every profile's bot has to sign in after the gateway started
-CONNECT = "messaging-connect"  # the label of a bot's failed sign-in: a release without a bot per profile, not F25
+#: The gateway starts every profile's bots one after another: once every platform has a bot signed in and no other
+#: has for this long, the bots still missing never start (Hermes 0.19.0 refuses a secondary ntfy bot, F55).
+SETTLED = 20.0
+CONNECT = "messaging-connect"  # the label of a bot's failed sign-in (`messaging-connect:PLATFORM`): not F25
 QUIET = 12.0  # how long a refused round waits for turns it must not cause
 IDLE = 20.0  # a round that must be answered ends when no stub has heard from Hermes for this long
 
@@ -111,15 +114,20 @@ def _signed_in(ctx: Context) -> dict[str, list[str]]:
     in there), or the time is up; the bots of each platform that are connected at their own server. A bot that never
     signed in is a failed step."""
     names, on = ctx.registry.names(), platforms(ctx)
-    started = time.monotonic()
-    while time.monotonic() - started < SIGN_IN and any(
-            sum(stub_of(ctx, n, p).sign_ins() for n in names) < len(names) for p in on):
+    started = last = time.monotonic()
+    seen = 0
+    while time.monotonic() - started < SIGN_IN:
+        counts = [sum(stub_of(ctx, n, p).sign_ins() for n in names) for p in on]
+        if all(c >= len(names) for c in counts) or (all(counts) and time.monotonic() - last > SETTLED):
+            break
+        if sum(counts) != seen:
+            seen, last = sum(counts), time.monotonic()
         time.sleep(0.2)
     bots = {p: [n for n in names if stub_of(ctx, n, p).connected()] for p in on}
     for p in on:
         for name in sorted(set(names) - set(bots[p])):
             ctx.record(TurnResult(name, "gateway", False, time.monotonic() - started,
-                                  f"its {p} bot never signed in"), CONNECT, snapshot=False)
+                                  f"its {p} bot never signed in"), f"{CONNECT}:{p}", snapshot=False)
     return bots
 
 
@@ -209,14 +217,14 @@ def _judge(ctx: Context, m: Message, since: float, seconds: float) -> None:
             ctx.findings.append(_finding(ctx, m, "profile_bleed", m.by, "reactions",
                                          f"{m.mark}: reaction(s) {' '.join(r['emoji'] for r in marked)}",
                                          f"{m.what} got a reaction from {m.tenant}'s bot"))
-        ctx.record(TurnResult(m.tenant, "gateway", True, seconds, f"{m.what}: {own} request(s)"), NAME,
-                   snapshot=False)
+        ctx.record(TurnResult(m.tenant, "gateway", True, seconds, f"{m.platform}: {m.what}: {own} request(s)"),
+                   NAME, snapshot=False)
         return
     mine = _replies(ctx, m, since)
     key = ctx.registry[m.tenant].canaries[SERVICES[m.platform].credential]
     ok = bool(mine) and own > 0 and all(p["token"] == key for p in mine)
     ctx.record(TurnResult(m.tenant, "gateway", ok, seconds,
-                          "" if ok else f"{m.what}: {len(mine)} reply(ies), {own} request(s)"), NAME)
+                          "" if ok else f"{m.platform}: {m.what}: {len(mine)} reply(ies), {own} request(s)"), NAME)
     others = [o.name for o in ctx.registry if o.name != m.tenant] if m.note else []  # once per tenant
     for other in others:  # its replies at every other server
         stray = [p for p in stub_of(ctx, other, m.platform).posts_since(since) if reply_of(m.tenant, p)]
