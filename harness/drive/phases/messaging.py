@@ -126,7 +126,7 @@ def _signed_in(ctx: Context) -> dict[str, list[str]]:
     bots = {p: [n for n in names if stub_of(ctx, n, p).connected()] for p in on}
     for p in on:
         for name in sorted(set(names) - set(bots[p])):
-            ctx.record(TurnResult(name, "gateway", False, time.monotonic() - started,
+            ctx.record(TurnResult(name, p, False, time.monotonic() - started,
                                   f"its {p} bot never signed in"), f"{CONNECT}:{p}", snapshot=False)
     return bots
 
@@ -161,7 +161,7 @@ def _unknown(ctx: Context) -> None:
         for name in ctx.registry.names():
             unknown = stub_of(ctx, name, platform).unknown
             if unknown:
-                ctx.record(TurnResult(name, "gateway", False, 0.0, f"its {platform} server did not know "
+                ctx.record(TurnResult(name, platform, False, 0.0, f"its {platform} server did not know "
                                       f"{len(unknown)} request(s): {', '.join(sorted(set(unknown))[:3])}"),
                            NAME, snapshot=False)
 
@@ -217,14 +217,14 @@ def _judge(ctx: Context, m: Message, since: float, seconds: float) -> None:
             ctx.findings.append(_finding(ctx, m, "profile_bleed", m.by, "reactions",
                                          f"{m.mark}: reaction(s) {' '.join(r['emoji'] for r in marked)}",
                                          f"{m.what} got a reaction from {m.tenant}'s bot"))
-        ctx.record(TurnResult(m.tenant, "gateway", True, seconds, f"{m.platform}: {m.what}: {own} request(s)"),
-                   NAME, snapshot=False)
+        ctx.record(TurnResult(m.tenant, m.platform, True, seconds, f"{m.what}: {own} request(s)"), NAME,
+                   snapshot=False)
         return
     mine = _replies(ctx, m, since)
     key = ctx.registry[m.tenant].canaries[SERVICES[m.platform].credential]
     ok = bool(mine) and own > 0 and all(p["token"] == key for p in mine)
-    ctx.record(TurnResult(m.tenant, "gateway", ok, seconds,
-                          "" if ok else f"{m.platform}: {m.what}: {len(mine)} reply(ies), {own} request(s)"), NAME)
+    ctx.record(TurnResult(m.tenant, m.platform, ok, seconds,
+                          "" if ok else f"{m.what}: {len(mine)} reply(ies), {own} request(s)"), NAME)
     others = [o.name for o in ctx.registry if o.name != m.tenant] if m.note else []  # once per tenant
     for other in others:  # its replies at every other server
         stray = [p for p in stub_of(ctx, other, m.platform).posts_since(since) if reply_of(m.tenant, p)]
