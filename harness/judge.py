@@ -140,15 +140,6 @@ def refusals(rec: Reconciliation) -> list[str]:
     return [f"the proxy refused {rec.refused.total()} request(s) to hosts no tenant routes, nothing dialled: {hosts}"]
 
 
-def refusals(rec: Reconciliation) -> list[str]:
-    """A line naming the hosts no tenant routes that the proxy refused requests to (nothing was dialled; one that
-    carried a canary is also an `egress` finding)."""
-    if not rec.refused:
-        return []
-    hosts = ", ".join(f"{host} ({n})" for host, n in sorted(rec.refused.items()))
-    return [f"the proxy refused {rec.refused.total()} request(s) to hosts no tenant routes, nothing dialled: {hosts}"]
-
-
 def evidence_policy(out: Path) -> Policy:
     """The isolation policy an evidence folder was judged by (its `policy.yaml`), else the default one."""
     path = EvidenceFolder(out).policy_copy
