@@ -83,6 +83,23 @@ CASES = [
                  scenario="gateway", phase="messaging"),
      dict(kind="wrong_key", victim="alpha", seen_in="beta", canary="mattermost_key", service="mattermost",
           scenario="gateway", phase="messaging")),
+    ("F40", dict(kind="profile_bleed", victim="alpha", canary="allowed_channels", channel="rpc", service="signal",
+                 scenario="gateway", phase="messaging"),
+     dict(kind="profile_bleed", victim="alpha", canary="cron_delivery", channel="rpc", service="signal",
+          scenario="gateway", phase="messaging")),
+    ("F41", dict(kind="profile_bleed", victim="alpha", canary="reactions", channel="rpc", service="signal",
+                 scenario="gateway", phase="messaging"),
+     dict(kind="profile_bleed", victim="alpha", canary="reactions", channel="rpc", service="mattermost",
+          scenario="gateway", phase="messaging")),
+    ("F42", dict(kind="wrong_key", canary="signal_account", service="signal", scenario="gateway", phase="messaging"),
+     dict(kind="wrong_key", canary="signal_user", service="signal", scenario="gateway", phase="messaging")),
+    ("F55", dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway",
+                 phase="messaging-connect:ntfy", location="gateway:messaging-connect:ntfy"),
+     dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway",
+          phase="messaging-connect:signal", location="gateway:messaging-connect:signal")),
+    ("F56", dict(kind="wrong_key", victim="alpha", seen_in="default", canary="ntfy_key", service="ntfy",
+                 scenario="gateway", phase="messaging"),
+     dict(kind="wrong_key", canary="ntfy_key", service="ntfy", scenario="gateway", phase="messaging")),
     ("F33", dict(kind="route_auth", victim="alpha", seen_in=None, canary="model", channel="response",
                  scenario="dashboard", phase="route-auth", location="dashboard:GET /api/model/info?profile=alpha"),
      dict(kind="text_leak", victim="alpha", seen_in=None, canary="model", channel="rpc", scenario="dashboard",
@@ -146,3 +163,14 @@ def test_a_clause_reads_as_the_docs_write_it():
 def test_the_docs_list_every_signature_as_the_code_has_it():
     rows = dict(re.findall(r"^\| (F\d+) \| (.+) \|$", DOC.read_text(encoding="utf-8"), flags=re.MULTILINE))
     assert rows == {n: text(n) for n in SIGNATURES}
+
+
+def test_a_services_key_of_another_profile_in_the_gateways_messaging_phase_is_f25():
+    """After the first secondary turn the process environment holds that profile's `.env` (F25): the memory and
+    auxiliary clients then send its keys for whichever profile runs, in any direction; elsewhere such a key is
+    F12's or F14's (the launch profile's key only)."""
+    taken = crossing("wrong_key", victim="beta", seen_in="alpha", canary="memory_key", service="memory",
+                     scenario="gateway", phase="messaging")
+    assert "F25" in taken and "F12" not in taken
+    assert "F25" not in crossing("wrong_key", victim="beta", seen_in="alpha", canary="memory_key", service="memory",
+                                 scenario="gateway", phase="turns")  # the near miss: another phase

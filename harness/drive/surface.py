@@ -161,6 +161,10 @@ class Messaging:
     file: str
     media_file: str  # the file in every profile's home holding its `file` canary
     deliver: str  # Hermes' cron `deliver:` value for the platform's home channel
+    #: How the platform takes a file a reply attaches: `upload` (its bytes in a request, which the flow scan
+    #: reads), `path` (a local path the server reads itself, as signal-cli's daemon does: the stub reads the file,
+    #: and the phase scans what it read), `none` (no attachments: Hermes posts a notice instead; no `media` step)
+    attachments: str = "upload"
 
 
 @dataclass(frozen=True)
@@ -190,6 +194,10 @@ class ServiceSpec:
     configure: Callable[[Tenant, Where], Setup] = lambda t, w: Setup()
     messaging: Messaging | None = None  # a messaging platform of the gateway (a module of `drive.platforms`)
     unsettable: tuple[Unset, ...] = ()  # the settings a profile may leave unset (`--unset SERVICE.NAME`)
+    #: Its protocol carries no credential (signal-cli's daemon has no authentication): the registry then names
+    #: none, so a request without one is no `wrong_key`; `credential` is the identity every call names instead,
+    #: which the stub records (a sign-in, a post) for the phase to judge
+    keyless: bool = False
 
     def kinds(self) -> tuple[str, ...]:
         return (self.credential, *self.identity, *self.data)

@@ -1,42 +1,82 @@
-"""The gateway door's `messaging` phase against real Hermes 0.19.0, a Mattermost bot per profile, in one audit:
-every bot signs in with its own token; the secondary bots answer in a channel only the launch profile allows
-(F24); after the first secondary turn the launch profile's bot authorizes by that profile's allowlist (F25).
-Strangers and the other profiles' leads get no turn through a secondary bot (the refusals that hold). Every reply
-names files to attach (`MEDIA:`): each tenant's own arrives through its own bot (the near miss), its neighbour's
-file and `.env` go up through it too, but for the launch profile's `.env`, which Hermes' denylist knows (F31). The
-launch profile's cron job, due at the ticker's second tick (after the messages, so F25 still shows), posts its
-output in its own home channel through its own bot; the others' never fire (F6)."""
+"""The gateway door's `messaging` phase against real Hermes 0.19.0 in one audit (shared by the tests below, each a
+platform's): a bot per profile on Mattermost, Signal and ntfy, driven in the same rounds.
+
+Mattermost: every bot signs in with its own token; the secondary bots answer in a channel only the launch profile
+allows (F24); after the first secondary turn the launch profile's bot authorizes by that profile's allowlist
+(F25). Strangers and the other profiles' leads get no turn through a secondary bot (the refusals that hold). Every
+reply names files to attach (`MEDIA:`): each tenant's own arrives through its own bot (the near miss), its
+neighbour's file and `.env` go up through it too, but for the launch profile's `.env`, which Hermes' denylist knows
+(F31). The launch profile's cron job, due at the ticker's second tick (after the messages, so F25 still shows),
+posts its output in its own home channel through its own bot; the others' never fire (F6).
+
+Signal: every bot streams with its own account; the secondary bots answer in a group only the launch profile
+allows (F40) and put their 👀 on the launch profile's lead's messages, which they refuse (F41); the daemon reads the
+neighbour's file a reply attaches by path (F31 through Signal). ntfy: the secondary profiles' bots are built from the
+launch profile's settings and refused as its duplicate, so they never subscribe (F55); the launch profile's bot
+receives over the proxied NDJSON stream (a turn after F25)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
-from harness.pytest_plugin import assert_reproduced
+from harness.options import RunOptions
+from harness.options import hermes_python as resolve_hermes_python
+from harness.pytest_plugin import Audit, assert_reproduced
+from harness.run import run_audit
 
 pytestmark = pytest.mark.e2e
+NEIGHBOUR = {"default": "beta", "alpha": "default", "beta": "alpha"}
 
 
-def test_every_profile_has_its_bot_but_the_process_environment_decides_who_it_answers(tenancy_audit):
-    audit = tenancy_audit(scenario="gateway", tenants=3, phases=["cron", "route-auth", "turns"], tools=[],
-                          services=["mattermost"], cron_wait=80.0)
+@pytest.fixture(scope="module")
+def audit(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Audit:
+    """The one audit of the module (`tenancy_audit`'s, for the module)."""
+    opt = request.config.getoption("--hermes-python")
+    out = tmp_path_factory.mktemp("messaging") / "evidence"
+    result = run_audit(RunOptions(out=out, hermes_python=resolve_hermes_python(Path(opt) if opt else None),
+                                  quiet=True, scenario="gateway", tenants=3, phases=["cron", "route-auth", "turns"],
+                                  tools=[], services=["mattermost", "signal", "ntfy"], cron_wait=80.0))
+    assert result.out is not None
+    return Audit(result.verdict.exit_code, result.out, result.to_dict())
+
+
+def _bled(audit: Audit, service: str) -> set[tuple[str, str, str]]:
+    return {(f["victim"], f["seen_in"], f["canary"]) for f in audit.doc["findings"]
+            if f.get("service") == service and f["kind"] == "profile_bleed"}
+
+
+def _media(audit: Audit, platform: str) -> dict[str, bool]:
+    """Each tenant's `media` step on `platform` (a tenant with no reply then has none)."""
+    return {t["tenant"]: t["ok"] for t in audit.doc["timeline"]
+            if t["phase"] == "messaging" and t["driver"] == "media" and t["detail"].startswith(f"{platform}:")}
+
+
+def _uploaded(audit: Audit, service: str) -> set[tuple[str, str, str]]:
+    return {(f["victim"], f["seen_in"], f["canary"]) for f in audit.doc["findings"]
+            if f.get("service") == service and f["kind"] == "request_leak"}
+
+
+def test_every_profile_has_its_bot_but_the_process_environment_decides_who_it_answers(audit):
     found = [f for f in audit.doc["findings"] if f.get("service") == "mattermost"]
     assert not [f for f in found if f["kind"] in ("wrong_key", "route_auth")], found  # own tokens; no stranger
-    bled = {(f["victim"], f["seen_in"], f["canary"]) for f in found if f["kind"] == "profile_bleed"}
+    bled = _bled(audit, "mattermost")
     assert {("alpha", "default", "allowed_channels"), ("beta", "default", "allowed_channels")} <= bled, bled
     first = {s for v, s, c in bled if v == "default" and c == "allowed_users"}  # the profile that took over
     assert len(first) == 1 and first <= {"alpha", "beta"}, bled
     assert not [c for c in bled if c[2] == "cron_delivery"], bled
     # MEDIA: every tenant that replied (F25 may refuse the launch profile's own messages) attached its own file
     # (the near miss: a `media` step, never a finding) and its neighbour's file and `.env` through its bot
-    steps = {(t["tenant"], t["driver"]): t["ok"] for t in audit.doc["timeline"] if t["phase"] == "messaging"}
-    attached = [n for n in ("default", "alpha", "beta") if steps.get((n, "media"))]
-    assert len(attached) >= 2 and all(steps.get((n, "media"), True) for n in ("default", "alpha", "beta")), steps
-    uploaded = {(f["victim"], f["seen_in"], f["canary"]) for f in found if f["kind"] == "request_leak"}
-    neighbour = {"default": "beta", "alpha": "default", "beta": "alpha"}
-    assert {(neighbour[n], n, "mattermost_file") for n in attached} <= uploaded, uploaded
-    assert {(neighbour[n], n, "mattermost_key") for n in attached if neighbour[n] != "default"} <= uploaded, uploaded
-    assert not [u for u in uploaded if u[0] == "default" and u[2] != "mattermost_file"]  # Hermes denies its .env
-    assert steps[("default", "cron-delivery")], steps
+    steps = _media(audit, "mattermost")
+    attached = [n for n, ok in steps.items() if ok]
+    assert len(attached) >= 2 and all(steps.values()), steps
+    uploaded = _uploaded(audit, "mattermost")
+    assert {(NEIGHBOUR[n], n, "mattermost_file") for n in attached} <= uploaded, uploaded
+    assert {(NEIGHBOUR[n], n, "mattermost_key") for n in attached if NEIGHBOUR[n] != "default"} <= uploaded, uploaded
+    assert not [u for u in uploaded if u[0] == "default" and not u[2].endswith("_file")]  # Hermes denies its .env
+    cron = {(t["tenant"], t["driver"]): t["ok"] for t in audit.doc["timeline"] if t["phase"] == "messaging"}
+    assert cron[("default", "cron-delivery")], cron
     fired = {t["tenant"]: t["ok"] for t in audit.doc["timeline"] if t["phase"] == "cron"}
     assert fired == {"default": True, "alpha": False, "beta": False}  # F6
     documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
@@ -44,3 +84,36 @@ def test_every_profile_has_its_bot_but_the_process_environment_decides_who_it_an
     assert audit.doc["door_coverage"]["messaging platforms"] == "leak"
     assert audit.code == 1 and audit.verdict == "leak"
     assert_reproduced(audit)
+
+
+def test_every_signal_bot_streams_its_own_account_but_takes_the_launch_profiles_groups_and_reactions(audit):
+    found = [f for f in audit.doc["findings"] if f.get("service") == "signal"]
+    assert not [f for f in found if f["kind"] in ("wrong_key", "route_auth")], found  # own accounts; no stranger
+    bled = _bled(audit, "signal")
+    assert {("alpha", "default", "allowed_channels"), ("beta", "default", "allowed_channels")} <= bled, bled  # F40
+    assert {("alpha", "default", "reactions"), ("beta", "default", "reactions")} <= bled, bled  # F41
+    assert not [c for c in bled if c[2] == "reactions" and c[0] == "default"], bled  # the launch's list is its own
+    steps = _media(audit, "signal")  # by path: the daemon (the stub) read each file a reply named
+    attached = [n for n, ok in steps.items() if ok]
+    assert attached and all(steps.values()), steps
+    read = _uploaded(audit, "signal")
+    assert {(NEIGHBOUR[n], n, "signal_file") for n in attached} <= read, read
+    # default's media files and home (the path names it), never its `.env` (Hermes' denylist, F31)
+    assert not [u for u in read if u[0] == "default" and not (u[2].endswith("_file") or u[2] == "home")], read
+    documented = {d for i in audit.doc["incidents"] if i["entry"] == "service signal" for d in i["documented"]}
+    assert {"F25", "F31", "F40", "F41"} <= documented, documented
+
+
+def test_no_secondary_ntfy_bot_starts_and_the_launch_profiles_streams_through_the_proxy(audit):
+    connect = {(t["tenant"], t["ok"]) for t in audit.doc["timeline"] if t["phase"] == "messaging-connect:ntfy"}
+    assert connect == {("alpha", False), ("beta", False)}, connect  # F55: refused as the launch's duplicate
+    log = (audit.out / "logs" / "backend-gateway.log").read_text()
+    assert all(f"Profile 'default' and '{n}' both configure ntfy with the same credential" in log
+               for n in ("alpha", "beta")), log[-2000:]
+    # the launch profile's bot got the messages over the NDJSON stream: after F25 it admits the first secondary
+    # profile's lead, whose turn runs on the launch profile's provider
+    bled = _bled(audit, "ntfy")
+    assert {v for v, _, c in bled if c == "allowed_users"} == {"default"}, bled
+    assert not [f for f in audit.doc["findings"] if f.get("service") == "ntfy" and f["kind"] == "wrong_key"]
+    documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
+    assert {"F25", "F55"} <= documented, documented

@@ -45,7 +45,10 @@ from harness.drive.platforms.base import lead
 from harness.drive.services import SERVICES
 
 SIGN_IN = 60.0  # how long every profile's bot has to sign in after the gateway started
-CONNECT = "messaging-connect"  # the label of a bot's failed sign-in: a release without a bot per profile, not F25
+#: The gateway starts every profile's bots one after another: once every platform has a bot signed in and no other
+#: has for this long, the bots still missing never start (Hermes 0.19.0 refuses a secondary ntfy bot, F55).
+SETTLED = 20.0
+CONNECT = "messaging-connect"  # the label of a bot's failed sign-in (`messaging-connect:PLATFORM`): not F25
 QUIET = 12.0  # how long a refused round waits for turns it must not cause
 IDLE = 20.0  # a round that must be answered ends when no stub has heard from Hermes for this long
 
@@ -119,16 +122,21 @@ def _signed_in(ctx: Context) -> dict[str, list[str]]:
     in there), or the time is up; the bots of each platform that are connected at their own server. A bot that never
     signed in is a failed step."""
     names, on = ctx.registry.names(), platforms(ctx)
-    started = time.monotonic()
-    while time.monotonic() - started < SIGN_IN and any(
-            sum(stub_of(ctx, n, p).sign_ins() for n in names) < len(names) for p in on):
+    started = last = time.monotonic()
+    seen = 0
+    while time.monotonic() - started < SIGN_IN:
+        counts = [sum(stub_of(ctx, n, p).sign_ins() for n in names) for p in on]
+        if all(c >= len(names) for c in counts) or (all(counts) and time.monotonic() - last > SETTLED):
+            break
+        if sum(counts) != seen:
+            seen, last = sum(counts), time.monotonic()
         time.sleep(0.2)
     bots = {p: [n for n in names if stub_of(ctx, n, p).connected()] for p in on}
     for p in on:
         for name in sorted(set(names) - set(bots[p])):
             if not ctx.relaxed(name, p, "sign-in"):  # else it leaves what it signs in with unset
                 ctx.record(TurnResult(name, p, False, time.monotonic() - started,
-                                      f"its {p} bot never signed in"), CONNECT, snapshot=False)
+                                      f"its {p} bot never signed in"), f"{CONNECT}:{p}", snapshot=False)
     return bots
 
 
@@ -152,6 +160,19 @@ def run(ctx: Context) -> None:
     _exchange(ctx, round_of(refused), QUIET)
     attachments.judge_media(ctx, since, until, time.monotonic() - started)  # after round 3: every upload landed
     ctx.findings.extend(_tokens(ctx))  # every sign-in of the phase, a bot's reconnection after a turn included
+    _unknown(ctx)
+
+
+def _unknown(ctx: Context) -> None:
+    """A failed step for every server that got requests its stub does not know (answered in the platform's
+    error shape): what the bot did there is not all on the record."""
+    for platform in platforms(ctx):
+        for name in ctx.registry.names():
+            unknown = stub_of(ctx, name, platform).unknown
+            if unknown:
+                ctx.record(TurnResult(name, platform, False, 0.0, f"its {platform} server did not know "
+                                      f"{len(unknown)} request(s): {', '.join(sorted(set(unknown))[:3])}"),
+                           NAME, snapshot=False)
 
 
 def _text(ctx: Context, m: Message) -> str:
@@ -211,6 +232,11 @@ def _judge(ctx: Context, m: Message, turns: dict[str, int], since: float, second
                                          f"{m.what} got an agent turn through {m.tenant}'s bot"
                                          + (f", which leaves {', '.join(ctx.unset_by(m.tenant))} unset" if unset
                                             else "")))
+        marked = stub_of(ctx, m.tenant, m.platform).reactions_to(m.sender, m.channel, since) if m.by else []
+        if marked:  # the bot showed another profile's user it took the message (Signal's 👀): that profile's list
+            ctx.findings.append(_finding(ctx, m, "profile_bleed", m.by, "reactions",
+                                         f"{m.mark}: reaction(s) {' '.join(r['emoji'] for r in marked)}",
+                                         f"{m.what} got a reaction from {m.tenant}'s bot"))
         ctx.record(TurnResult(m.tenant, m.platform, True, seconds, f"{m.what}: {own} request(s)"), NAME,
                    snapshot=False)
         return

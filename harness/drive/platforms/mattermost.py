@@ -26,7 +26,6 @@ import hashlib
 import json
 import queue
 import select
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -64,7 +63,6 @@ class MattermostStub(ChatStub):
 
     service: str = "mattermost"
     _events: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
-    _closing: threading.Event = field(default_factory=threading.Event)
 
     def answer(self, handler: JsonHandler, raw: bytes) -> None:
         if handler.path.split("?", 1)[0] == WS_PATH and "websocket" in handler.headers.get("upgrade", "").lower():
@@ -111,7 +109,9 @@ class MattermostStub(ChatStub):
             return 200, {"id": path.rsplit("/", 1)[1], "type": "D", "display_name": "direct"}
         if method == "POST" and path.startswith("/api/v4/users/") and path.endswith("/typing"):
             return 200, {"status": "OK"}
-        return 404, {"message": "not found"}
+        self.add_unknown(f"{method} {path}")
+        return 404, {"id": "api.context.404.app_error", "message": "Sorry, we could not find the page.",
+                     "status_code": 404}
 
     def deliver(self, user_id: str, channel_id: str, text: str, channel_type: str = "D") -> str:
         """A message from `user_id` in `channel_id` (`D`: a direct one; `O`: an open channel), as a `posted`
@@ -123,10 +123,6 @@ class MattermostStub(ChatStub):
         self._events.put({"event": "posted", "data": {"post": json.dumps(post), "channel_type": channel_type,
                                                       "sender_name": f"@{user_id}"}, "broadcast": {}})
         return post_id
-
-    def stop(self) -> None:
-        self._closing.set()
-        super().stop()
 
     def _serve_ws(self, handler: JsonHandler) -> None:
         """The websocket: the handshake, then the client's frames read and queued events sent until either

@@ -104,7 +104,8 @@ def mint(registry: Registry, names: list[str]) -> None:
 def attach(registry: Registry, name: str, tenant: str, route: dict[str, Any] | None, upstream: str) -> None:
     """Record a tenant's service in the registry: its listener (None over stdio), upstream and canary kinds."""
     spec = SERVICES[name]
-    registry[tenant].services[name] = RegistryService(name, route, upstream, spec.credential, spec.identity)
+    credential = None if spec.keyless else spec.credential
+    registry[tenant].services[name] = RegistryService(name, route, upstream, credential, spec.identity)
     registry.validate()
 
 
