@@ -109,6 +109,8 @@ def request_facts(registry: Registry, matcher: Matcher, raw: RawRequest, endpoin
     doc = parse_json(decoded)
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
     bearer, held_in = credential_of(first, doc)
+    if bearer is None and (in_path := credential_in_path(registry, raw.path)):
+        bearer, held_in = in_path, "path"
     expected = tenant.credential(service) if tenant is not None else None
     if tenant is not None and bearer is not None and bearer == expected:  # the usual case (a value has one owner)
         owner: Tenant | None = tenant
@@ -136,6 +138,19 @@ def credential_of(first: dict[str, str], doc: Any) -> tuple[str | None, str]:
         return bearer, next(f"headers.{n}" for n in KEY_HEADERS if first.get(n, "").strip())
     value = doc.get("api_key") if isinstance(doc, dict) else None
     return (value, "body.api_key") if isinstance(value, str) and value else (None, "headers.authorization")
+
+
+def credential_in_path(registry: Registry, path: str) -> str | None:
+    """A tenant's credential for one of its services that the request's path carries (a Bot API takes its token
+    there: `/bot<TOKEN>/getMe`), the first in the path; None when the path holds none. Only credentials count:
+    another canary in a path is a leak, which the path's scan reports."""
+    found = [(at, value) for t in registry for value in _credentials(t) if (at := path.find(value)) >= 0]
+    return min(found)[1] if found else None
+
+
+def _credentials(t: Tenant) -> set[str]:
+    """Every credential a tenant presents to a service: its provider key and each service's."""
+    return {t.key, *(value for s in t.services if (value := t.credential(s)))}
 
 
 def _bearer_state(tenant: Tenant | None, bearer: str | None, owner: Tenant | None, expected: str | None) -> str:
@@ -189,8 +204,11 @@ def _key_finding(req: RequestFacts, tenant: Tenant) -> Finding:
         return Finding("wrong_key", tenant.name, tenant.name, own_kind, "request", location,
                        evidence=f"Bearer <unknown, {len(bearer)} chars>", detail="unknown bearer")
     canary = next(k for k, v in owner.secrets().items() if v == bearer)
-    field_name = req.held_in.split(".", 1)[1]  # `authorization`, `x-api-key`, `api_key`
-    shown = f"Bearer {bearer}" if req.held_in == "headers.authorization" else f"{field_name}: {bearer}"
+    if req.held_in == "path":
+        shown = f"{req.raw.method} {req.raw.path}"
+    else:
+        field_name = req.held_in.split(".", 1)[1]  # `authorization`, `x-api-key`, `api_key`
+        shown = f"Bearer {bearer}" if req.held_in == "headers.authorization" else f"{field_name}: {bearer}"
     if owner is not tenant:
         detail = "bearer is another tenant's secret"
     elif provider:
@@ -220,10 +238,10 @@ def check_request_leaks(req: RequestFacts, report: RequestReport) -> None:
     finding in a chat body given the tool of its message. A canary an earlier check reported at a part of the
     request (a foreign key, a foreign model) is left out there."""
     claimed = {part: frozenset((f.victim, f.canary) for f in report.findings
-                               if f.victim and f.canary and f.location.startswith(f"{req.where}.{part}."))
-               for part in ("headers", "body")}
+                               if f.victim and f.canary and f"{f.location}.".startswith(f"{req.where}.{part}."))
+               for part in ("headers", "body", "path")}
     scan = FlowScan(req.matcher, req.raw.flow_id, req.tenant.name if req.tenant else None, "request", "request_leak")
-    scan.layered(req.raw.path.encode("utf-8", "surrogateescape"), "request.path", offsets=False)
+    scan.layered(req.raw.path.encode("utf-8", "surrogateescape"), "request.path", offsets=False, skip=claimed["path"])
     scan.headers(req.raw.headers, "request", claimed["headers"])
     scan.body(req.decoded, "request.body", claimed["body"])
     report.findings += attribute_body(scan.findings, req.decoded.data, req.doc, f"{req.where}.body")

@@ -24,21 +24,24 @@ from harness.drive.services import SERVICES
 
 def _service_run(plant: str) -> str:
     """The audit a service's plant runs in: the default services' and those that hold no profile slot together;
-    a service chosen by name that takes a slot (another memory provider), or that one door drives (Mattermost:
-    the gateway), in one of its own; a plant that says so alone."""
+    a service chosen by name that takes a slot (another memory provider), or that one door drives, in one of its
+    own; every messaging platform's in one gateway (each points the target's bot at the donor's server); a plant
+    that says so alone."""
     spec = SERVICES[SERVICE_PLANTS[plant][0]]
     if PLANTS[plant].alone:  # a run of its own (a plant that cannot share an audit with its service's others)
         return plant
+    if spec.messaging is not None:
+        return "platforms"
     alone = (spec.slot and not spec.by_default) or plant in SCENARIO  # a slot of its own, a door of its own
     return f"services {spec.name}" if alone else "services"
 
 
 #: Plants no run here plants, and why: the dashboard's is planted by its door's own end-to-end test
-#: (tests/e2e/test_dashboard.py); the Mattermost media plant's crossing (another tenant's `mattermost_file` in the
-#: target's own upload) is one Hermes 0.19.0 shows without it (F31: the neighbour's file goes up through the same
-#: bot, tests/e2e/test_messaging_phase.py), so a run of it could not fail there; its plant and the upload's
-#: detector with its near miss are tested in tests/test_attachments.py and tests/test_messaging.py.
-NOT_RUN = {"dashboard", "mattermost-media"}
+#: (tests/e2e/test_dashboard.py); the Mattermost and Telegram media plants' crossing (another tenant's file canary
+#: in the target's own upload) is one Hermes 0.19.0 shows without them (F31: the neighbour's file goes up through
+#: the same bot, tests/e2e/test_messaging_phase.py), so a run of them could not fail there; the plants and the
+#: upload's detector with its near miss are tested in tests/test_attachments.py, test_messaging.py, test_telegram.py.
+NOT_RUN = {"dashboard", "mattermost-media", "telegram-media"}
 #: Plants that change different settings of the target, so one audit plants them all (each still judged alone:
 #: `check_plants` wants every plant's kinds, through its tool or service); every other plant runs alone.
 _SERVICE = [p for p in SERVICE_PLANTS if p not in NOT_RUN]

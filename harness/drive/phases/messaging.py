@@ -41,6 +41,7 @@ from harness.drive.services import SERVICES
 
 SIGN_IN = 60.0  # how long every profile's bot has to sign in after the gateway started
 CONNECT = "messaging-connect"  # the label of a bot's failed sign-in: a release without a bot per profile, not F25
+UNKNOWN = "messaging-api"  # the label of a server's requests it does not know (the stub lacks what Hermes calls)
 QUIET = 12.0  # how long a refused round waits for turns it must not cause
 IDLE = 20.0  # a round that must be answered ends when no stub has heard from Hermes for this long
 
@@ -118,7 +119,7 @@ def _signed_in(ctx: Context) -> dict[str, list[str]]:
     bots = {p: [n for n in names if stub_of(ctx, n, p).connected()] for p in on}
     for p in on:
         for name in sorted(set(names) - set(bots[p])):
-            ctx.record(TurnResult(name, "gateway", False, time.monotonic() - started,
+            ctx.record(TurnResult(name, p, False, time.monotonic() - started,
                                   f"its {p} bot never signed in"), CONNECT, snapshot=False)
     return bots
 
@@ -143,6 +144,7 @@ def run(ctx: Context) -> None:
     _exchange(ctx, round_of(refused), QUIET)
     attachments.judge_media(ctx, since, until, time.monotonic() - started)  # after round 3: every upload landed
     ctx.findings.extend(_tokens(ctx))  # every sign-in of the phase, a bot's reconnection after a turn included
+    _unknown(ctx)
 
 
 def _text(ctx: Context, m: Message) -> str:
@@ -191,13 +193,13 @@ def _judge(ctx: Context, m: Message, since: float, seconds: float) -> None:
             kind, seen = ("profile_bleed", m.by) if m.by else ("route_auth", m.tenant)
             ctx.findings.append(_finding(ctx, m, kind, seen, m.allowlist, f"{m.mark}: {own} provider request(s)",
                                          f"{m.what} got an agent turn through {m.tenant}'s bot"))
-        ctx.record(TurnResult(m.tenant, "gateway", True, seconds, f"{m.what}: {own} request(s)"), NAME,
+        ctx.record(TurnResult(m.tenant, m.platform, True, seconds, f"{m.what}: {own} request(s)"), NAME,
                    snapshot=False)
         return
     mine = _replies(ctx, m, since)
     key = ctx.registry[m.tenant].canaries[SERVICES[m.platform].credential]
     ok = bool(mine) and own > 0 and all(p["token"] == key for p in mine)
-    ctx.record(TurnResult(m.tenant, "gateway", ok, seconds,
+    ctx.record(TurnResult(m.tenant, m.platform, ok, seconds,
                           "" if ok else f"{m.what}: {len(mine)} reply(ies), {own} request(s)"), NAME)
     others = [o.name for o in ctx.registry if o.name != m.tenant] if m.note else []  # once per tenant
     for other in others:  # its replies at every other server
@@ -234,6 +236,18 @@ def _tokens(ctx: Context) -> list[Finding]:
                         detail=f"{t.name}'s {platform} bot signed in with "
                                f"{'another tenant' if owner else 'an unknown'}'s token"))
     return found
+
+
+def _unknown(ctx: Context) -> None:
+    """A failed step for every server that got requests it does not know (answered with the platform's error): what
+    the bot wanted there was not shown, so the run cannot be clean."""
+    for platform in platforms(ctx):
+        for t in ctx.registry:
+            asked = sorted(set(stub_of(ctx, t.name, platform).unknown))
+            if asked:
+                ctx.record(TurnResult(t.name, platform, False, 0.0, f"its {platform} server does not know "
+                                      f"{len(asked)} request(s) of the bot's: {', '.join(asked)[:200]}"),
+                           UNKNOWN, snapshot=False)
 
 
 PHASE = PhaseSpec(NAME, "a bot per profile on every messaging platform asked for: messages from its user, another "

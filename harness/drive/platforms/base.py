@@ -3,11 +3,14 @@ the bot's sign-ins (with the token each came with), its posts and its uploads, a
 from a user. A platform's module subclasses it with the subset of its server's API the gateway's adapter calls.
 
 A post is `{"id", "channel_id", "message", "file_ids", "token", "time"}`, an upload `{"id", "name", "channel_id",
-"data", "token", "time"}`: `token` is the credential the request came with, `time` when the stub got it.
+"data", "token", "time"}`: `token` is the credential the request came with, `time` when the stub got it. A request
+the stub does not know is answered with the platform's error and kept (`unknown`), never answered as a success.
 """
 
 from __future__ import annotations
 
+import email.parser
+import email.policy
 import threading
 import time
 from dataclasses import dataclass, field
@@ -36,6 +39,7 @@ class ChatStub(JsonApiStub):
     posts: list[dict[str, Any]] = field(default_factory=list)
     files: list[dict[str, Any]] = field(default_factory=list)
     challenges: list[str] = field(default_factory=list)  # the token of every sign-in, in order
+    unknown: list[str] = field(default_factory=list)  # the bot's requests the stub does not know, as it named them
     _connected: threading.Event = field(default_factory=threading.Event)
 
     def deliver(self, user_id: str, channel_id: str, text: str, channel_type: str = "D") -> str:
@@ -69,6 +73,12 @@ class ChatStub(JsonApiStub):
             self.files.append(info)
         return info
 
+    def not_known(self, what: str) -> None:
+        """A request of the bot's that the stub does not know (answered with the platform's error, never a
+        success): the `messaging` phase makes it a failed step, so a run that met one cannot be clean."""
+        with self.lock:
+            self.unknown.append(what)
+
     def connected(self) -> bool:
         """Whether a bot has signed in here."""
         return self._connected.is_set()
@@ -90,3 +100,18 @@ class ChatStub(JsonApiStub):
         """The uploads this server received from `since` on."""
         with self.lock:
             return [f for f in self.files if f["time"] >= since]
+
+
+def multipart(content_type: str, raw: bytes) -> tuple[dict[str, str], list[tuple[str, bytes]]]:
+    """A `multipart/form-data` body: its plain fields, and its file parts (filename, bytes)."""
+    doc = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        f"content-type: {content_type}\r\n\r\n".encode() + raw)
+    fields: dict[str, str] = {}
+    parts: list[tuple[str, bytes]] = []
+    for part in doc.iter_parts() if doc.is_multipart() else ():
+        data = part.get_payload(decode=True) or b""
+        if part.get_filename():
+            parts.append((part.get_filename() or "", data))
+        elif name := part.get_param("name", header="content-disposition"):
+            fields[str(name)] = data.decode(errors="replace")
+    return fields, parts
