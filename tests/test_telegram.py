@@ -276,3 +276,13 @@ def test_the_media_plant_puts_the_donors_file_in_the_targets_own_upload(tmp_path
     assert [(f.kind, f.victim, f.seen_in, f.canary) for f in planted.findings] == [
         ("request_leak", "default", "alpha", "telegram_file")]
     assert _document(reg, "alpha", media_text(reg["alpha"].canaries["telegram_file"])).findings == []  # its own
+
+
+def test_a_parameter_of_the_wrong_type_is_a_bad_request(tmp_path):
+    a = _registry(tmp_path)["alpha"]
+    stub = TelegramStub(a).start()
+    try:
+        status, body = _call(stub, a.canaries["telegram_key"], "getUpdates", b"offset=soon")
+    finally:
+        stub.stop()
+    assert status == 400 and body["ok"] is False and body["error_code"] == 400 and stub.unknown == []

@@ -11,7 +11,7 @@ The Bot API puts the token in the URL path (`/bot<TOKEN>/<method>`, files at `/f
 reads it there (`presented_by`), and the proxy's key check finds a tenant's credential in a path. Requests are
 form-encoded (a non-string value JSON-encoded) or multipart with the file parts; every answer is Telegram's
 `{"ok": true, "result": ...}`, an error `{"ok": false, "error_code", "description"}`. The stub answers the subset of
-methods the adapter and python-telegram-bot call (`METHODS`): `getMe` (its sign-in), `deleteWebhook`,
+methods the adapter and python-telegram-bot call (`TelegramStub._call`): `getMe` (its sign-in), `deleteWebhook`,
 `getUpdates` (a long poll handing the bot `message` updates from `deliver`: direct chats, and group chats whose
 text mentions the bot), `sendMessage`, `sendRichMessage`, `editMessageText`, `sendChatAction`, `sendDocument` and
 the other uploads (kept as files, the post naming them), `getFile` and its download, `setMyCommands` ... Any other
@@ -116,6 +116,7 @@ class TelegramStub(ChatStub):
 
     @property
     def username(self) -> str:
+        """The bot's username (`getMe`), which a message in a group chat mentions to address it."""
         return f"tenancy_{self.tenant.name.replace('-', '_')}_bot"
 
     def mention(self) -> str:
@@ -140,10 +141,11 @@ class TelegramStub(ChatStub):
             message["entities"] = [{"type": "mention", "offset": 0, "length": len(self.mention().strip())}]
         with self._ready:
             self._seq += 1
+            seq = self._seq
             self._names[chat_id] = channel_id
-            self._updates.append({"update_id": self._seq, "message": {**message, "message_id": self._seq}})
+            self._updates.append({"update_id": seq, "message": {**message, "message_id": seq}})
             self._ready.notify_all()
-        return str(self._seq)
+        return str(seq)
 
     def stop(self) -> None:
         with self._ready:
@@ -168,6 +170,8 @@ class TelegramStub(ChatStub):
                 status, payload = 200, {"ok": True, "result": result}
             except _Refused as exc:
                 status, payload = exc.code, _error(exc.code, exc.description)
+            except (TypeError, ValueError) as exc:  # a parameter of the wrong type
+                status, payload = 400, _error(400, f"Bad Request: {exc}"[:200])
         # a long poll that handed nothing is a keep-alive: the phase's wait for Hermes to fall idle ignores it
         self.record(handler.command, path, headers, raw, status, background=method == "getUpdates" and payload.get(
             "result") == [])
