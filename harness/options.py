@@ -13,13 +13,14 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from harness.capture.stubs.base import MODES
+from harness.core import dsse
 from harness.core.evidence import UsageError
 from harness.drive import battery, plants, services
 from harness.drive.context import ScenarioOptions
 from harness.drive.doors import ALL, DOORS, SCENARIOS, backend_offers_every_tool, default_tenants
 from harness.drive.hermes.install import default_python
 from harness.drive.phases import DEFAULT_PHASES, KNOWN_PHASES
-from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS
+from harness.drive.services import DEFAULT_SERVICES, PROVIDER_SERVICE, SERVICES, TOOL_GROUPS
 from harness.report import policy as policies
 from harness.report.matrix import Plan
 
@@ -47,6 +48,8 @@ class RunOptions:
     stubs: str = "observe"  # "strict": a stub answers a foreign key with 401
     policy: str = policies.DEFAULT  # the isolation policy: `hermes`, `strict` or a policy file
     services: list[str] | None = None  # services besides the provider (None: the default ones; []: the provider only)
+    unset: list[str] = field(default_factory=list)  # settings (`SERVICE.NAME`) the second tenant leaves unset
+    sign_key: Path | None = None  # an ed25519 private key (PEM): the evidence folder's manifest is signed with it
 
     def tool_groups(self) -> list[str]:
         return list(TOOL_GROUPS) if self.tools is None else list(self.tools)
@@ -56,7 +59,8 @@ class RunOptions:
 
     def scenario_options(self) -> ScenarioOptions:
         return ScenarioOptions(turns=self.turns, timeout=self.timeout, phases=list(self.phases),
-                               cron_wait=self.cron_wait, tools=self.tool_groups(), services=self.service_names())
+                               cron_wait=self.cron_wait, tools=self.tool_groups(), services=self.service_names(),
+                               unset=list(self.unset))
 
 
 def check_options(opts: RunOptions) -> None:
@@ -91,6 +95,16 @@ def check_options(opts: RunOptions) -> None:
     unknown = services.check(opts.service_names())
     if unknown:
         raise UsageError(f"unknown service {unknown[0]!r} (choose from {', '.join(SERVICES)}, or none)")
+    for name in opts.service_names():
+        doors = SERVICES[name].doors
+        if SERVICES[name].messaging is not None and opts.scenario not in (*doors, ALL):
+            raise UsageError(f"platform {name!r} needs --scenario {' or '.join(doors)} or all")
+    for setting in opts.unset:
+        if setting not in services.UNSETTABLE:
+            raise UsageError(f"unknown setting {setting!r} for --unset (choose from "
+                             f"{', '.join(services.UNSETTABLE)})")
+        if setting.split(".", 1)[0] not in (PROVIDER_SERVICE.name, *opts.service_names()):
+            raise UsageError(f"--unset {setting}: the run does not drive {setting.split('.', 1)[0]!r}")
     clash = services.conflicts(opts.service_names())
     if clash:
         raise UsageError(clash)
@@ -127,6 +141,7 @@ class MatrixOptions:
     timeout: float = 180.0
     force: bool = False
     quiet: bool = False
+    sign_key: Path | None = None  # every run's manifest is signed with it (`RunOptions.sign_key`)
 
     @property
     def plan(self) -> Plan:
@@ -191,3 +206,5 @@ def check_matrix_options(opts: MatrixOptions) -> None:
     for scenario in opts.scenarios:
         check_options(RunOptions(scenario=scenario, tenants=default_tenants(scenario), tools=opts.tools,
                                  phases=list(opts.phases), services=opts.services))
+    if opts.sign_key is not None:
+        dsse.signing_key(opts.sign_key)  # a key that cannot sign is one line before anything runs

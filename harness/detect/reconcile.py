@@ -21,6 +21,7 @@ from harness.core.findings import Finding, dedupe
 from harness.core.record import EvidenceError, Phase, RunRecord
 from harness.core.registry import PROVIDER, Registry
 from harness.detect import file_versions, records, scan, snapshots
+from harness.detect.carriers import Conversations
 from harness.detect.decode import loads
 from harness.detect.engine import stream
 from harness.detect.engine.matcher import Matcher, matcher_for
@@ -168,13 +169,15 @@ def reconcile(registry: Registry, flows_path: Path, *, homes: dict[str, Path] | 
 
 def _flows(ev: Evidence, rec: Reconciliation) -> None:
     """Every saved flow inspected as the live addon did, the tool calls and env snapshots its main turns
-    carry, and the services each tenant used."""
+    carry, and the services each tenant used; a finding in another tenant's conversation gets its carrier."""
     flows, truncated = read_flows(ev.flows_path, empty_ok=ev.empty_ok)
     if truncated:
         rec.reasons.append(truncated)
     rec.flows = len(flows)
     ev.flow_ids = {f.id for f in flows}
     seen_calls: set[tuple[str, str]] = set()
+    chats = Conversations()
+    found = len(rec.findings)
     for flow in flows:
         phase = _flow_phase(flow, ev.phases)
         report = inspect_flow(ev.registry, ev.matcher, flow)
@@ -192,6 +195,7 @@ def _flows(ev: Evidence, rec: Reconciliation) -> None:
         body = _json_body(flow)
         if body is None:
             continue
+        chats.add(flow.request.timestamp_start, flow.id, tenant, flow.request.get_content(strict=False) or b"", body)
         if body.get("tools"):
             rec.coverage.add(phase.scenario if phase else "run", body)
             ev.written.update(written_files(body.get("messages") or []))
@@ -202,6 +206,7 @@ def _flows(ev: Evidence, rec: Reconciliation) -> None:
             rec.snapshots.setdefault(snap.tenant, []).append(snap)
             rec.inspected["env"] += 1
             rec.findings += _tag(snapshots.check(snap, ev.registry, ev.matcher), phase, flow.request.timestamp_start)
+    rec.findings[found:] = chats.carried(rec.findings[found:])
 
 
 def _stubs(ev: Evidence, rec: Reconciliation) -> None:

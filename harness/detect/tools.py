@@ -209,13 +209,14 @@ class Coverage:
 
     def table(self, tools: tuple[str, ...] | list[str], findings: list[Finding],
               out_of_scope: dict[str, str] | None = None,
-              allowed: Sequence[Finding] = ()) -> dict[str, dict[str, str]]:
+              allowed: Sequence[Finding] = (), driven_by: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:
         """scenario -> tool -> `leak`, `allowed` (only findings an isolation policy allows), `driven`, `failed`,
-        `not offered`, `not driven` or `out of scope: <why>`: every tool of `tools` (the battery's), then every
-        other tool a request of the scenario offered."""
+        `not offered`, `not driven: <the option that drives it>` (`driven_by`: the tools this run's options left
+        out), `not driven` (the battery asked for it and the model never called it) or `out of scope: <why>`: every
+        tool of `tools` (the battery's), then every other tool a request of the scenario offered."""
         leaks = {(f.scenario, f.tool) for f in findings if f.tool and f.kind not in ("shortfall", "bypass")}
         shared = {(f.scenario, f.tool) for f in allowed if f.tool}
-        out_of_scope = out_of_scope or {}
+        out_of_scope, driven_by = out_of_scope or {}, driven_by or {}
         out: dict[str, dict[str, str]] = {}
         for scenario in sorted(self.offered):
             row = {}
@@ -232,6 +233,8 @@ class Coverage:
                     row[tool] = "failed"
                 elif tool not in self.offered[scenario]:
                     row[tool] = "not offered"
+                elif tool in driven_by:
+                    row[tool] = f"not driven: {driven_by[tool]}"
                 elif tool in out_of_scope:
                     row[tool] = f"out of scope: {out_of_scope[tool]}"
                 else:
@@ -291,4 +294,23 @@ def door_table(states: dict[str, str], turns: Sequence[dict], findings: Sequence
             out[door] = "allowed"
         else:
             out[door] = "driven" if door in ran else "failed"
+    return out
+
+
+def platform_table(states: dict[str, str], turns: Sequence[dict], findings: Sequence[Finding],
+                   allowed: Sequence[Finding] = ()) -> dict[str, str]:
+    """messaging platform adapter -> `leak`, `allowed`, `driven`, `failed`, or the run's state of it (`not driven:
+    ...`, `n/a: ...`, `out of scope: ...`): `states` is what the run recorded (`on` for a platform it drove, whose
+    bots' steps are the `messaging` phase's with the platform as their driver)."""
+    out = {}
+    for name, state in states.items():
+        if state != "on":
+            out[name] = state
+        elif any(f.service == name and f.kind not in INCONCLUSIVE_KINDS for f in findings):
+            out[name] = "leak"
+        elif any(f.service == name for f in allowed):
+            out[name] = "allowed"
+        else:
+            steps = [t for t in turns if t.get("driver") == name]
+            out[name] = "driven" if steps and all(t.get("ok") for t in steps) else "failed"
     return out

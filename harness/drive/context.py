@@ -22,7 +22,8 @@ from harness.detect.engine.matcher import Matcher, matcher_for
 from harness.drive.hermes.agent import Hermes, Sandbox, TurnResult, gateway_config
 from harness.drive.hermes.features import Features
 from harness.drive.hermes.rpc import RpcLog
-from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS
+from harness.drive.platforms import OUT_OF_SCOPE
+from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS, UNSETTABLE
 
 #: The scenario that drives every front door in turn (`--scenario all`).
 ALL = "all"
@@ -38,6 +39,7 @@ class ScenarioOptions:
     cron_wait: float = 75.0
     tools: list[str] = field(default_factory=lambda: list(TOOL_GROUPS))  # battery groups; [] = env probe only
     services: list[str] = field(default_factory=lambda: list(DEFAULT_SERVICES))  # services besides the provider
+    unset: list[str] = field(default_factory=list)  # settings (`SERVICE.NAME`) the second tenant leaves unset
 
 
 @dataclass
@@ -156,7 +158,7 @@ class Context:
         for name, spec in SERVICES.items():
             if name not in self.opts.services:
                 one = f" (one {spec.slot} per run)" if spec.slot else ""
-                states[name] = f"not driven: --services {name}{one}"
+                states[name] = f"not driven: --{'platforms' if spec.messaging else 'services'} {name}{one}"
             elif not self.features.offers(name):
                 states[name] = f"n/a: {spec.coverage.lacks}"
             elif self.proxy.topology == "forward" and spec.coverage.forward:
@@ -165,10 +167,29 @@ class Context:
                 states[name] = "on"
         return states
 
+    def platform_states(self) -> dict[str, str]:
+        """Every messaging platform adapter the release ships (or, unasked, every one this tool knows): a plug-in's
+        state as a service's, else `out of scope: <why>`."""
+        states = self.service_states()
+        known = {n for n, s in SERVICES.items() if s.messaging}
+        names = self.features.platforms if self.features.platforms is not None else known | set(OUT_OF_SCOPE)
+        return {n: states[n] if n in known else
+                f"out of scope: {OUT_OF_SCOPE.get(n, 'no plug-in for this adapter, new to this release')}"
+                for n in sorted(names)}
+
     def services_to_drive(self) -> list[str]:
         """The services each scenario must drive: those on that every turn drives, or whose battery group ran
         (a service on that none of a scenario's requests reached makes the run inconclusive)."""
         return [s for s in self.services() if SERVICES[s].passive or SERVICES[s].battery.group in self.opts.tools]
+
+    def unset_by(self, tenant: str) -> list[str]:
+        """The settings (`SERVICE.NAME`) `tenant` leaves unset: the run's `--unset`, for its second tenant."""
+        return list(self.opts.unset) if tenant == self.registry.names()[1] else []
+
+    def relaxed(self, tenant: str, service: str, what: str) -> bool:
+        """Whether `tenant` need not show `what` (`surface.RELAXES`) at `service`: a setting it leaves unset there
+        made that happen."""
+        return any(s.split(".", 1)[0] == service and what in UNSETTABLE[s].relaxes for s in self.unset_by(tenant))
 
     def extra_config(self, tenant: str) -> dict[str, Any]:
         if tenant == self.sandbox.launch and self.gateway_port:

@@ -78,7 +78,8 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
                    direction="launch -> other")),
     "F16": (Clause(("tool execute_code",), ("wrong_path", "env_leak"), direction="launch -> other"),),
     "F17": (Clause(("file processes.json",), ("file_leak",), direction="other -> launch"),),
-    "F18": (Clause(("request", "tool *"), ("request_leak",), scenarios=("api_server",), phases=("lookups",)),
+    "F18": (Clause(("conversation",), scenarios=("api_server",)),
+            Clause(("request",), ("request_leak",), scenarios=("api_server",), phases=("lookups",)),
             Clause(("rpc",), ("text_leak",), scenarios=("api_server",), phases=("lookups",)),
             Clause(("file response_store.db*",), ("file_leak",)),
             Clause(("run",), ("profile_bleed",), ("run_control",), scenarios=("api_server",))),
@@ -101,6 +102,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F34": (Clause(("kanban board",), ("profile_bleed",)),),
     "F35": (Clause(("toolsets",), ("profile_bleed",), direction="launch -> other"),),
     "F36": (Clause(("shortfall",), phases=("messaging",), at=("telegram:*",)),),
+    "F58": (Clause(("service *",), ("profile_bleed",), ("*_fallback",)),),
 }
 
 

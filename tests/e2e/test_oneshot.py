@@ -11,18 +11,20 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.files import MANIFEST
 from harness.core.protocol import OUT_OF_SCOPE
 from harness.core.registry_file import load
 from harness.detect.engine.matcher import Matcher
 from harness.drive.services import BATTERY_TOOLS, DEFAULT_SERVICES, GROUP_SERVICES, SERVICES, TOOL_GROUPS
 from harness.pytest_plugin import assert_isolated, assert_reproduced
+from harness.usecases import verify
 from tests.e2e.plant_runs import RUNS, SERVICE_RUNS, check_run
 
 pytestmark = pytest.mark.e2e
 BASELINE = Path(__file__).resolve().parents[2] / "baselines" / "oneshot.json"
 
 EVIDENCE = ("registry.yaml", "flows.mitm", "ledger.jsonl", "findings.json", "report.md", "report.html", "junit.xml",
-            "findings.sarif", "stubs.jsonl")
+            "findings.sarif", "stubs.jsonl", MANIFEST)
 
 
 def test_clean_two_tenant_audit(tenancy_audit):
@@ -39,13 +41,15 @@ def test_clean_two_tenant_audit(tenancy_audit):
     assert {t for t, s in coverage.items() if s == "not offered"} == {
         "cronjob", "project_create", "project_list", "project_switch", "close_terminal"} | by_name
     assert {t for t, s in coverage.items() if s.startswith("out of scope: ")} <= set(OUT_OF_SCOPE)
-    driven = {t: s for t, s in coverage.items() if s != "not offered" and not s.startswith("out of scope: ")}
+    assert {s for s in coverage.values() if s.startswith("not driven: ")} <= {"not driven: --services browser"}
+    driven = {t: s for t, s in coverage.items() if s != "not offered" and not s.startswith(("out of scope: ", "not "))}
     assert set(driven) <= set(BATTERY_TOOLS) and set(driven.values()) <= {"driven", "leak", "allowed"}, driven
     assert {t for t, s in coverage.items() if s == "allowed"} == {"read_file", "search_files", "write_file"}
     # every service each tenant holds credentials for was driven, and found isolated
     coverage = audit.doc["service_coverage"]["oneshot"]
     assert {n: s for n, s in coverage.items() if n in DEFAULT_SERVICES} == dict.fromkeys(DEFAULT_SERVICES, "driven")
-    assert all(coverage[n].startswith(f"not driven: --services {n}") for n in SERVICES if n not in DEFAULT_SERVICES)
+    assert all(coverage[n].startswith(f"not driven: --{'platforms' if SERVICES[n].messaging else 'services'} {n}")
+               for n in SERVICES if n not in DEFAULT_SERVICES)
     assert list((audit.out / "services").glob("mcp_stdio-alpha-*.jsonl")), "alpha's stdio MCP server never started"
     assert audit.doc["known"], "Hermes 0.19.0's session_search reads other profiles (F8): the battery must see it"
     f8 = [i for i in audit.doc["incidents"] if "F8" in i["documented"]]
@@ -64,6 +68,9 @@ def test_clean_two_tenant_audit(tenancy_audit):
     for name in ("findings.json", "report.md", "report.html", "junit.xml", "findings.sarif", "ledger.jsonl"):
         assert secrets.find((audit.out / name).read_bytes()) == [], name
     assert_reproduced(audit)
+    # the folder verifies against its manifest, written last: every file as recorded, the same verdict again
+    done = verify(audit.out, None)
+    assert (done.problems, done.reconciled, done.signature) == ([], True, "unsigned")
 
 
 

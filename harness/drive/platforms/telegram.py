@@ -47,6 +47,7 @@ from harness.drive.surface import (
     PlantContext,
     ServiceSpec,
     Setup,
+    Unset,
     Where,
     edit_config,
 )
@@ -366,8 +367,16 @@ SERVICE = ServiceSpec(
     packages=("python-telegram-bot",),  # Hermes' `messaging` extra
     messaging=Messaging("telegram_user", "telegram_channel", "telegram_post", "telegram_file", MEDIA_FILE,
                         "telegram"),
-    coverage=Coverage('has("telegram") and source_has("plugins.platforms.telegram.adapter", "base_file_url")',
-                      "no Telegram platform adapter with python-telegram-bot (Hermes' messaging extra)"),
+    # not unsettable: its base URL and fallback address (without them the bot calls api.telegram.org and DNS over
+    # HTTPS, off the machine)
+    unsettable=(Unset("allowed_users", env=("TELEGRAM_ALLOWED_USERS",), relaxes=frozenset({"answered", "strangers"})),
+                Unset("allowed_chats", config=("telegram.allowed_chats",),
+                      relaxes=frozenset({"answered", "strangers"})),
+                Unset("home_channel", env=("TELEGRAM_HOME_CHANNEL",), relaxes=frozenset({"home"})),
+                Unset("token", env=("TELEGRAM_BOT_TOKEN",), relaxes=frozenset({"sign-in", "answered", "home"}))),
+    coverage=Coverage('imports("telegram") and source_has("plugins.platforms.telegram.adapter", "base_file_url")',
+                      "no python-telegram-bot for its adapter (plugins/platforms/telegram): Hermes' extra "
+                      "hermes-agent[messaging]"),
     battery=Battery("telegram"),  # no tools: the gateway door's `messaging` phase drives it
     plants={"telegram-server": Plant(_server, frozenset({"wrong_key"})),
             "telegram-media": Plant(_media, frozenset({"request_leak"}), alone=True)},
