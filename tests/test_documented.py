@@ -120,6 +120,18 @@ CASES = [
 ]
 
 
+def test_a_telegram_bots_refusal_of_its_own_users_is_f36_besides_f25():
+    """A refused near miss of the phase on Telegram (its step `telegram:messaging`) is the intake filter's (F36), and
+    may be F25's; on Mattermost only F25's. Telegram's allowlist crossings and uploads are F25's and F31's."""
+    refused = dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway", phase="messaging")
+    assert crossing(**refused, location="telegram:messaging") == ["F25", "F36"]
+    assert crossing(**refused, location="mattermost:messaging") == ["F25"]  # near miss: another platform's
+    assert crossing(**{**refused, "phase": "cron"}, location="gateway-cron:cron") == ["F6"]
+    assert crossing("profile_bleed", "alpha", "default", "allowed_users", channel="rpc", service="telegram") == ["F25"]
+    assert crossing("request_leak", "alpha", "beta", "telegram_file", service="telegram", scenario="gateway",
+                    phase="messaging") == ["F31"]
+
+
 def test_the_honcho_signature_takes_its_record_in_a_prompt_but_not_another_record():
     """A prefetch puts the first client's Honcho record in another profile's prompt (entry `request`)."""
     assert crossing("request_leak", canary="honcho_record") == ["F21"]
@@ -158,6 +170,8 @@ def test_a_clause_reads_as_the_docs_write_it():
     assert Clause(("tool terminal",), ("env_leak",), ("key*",), ("tui",), ("turns",), "launch -> other").text() == \
         "tool terminal (env_leak; canary key*; in tui; phase turns; launch -> other)"
     assert Clause(("service web", "tool web_*")).text() == "service web or tool web_*"
+    assert Clause(("shortfall",), phases=("messaging",), at=("telegram:*",)).text() == \
+        "shortfall (phase messaging; at telegram:*)"
 
 
 def test_the_docs_list_every_signature_as_the_code_has_it():

@@ -191,6 +191,9 @@ class ServiceSpec:
     packages: tuple[str, ...] = ()  # distributions of the Hermes venv only its SDK brings (normalized names)
     doors: tuple[str, ...] = ()  # the front doors that drive it (none: every one); elsewhere it is `n/a`
     words: frozenset[str] = frozenset()  # canary kinds the service rewrites to word characters: minted as such
+    #: canary kinds of a shape of the service's own (a platform's numeric ids, its token's format): kind -> the
+    #: value made from the tenant's tag (`registry.new_tag`: its random bits are what make the value unique)
+    shapes: dict[str, Callable[[str], str]] = field(default_factory=dict)
     configure: Callable[[Tenant, Where], Setup] = lambda t, w: Setup()
     messaging: Messaging | None = None  # a messaging platform of the gateway (a module of `drive.platforms`)
     unsettable: tuple[Unset, ...] = ()  # the settings a profile may leave unset (`--unset SERVICE.NAME`)

@@ -38,7 +38,8 @@ def _service_run(plant: str) -> str:
 #: (tests/e2e/test_dashboard.py); the Mattermost media plant's crossing (another tenant's `mattermost_file` in the
 #: target's own upload) is one Hermes 0.19.0 shows without it (F31: the neighbour's file goes up through the same
 #: bot, tests/e2e/test_messaging_phase.py), so a run of it could not fail there; its plant and the upload's
-#: detector with its near miss are tested in tests/test_attachments.py and tests/test_messaging.py. Signal's media
+#: detector with its near miss are tested in tests/test_attachments.py and tests/test_messaging.py; Telegram's media
+#: plant likewise (F31 through Telegram, tests/test_telegram.py). Signal's media
 #: plant likewise (F31 through Signal: tests/test_signal.py holds the plant and the detector of what the daemon
 #: read); ntfy's token plant changes a secondary profile's `NTFY_TOKEN`, which Hermes 0.19.0 never reads (F55: its
 #: bot gets the launch profile's settings and is refused), so its run could not be caught (tests/test_ntfy.py).
@@ -47,7 +48,7 @@ def _service_run(plant: str) -> str:
 #: for the serve backend's ticker (a run of 100 s). All four are run on the fixed twin (docs/fixes/README.md), where
 #: each must be caught, and their detectors' planted crossings and near misses are unit-tested.
 PHASE_PLANTS = {"approvals-allowlist", "redaction-off", "toolsets-copied", "cron-due"}
-NOT_RUN = {"dashboard", "mattermost-media", "signal-media", "ntfy-key", *PHASE_PLANTS}
+NOT_RUN = {"dashboard", "mattermost-media", "telegram-media", "signal-media", "ntfy-key", *PHASE_PLANTS}
 #: Plants that change different settings of the target, so one audit plants them all (each still judged alone:
 #: `check_plants` wants every plant's kinds, through its tool or service); every other plant runs alone.
 _SERVICE = [p for p in SERVICE_PLANTS if p not in NOT_RUN]

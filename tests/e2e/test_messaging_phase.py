@@ -1,5 +1,5 @@
 """The gateway door's `messaging` phase against real Hermes 0.19.0 in one audit (shared by the tests below, each a
-platform's): a bot per profile on Mattermost, Signal and ntfy, driven in the same rounds.
+platform's): a bot per profile on Mattermost, Telegram, Signal and ntfy, driven in the same rounds.
 
 Mattermost: every bot signs in with its own token; the secondary bots answer in a channel only the launch profile
 allows (F24); after the first secondary turn the launch profile's bot authorizes by that profile's allowlist
@@ -8,6 +8,10 @@ reply names files to attach (`MEDIA:`): each tenant's own arrives through its ow
 neighbour's file and `.env` go up through it too, but for the launch profile's `.env`, which Hermes' denylist knows
 (F31). The launch profile's cron job, due at the ticker's second tick (after the messages, so F25 still shows),
 posts its output in its own home channel through its own bot; the others' never fire (F6).
+
+Telegram: every bot signs in with its own token in the URL path at its own server, never a DNS-over-HTTPS lookup;
+after F25 the launch profile's bot admits the first secondary's lead; a secondary Telegram bot filters its users by
+the process environment's allowlist (F36): the secondary that did not take it over refuses its own users.
 
 Signal: every bot streams with its own account; the secondary bots answer in a group only the launch profile
 allows (F40) and put their 👀 on the launch profile's lead's messages, which they refuse (F41); the daemon reads the
@@ -37,7 +41,8 @@ def audit(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
     out = tmp_path_factory.mktemp("messaging") / "evidence"
     result = run_audit(RunOptions(out=out, hermes_python=resolve_hermes_python(Path(opt) if opt else None),
                                   quiet=True, scenario="gateway", tenants=3, phases=["cron", "route-auth", "turns"],
-                                  tools=[], services=["mattermost", "signal", "ntfy"], cron_wait=80.0))
+                                  tools=[], services=["mattermost", "telegram", "signal", "ntfy"],
+                                  cron_wait=80.0))
     assert result.out is not None
     return Audit(result.verdict.exit_code, result.out, result.to_dict())
 
@@ -50,7 +55,13 @@ def _bled(audit: Audit, service: str) -> set[tuple[str, str, str]]:
 def _media(audit: Audit, platform: str) -> dict[str, bool]:
     """Each tenant's `media` step on `platform` (a tenant with no reply then has none)."""
     return {t["tenant"]: t["ok"] for t in audit.doc["timeline"]
-            if t["phase"] == "messaging" and t["driver"] == "media" and t["detail"].startswith(f"{platform}:")}
+            if t["phase"] == "messaging" and t["driver"] == f"{platform} media"}
+
+
+def _answered(step: dict) -> bool:
+    """A step of a message that must be answered (ok: its reply came; failed: how many came), not of a refused one."""
+    detail = step.get("detail") or ""
+    return (step["ok"] and not detail) or "reply(ies)" in detail
 
 
 def _uploaded(audit: Audit, service: str) -> set[tuple[str, str, str]]:
@@ -76,7 +87,7 @@ def test_every_profile_has_its_bot_but_the_process_environment_decides_who_it_an
     assert {(NEIGHBOUR[n], n, "mattermost_key") for n in attached if NEIGHBOUR[n] != "default"} <= uploaded, uploaded
     assert not [u for u in uploaded if u[0] == "default" and not u[2].endswith("_file")]  # Hermes denies its .env
     cron = {(t["tenant"], t["driver"]): t["ok"] for t in audit.doc["timeline"] if t["phase"] == "messaging"}
-    assert cron[("default", "cron-delivery")], cron
+    assert cron[("default", "mattermost cron-delivery")], cron  # the jobs deliver on the first platform
     fired = {t["tenant"]: t["ok"] for t in audit.doc["timeline"] if t["phase"] == "cron"}
     assert fired == {"default": True, "alpha": False, "beta": False}  # F6
     documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
@@ -84,6 +95,26 @@ def test_every_profile_has_its_bot_but_the_process_environment_decides_who_it_an
     assert audit.doc["door_coverage"]["messaging platforms"] == "leak"
     assert audit.code == 1 and audit.verdict == "leak"
     assert_reproduced(audit)
+
+
+def test_every_telegram_bot_signs_in_at_its_own_server_but_a_secondary_filters_by_the_process_environment(audit):
+    found = [f for f in audit.doc["findings"] if f.get("service") == "telegram"]
+    assert not [f for f in found if f["kind"] in ("wrong_key", "route_auth")], found  # own tokens; no stranger
+    first = {s for v, s, c in _bled(audit, "mattermost") if v == "default" and c == "allowed_users"}
+    assert _bled(audit, "telegram") == {("default", *first, "allowed_users")}  # F25; its chat allowlists held
+    other = ({"alpha", "beta"} - first).pop()  # its Telegram bot filters by the launch's list, then first's (F36)
+    timeline = [t for t in audit.doc["timeline"] if t["phase"] == "messaging"]
+    answered = [t["ok"] for t in timeline if t["tenant"] == other and t["driver"] == "telegram" and _answered(t)]
+    assert answered == [False] * 3, timeline
+    assert not [t for t in audit.doc["timeline"] if t["phase"] in ("messaging-connect:telegram", "messaging-api")]
+    steps = _media(audit, "telegram")
+    uploaded = _uploaded(audit, "telegram")
+    assert {(NEIGHBOUR[n], n, "telegram_file") for n, ok in steps.items() if ok} <= uploaded, uploaded
+    assert not [u for u in uploaded if u[0] == "default" and not u[2].endswith("_file")]  # Hermes denies its .env
+    documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
+    assert {"F25", "F31", "F36"} <= documented, documented
+    assert not [i for i in audit.doc["incidents"] if not i["documented"] and "telegram" in i["entry"]]
+    assert "DNS-over-HTTPS" not in (audit.out / "logs" / "backend-gateway.log").read_text()
 
 
 def test_every_signal_bot_streams_its_own_account_but_takes_the_launch_profiles_groups_and_reactions(audit):

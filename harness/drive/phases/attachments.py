@@ -27,8 +27,8 @@ from harness.drive.services import SERVICES
 from harness.drive.surface import Messaging
 
 NAME = "messaging"
-MEDIA = "media"  # the driver label of a tenant's attachment step
-CRON = "cron-delivery"  # the driver label of a tenant's cron delivery step
+MEDIA = "media"  # the driver label of a tenant's attachment step on a platform (`step`)
+CRON = "cron-delivery"  # the driver label of a tenant's cron delivery step on a platform (`step`)
 
 
 def platforms(ctx: Context) -> list[str]:
@@ -52,6 +52,11 @@ def reply_of(tenant: str, post: dict[str, Any]) -> bool:
     """Whether a post is the agent's reply to `tenant` (or its cron job's output): the provider stub's `probe
     done for tenant NAME`, whose spaces Hermes' formatting may drop."""
     return f"tenant{tenant}" in post["message"].replace(" ", "")
+
+
+def step(platform: str, label: str) -> str:
+    """The driver label of a step on `platform` (every step of the phase names its platform, as its findings do)."""
+    return f"{platform} {label}"
 
 
 def media_lines(ctx: Context, tenant: str) -> str:
@@ -90,8 +95,8 @@ def judge_media(ctx: Context, since: float, until: float, seconds: float) -> Non
             own = [f for f in stub.files_since(since) if f["data"] == mine and f["token"] == key]
             attached = {fid for p in stub.posts_since(since) for fid in p["file_ids"]}
             ok = any(f["id"] in attached for f in own)
-            ctx.record(TurnResult(t.name, MEDIA, ok, seconds, f"{platform}: its own MEDIA file attached" if ok else
-                                  f"{platform}: its own MEDIA file: {len(own)} upload(s) with its token, none "
+            ctx.record(TurnResult(t.name, step(platform, MEDIA), ok, seconds, "" if ok else
+                                  f"its own {platform} MEDIA file: {len(own)} upload(s) with its token, none "
                                   "attached to a post"), NAME, snapshot=False)
 
 
@@ -139,6 +144,6 @@ def judge_cron(ctx: Context, platform: str) -> None:
         mine = [p for p in stub_of(ctx, t.name, platform).posts_since(0.0) if cron_output(t.name, p)]
         key, home = t.canaries[SERVICES[platform].credential], t.canaries[kinds(platform).channel]
         ok = any(p["channel_id"] == home and p["token"] == key for p in mine)
-        ctx.record(TurnResult(t.name, CRON, ok, 0.0, "" if ok else
+        ctx.record(TurnResult(t.name, step(platform, CRON), ok, 0.0, "" if ok else
                               f"its cron output: {len(mine)} post(s) at its {platform} server, none in its home "
                               "channel with its token"), NAME, snapshot=False)

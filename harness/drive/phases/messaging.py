@@ -49,6 +49,7 @@ SIGN_IN = 60.0  # how long every profile's bot has to sign in after the gateway 
 #: has for this long, the bots still missing never start (Hermes 0.19.0 refuses a secondary ntfy bot, F55).
 SETTLED = 20.0
 CONNECT = "messaging-connect"  # the label of a bot's failed sign-in (`messaging-connect:PLATFORM`): not F25
+UNKNOWN = "messaging-api"  # the label of a server's requests it does not know (the stub lacks what Hermes calls)
 QUIET = 12.0  # how long a refused round waits for turns it must not cause
 IDLE = 20.0  # a round that must be answered ends when no stub has heard from Hermes for this long
 
@@ -163,18 +164,6 @@ def run(ctx: Context) -> None:
     _unknown(ctx)
 
 
-def _unknown(ctx: Context) -> None:
-    """A failed step for every server that got requests its stub does not know (answered in the platform's
-    error shape): what the bot did there is not all on the record."""
-    for platform in platforms(ctx):
-        for name in ctx.registry.names():
-            unknown = stub_of(ctx, name, platform).unknown
-            if unknown:
-                ctx.record(TurnResult(name, platform, False, 0.0, f"its {platform} server did not know "
-                                      f"{len(unknown)} request(s): {', '.join(sorted(set(unknown))[:3])}"),
-                           NAME, snapshot=False)
-
-
 def _text(ctx: Context, m: Message) -> str:
     mention = stub_of(ctx, m.tenant, m.platform).mention() if m.channel_type == "O" else ""
     return f"{mention}Hello ({m.mark}) {m.note}".rstrip()
@@ -283,6 +272,18 @@ def _tokens(ctx: Context) -> list[Finding]:
                         detail=f"{t.name}'s {platform} bot signed in with "
                                f"{'another tenant' if owner else 'an unknown'}'s token"))
     return found
+
+
+def _unknown(ctx: Context) -> None:
+    """A failed step for every server that got requests it does not know (answered with the platform's error): what
+    the bot wanted there was not shown, so the run cannot be clean."""
+    for platform in platforms(ctx):
+        for t in ctx.registry:
+            asked = sorted(set(stub_of(ctx, t.name, platform).unknown))
+            if asked:
+                ctx.record(TurnResult(t.name, platform, False, 0.0, f"its {platform} server does not know "
+                                      f"{len(asked)} request(s) of the bot's: {', '.join(asked)[:200]}"),
+                           UNKNOWN, snapshot=False)
 
 
 PHASE = PhaseSpec(NAME, "a bot per profile on every messaging platform asked for: messages from its user, another "

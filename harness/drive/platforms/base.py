@@ -13,6 +13,8 @@ bytes; `stream` serves them, to every subscriber at once, as the server would.
 
 from __future__ import annotations
 
+import email.parser
+import email.policy
 import threading
 import time
 from dataclasses import dataclass, field
@@ -163,3 +165,18 @@ class ChatStub(JsonApiStub):
 def _chunk(handler: JsonHandler, data: bytes) -> None:
     handler.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
     handler.wfile.flush()
+
+
+def multipart(content_type: str, raw: bytes) -> tuple[dict[str, str], list[tuple[str, bytes]]]:
+    """A `multipart/form-data` body: its plain fields, and its file parts (filename, bytes)."""
+    doc = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        f"content-type: {content_type}\r\n\r\n".encode() + raw)
+    fields: dict[str, str] = {}
+    parts: list[tuple[str, bytes]] = []
+    for part in doc.iter_parts() if doc.is_multipart() else ():
+        data = part.get_payload(decode=True) or b""
+        if part.get_filename():
+            parts.append((part.get_filename() or "", data))
+        elif name := part.get_param("name", header="content-disposition"):
+            fields[str(name)] = data.decode(errors="replace")
+    return fields, parts

@@ -20,8 +20,6 @@ The stub is the subset of the Mattermost API the adapter calls:
 from __future__ import annotations
 
 import base64
-import email.parser
-import email.policy
 import hashlib
 import json
 import queue
@@ -35,7 +33,7 @@ from wsproto.events import CloseConnection, Ping, TextMessage
 
 from harness.capture.stubs.base import JsonHandler
 from harness.core.registry import Tenant
-from harness.drive.platforms.base import ChatStub, bot_id
+from harness.drive.platforms.base import ChatStub, bot_id, multipart
 from harness.drive.platforms.base import lead as _lead
 from harness.drive.surface import (
     Battery,
@@ -169,21 +167,6 @@ class MattermostStub(ChatStub):
 
 def _token(handler: JsonHandler) -> str:
     return (handler.headers.get("authorization") or "").removeprefix("Bearer ").strip()
-
-
-def multipart(content_type: str, raw: bytes) -> tuple[dict[str, str], list[tuple[str, bytes]]]:
-    """A `multipart/form-data` body: its plain fields, and its file parts (filename, bytes)."""
-    doc = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-        f"content-type: {content_type}\r\n\r\n".encode() + raw)
-    fields: dict[str, str] = {}
-    parts: list[tuple[str, bytes]] = []
-    for part in doc.iter_parts() if doc.is_multipart() else ():
-        data = part.get_payload(decode=True) or b""
-        if part.get_filename():
-            parts.append((part.get_filename() or "", data))
-        elif name := part.get_param("name", header="content-disposition"):
-            fields[str(name)] = data.decode(errors="replace")
-    return fields, parts
 
 
 def lead(t: Tenant, what: str = "lead") -> str:

@@ -89,15 +89,18 @@ def conflicts(names: list[str]) -> str:
 
 def mint(registry: Registry, names: list[str]) -> None:
     """Mint the canaries of the services `names` for every tenant (one tag per tenant and call; a kind of a
-    service's `words` with `_` between its parts)."""
+    service's `words` with `_` between its parts, a kind of its `shapes` in its own shape)."""
     for t in registry:
         tag = new_tag()
         for name in names:
-            for kind in SERVICES[name].kinds():
+            spec = SERVICES[name]
+            for kind in spec.kinds():
                 if kind not in t.canaries:
                     value = f"{kind.replace('_', '')}-{t.name}-{tag}"
-                    if kind in SERVICES[name].words:  # letters, digits and single "_" (a sanitised tag keeps it)
+                    if kind in spec.words:  # letters, digits and single "_" (a sanitised tag keeps it)
                         value = re.sub(r"[^A-Za-z0-9]+", "_", value)
+                    if kind in spec.shapes:
+                        value = spec.shapes[kind](tag)
                     registry.add_canary(t.name, kind, value)
 
 
