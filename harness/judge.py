@@ -121,13 +121,22 @@ def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *
         ran={(ph.scenario, ph.name) for ph in record.phases} | {(scenario, "end")},  # files: at the end
         warnings=[*venv_warnings(record, base), *(f"service {name} was not audited, {state}"  # asked, not offered
                                                   for name, state in record.services.items()
-                                                  if state.startswith("n/a"))],
+                                                  if state.startswith("n/a")), *refusals(rec)],
         tenants=registry.names(), scenario=scenario,
         versions=release_versions(record.hermes_agent or "?", record.hermes_venv), timeline=record.turns,
         seconds=seconds,
         out=out, plants=sorted(record.plants),
         coverage=rec.coverage.table(record.tools, kept, OUT_OF_SCOPE, allowed),
         services=service_coverage, doors=door_coverage, policy=policy.to_dict())
+
+
+def refusals(rec: Reconciliation) -> list[str]:
+    """A line naming the hosts no tenant routes that the proxy refused requests to (nothing was dialled; one that
+    carried a canary is also an `egress` finding)."""
+    if not rec.refused:
+        return []
+    hosts = ", ".join(f"{host} ({n})" for host, n in sorted(rec.refused.items()))
+    return [f"the proxy refused {rec.refused.total()} request(s) to hosts no tenant routes, nothing dialled: {hosts}"]
 
 
 def evidence_policy(out: Path) -> Policy:

@@ -125,9 +125,11 @@ def reverse_flow(tenant: str, body: dict | bytes | None = None, *, key: str | No
 
 
 def forward_flow(host: str, body: dict | None = None, *, key: str | None = None) -> http.HTTPFlow:
+    """A forward request as its `request` hook sees it: no server connection yet (lazy strategy)."""
     hdrs = {"content-type": "application/json"} | ({"authorization": f"Bearer {key}"} if key else {})
     f = tflow.tflow(req=http.Request.make("POST", f"https://{host}/v1/chat/completions",
                                           json.dumps(body or {}).encode(), hdrs))
+    f.server_conn.timestamp_start = f.server_conn.timestamp_tcp_setup = None
     return f
 
 
@@ -456,21 +458,69 @@ def test_egress_flag_records_and_lets_through(tctx, addon, reg):
     assert egress["victim"] is None and egress["seen_in"] is None and "api.openai.com" in egress["detail"]
 
 
-def test_egress_block_answers_403_without_an_upstream(tctx, addon, tmp_path):
+def test_egress_block_answers_403_without_an_upstream(tctx, addon, reg, tmp_path):
+    """Refused, a request that carries nothing of a tenant's is recorded (`refused` in the ledger), not a
+    finding; one carrying a canary is egress and its leak. Reconciled from the saved flow: the same."""
     tctx.configure(addon, tenancy_egress="block")
     f = forward_flow("evil.example")
     addon.request(f)
     assert f.response.status_code == 403 and b"egress to evil.example blocked" in f.response.content
     addon.response(f)
-    assert kinds(f) == ["egress"] and ledger(tmp_path)[0]["status"] == 403
-    connect = tflow.tflow(req=http.Request.make("CONNECT", "http://evil.example:443/"))
-    connect.request.host, connect.request.port = "evil.example", 443
-    addon.http_connect(connect)
-    assert connect.response.status_code == 403
-    assert [[x["kind"] for x in line["findings"]] for line in ledger(tmp_path)] == [["egress"], ["egress"]]
+    assert kinds(f) == [] and not f.marked and ledger(tmp_path)[0]["status"] == 403
+    assert ledger(tmp_path)[0]["refused"] is True and ledger(tmp_path)[0]["tenant"] is None
+    carrying = run(addon, forward_flow("evil.example", {"k": reg["gamma"].canaries["memory"]}))
+    assert carrying.response.status_code == 403 and kinds(carrying) == ["egress", "request_leak"] and carrying.marked
+    assert "(refused)" in carrying.metadata["tenancy"]["findings"][0]["detail"]
+    matcher = Matcher.for_registry(reg)
+    for flow, line in zip((f, carrying), ledger(tmp_path), strict=True):
+        assert flows.inspect_flow(reg, matcher, flow).ledger_entry() | {"time": line["time"]} == line
+    answered = forward_flow("evil.example")  # near miss: a 403 the proxy did not make (an upstream's) is no refusal
+    respond(answered, "{}")
+    answered.response.status_code = 403
+    assert "refused" not in flows.inspect_flow(reg, matcher, answered).ledger_entry()
+
+
+def test_a_connect_to_an_unowned_host_is_refused_only_when_it_would_be_dialled(tctx, addon, tmp_path):
+    """With the lazy strategy nothing is dialled at a CONNECT: the request inside is read and refused. With the
+    eager one (which dials at once) the CONNECT itself is refused."""
+    tctx.configure(addon, tenancy_egress="block")
+    lazy = tflow.tflow(req=http.Request.make("CONNECT", "http://evil.example:443/"))
+    lazy.request.host, lazy.request.port = "evil.example", 443
+    addon.http_connect(lazy)
+    assert lazy.response is None
+    eager_strategy(tctx, addon)
+    eager = tflow.tflow(req=http.Request.make("CONNECT", "http://evil.example:443/"))
+    eager.request.host, eager.request.port = "evil.example", 443
+    eager.server_conn.timestamp_start = None
+    addon.http_connect(eager)
+    assert eager.response.status_code == 403
+    assert [(line["refused"], line["findings"]) for line in ledger(tmp_path)] == [(True, [])]
     ok = tflow.tflow(req=http.Request.make("CONNECT", "http://gamma.test:443/"))
     addon.http_connect(ok)
     assert ok.response is None
+
+
+def eager_strategy(tctx, addon) -> None:
+    """mitmproxy's `connection_strategy` (its proxy server's option, which the test context lacks), set to eager."""
+    tctx.options.add_option("connection_strategy", str, "lazy", "", choices=("eager", "lazy"))
+    tctx.configure(addon, connection_strategy="eager")
+
+
+@pytest.mark.parametrize(("address", "refused"), [
+    (("93.184.215.14", 443), True), (("evil.example", 80), True), (("127.0.0.1", 29001), False),
+    (("::1", 8080), False), (("localhost", 80), False), (("127.0.0.2", 80), False)])
+def test_block_refuses_any_connection_that_would_leave_the_machine(tctx, addon, address, refused):
+    """`server_connect`: whatever would dial outside loopback (a raw TCP stream or TLS the proxy does not read,
+    after a CONNECT) is refused before it is dialled; loopback (every stub) is not."""
+    from mitmproxy.connection import Server
+    from mitmproxy.proxy.server_hooks import ServerConnectionHookData
+
+    data = ServerConnectionHookData(Server(address=address), tflow.tclient_conn())
+    addon.server_connect(data)
+    assert data.server.error is None  # egress `flag`: nothing is refused
+    tctx.configure(addon, tenancy_egress="block")
+    addon.server_connect(data)
+    assert (data.server.error is not None) == refused
 
 
 # --- routing decides once, inspection reads it ------------------------------------------------------------
@@ -489,10 +539,8 @@ def test_routing_resolves_each_flow_once_and_hands_it_on(tctx, addon, reg, tmp_p
             return real(*args)
         return count
 
-    for name in ("route_of", "endpoint_of"):
-        counter = counted(name, getattr(routes, name))
-        for module in (routes, flows):
-            monkeypatch.setattr(module, name, counter)
+    for module, name in ((routes, "route_of"), (routes, "endpoint_of"), (flows, "endpoint_of")):
+        monkeypatch.setattr(module, name, counted(name, getattr(routes, name)))
     json_turn = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key))
     streamed = reverse_flow("alpha", main_turn(reg, "alpha", stream=True), key=reg["alpha"].key)
     stream_through(addon, streamed, sse("hello"))
@@ -503,6 +551,7 @@ def test_routing_resolves_each_flow_once_and_hands_it_on(tctx, addon, reg, tmp_p
     addon.error(failed)
     tctx.configure(addon, tenancy_egress="block")
     blocked = run(addon, forward_flow("evil.example"))
+    eager_strategy(tctx, addon)  # a CONNECT is refused when it would be dialled
     connect = tflow.tflow(req=http.Request.make("CONNECT", "http://evil.example:443/"))
     connect.request.host, connect.request.port = "evil.example", 443
     addon.http_connect(connect)

@@ -76,10 +76,11 @@ def leak(victim: str, canary: str, location: str = "flow:f1:request.body@3") -> 
 
 
 def test_the_checks_are_registered_in_their_order():
-    """The key and model checks before the leak scan (which leaves out what they reported), the identity check
-    after it (it renames its leaks); the stream after the headers and body (it reports only what they did not)."""
+    """The key and model checks before the leak scan (which leaves out what they reported), egress after it (a
+    refused request is egress only with a canary), the identity check after it (it renames its leaks); the stream
+    after the headers and body (it reports only what they did not)."""
     assert [c.__name__ for c in REQUEST_CHECKS] == [
-        "check_egress", "check_key", "check_model", "check_request_leaks", "check_identity"]
+        "check_key", "check_model", "check_request_leaks", "check_egress", "check_identity"]
     assert [c.__name__ for c in RESPONSE_CHECKS] == ["check_response_leaks", "check_stream_leaks"]
 
 
@@ -129,10 +130,39 @@ def test_a_listener_of_no_tenant_runs_no_check(reg, monkeypatch):
 
 def test_egress(reg):
     unowned = facts(reg, Route("forward", host="api.example.com"), {"q": 1})
-    assert run(check_egress, unowned) == [("egress", None, None)]
+    assert run(check_egress, unowned) == [("egress", None, None)]  # it went out (`tenancy_egress=flag`)
     owned = facts(reg, Route("forward", host="BETA.test."), {"q": 1})  # near miss: beta's host, spelled otherwise
     assert owned.tenant is reg["beta"] and run(check_egress, owned) == []
     assert run(check_egress, alpha(reg, {"q": 1})) == []  # and a reverse listener is never egress
+
+
+def refused(reg: Registry, body: dict) -> RequestFacts:
+    raw = RawRequest("f1", "POST", CHAT, [], json.dumps(body).encode(), refused=True)
+    return request_facts(reg, matcher_for(reg), raw, endpoint_of(reg, Route("forward", host="api.example.com")))
+
+
+def test_a_refused_request_is_egress_only_when_it_carries_a_canary(reg):
+    """Refused (nothing dialled), a request that holds nothing of a tenant's is a safety record, not a finding;
+    one carrying a tenant's canary is egress (and the leak the scan found before it)."""
+    clean = refused(reg, {"q": "hello"})
+    assert run(check_egress, clean) == []
+    carrying = refused(reg, {"q": reg["alpha"].canaries["soul"]})
+    report = carrying.report()
+    check_request_leaks(carrying, report)
+    assert run(check_egress, carrying, report) == [("egress", None, None), ("request_leak", "alpha", "soul")]
+    assert "(refused)" in report.findings[0].detail
+    near = refused(reg, {"q": reg["alpha"].canaries["soul"][:-1]})  # one character short: no canary, no egress
+    report = near.report()
+    check_request_leaks(near, report)
+    assert run(check_egress, near, report) == []
+
+
+def test_a_host_the_tenants_share_is_never_egress(reg):
+    reg["alpha"].route = {"host": "chat.example", "by": "credential"}
+    reg["beta"].route = {"host": "chat.example", "by": "credential"}
+    unclaimed = facts(reg, Route("forward", host="chat.example"), {"q": 1})  # carries no tenant's credential
+    assert unclaimed.tenant is None and unclaimed.endpoint.fallback is reg["alpha"]
+    assert run(check_egress, unclaimed) == []
 
 
 def test_key(reg):

@@ -3,13 +3,15 @@
 `RequestFacts` or `ResponseFacts`, worked out once) and adds what it finds to the message's report.
 
 The order matters: the leak scan leaves out a canary that the key or the model check has already reported at
-that part of the request (it is that finding, not a leak besides); the identity check renames the leaks the
-scan found; the stream check reports only canaries the headers and body did not already show.
+that part of the request (it is that finding, not a leak besides); the egress check reads whether a refused
+request carried a canary (its leaks); the identity check renames the leaks the scan found; the stream check
+reports only canaries the headers and body did not already show.
 """
 
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -44,6 +46,7 @@ class RawRequest:
     path: str
     headers: Headers
     body: bytes | None
+    refused: bool = False  # answered by the proxy without dialling anything (`tenancy_egress=block`)
 
 
 @dataclass(frozen=True)
@@ -108,7 +111,7 @@ def request_facts(registry: Registry, matcher: Matcher, raw: RawRequest, endpoin
     decoded = decode_body(raw.body, first.get("content-encoding", ""), first.get("transfer-encoding", ""))
     doc = parse_json(decoded)
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
-    bearer, held_in = credential_of(first, doc)
+    bearer, held_in = credential_of(first, doc, raw.path, decoded.data, registry)
     expected = tenant.credential(service) if tenant is not None else None
     if tenant is not None and bearer is not None and bearer == expected:  # the usual case (a value has one owner)
         owner: Tenant | None = tenant
@@ -128,14 +131,28 @@ def request_kind(path: str, doc: Any, service: str = PROVIDER) -> str:
     return "main" if isinstance(doc, dict) and doc.get("tools") else "aux"
 
 
-def credential_of(first: dict[str, str], doc: Any) -> tuple[str | None, str]:
-    """The credential a request presents and where: a key header (`bearer_of`), else a top-level
-    `api_key` field of a JSON body (as Tavily's API takes it)."""
+def credential_of(first: dict[str, str], doc: Any, path: str = "", body: bytes = b"",
+                  registry: Registry | None = None) -> tuple[str | None, str]:
+    """The credential a request presents and where: a key header (`bearer_of`), else a top-level `api_key` or
+    `token` field of a JSON body (as Tavily's API takes it), a `token` field of the query or a form body (Slack's
+    Web API), or a path segment `bot<TOKEN>` whose token is a secret of `registry` (Telegram's Bot API)."""
     bearer = bearer_of(first)
     if bearer:
         return bearer, next(f"headers.{n}" for n in KEY_HEADERS if first.get(n, "").strip())
-    value = doc.get("api_key") if isinstance(doc, dict) else None
-    return (value, "body.api_key") if isinstance(value, str) and value else (None, "headers.authorization")
+    for name in ("api_key", "token"):
+        value = doc.get(name) if isinstance(doc, dict) else None
+        if isinstance(value, str) and value:
+            return value, f"body.{name}"
+    target = urllib.parse.urlsplit(path)
+    form = body.decode("utf-8", "replace") if "form-urlencoded" in first.get("content-type", "") else ""
+    for where, fields in (("path.token", target.query), ("body.token", form)):
+        value = next(iter(urllib.parse.parse_qs(fields).get("token", [])), "")
+        if value:
+            return value, where
+    for segment in target.path.split("/"):
+        if segment.startswith("bot") and registry is not None and registry.owner_of_key(segment[3:]):
+            return segment[3:], "path.bot"
+    return None, "headers.authorization"
 
 
 def _bearer_state(tenant: Tenant | None, bearer: str | None, owner: Tenant | None, expected: str | None) -> str:
@@ -154,14 +171,18 @@ def _bearer_state(tenant: Tenant | None, bearer: str | None, owner: Tenant | Non
 
 
 def check_egress(req: RequestFacts, report: RequestReport) -> None:
-    """`egress`: a forward request for a host no tenant owns."""
+    """`egress`: a forward request for a host no tenant owns that went out (`tenancy_egress=flag`), or that the
+    proxy refused but that carried a tenant's canary (its `request_leak`s, found before). A refused request
+    carrying none left nothing and held nothing of a tenant's: a safety record (`refused`), not a finding."""
     route = req.endpoint.route
-    if req.tenant is not None or route.topology != "forward":
+    if req.endpoint.owned or route.topology != "forward":
         return
-    report.findings.append(Finding(
+    if req.raw.refused and not any(f.kind == "request_leak" for f in report.findings):
+        return
+    report.findings.insert(0, Finding(
         kind="egress", victim=None, seen_in=None, canary=None, channel="request", location=req.where,
         evidence=req.matcher.redact_text(f"{req.raw.method} {route.host}{req.raw.path}")[:200],
-        detail=f"host {route.host!r} is owned by no tenant",
+        detail=f"host {route.host!r} is owned by no tenant" + (" (refused)" if req.raw.refused else ""),
     ))
 
 
@@ -245,10 +266,11 @@ def check_identity(req: RequestFacts, report: RequestReport) -> None:
 
 
 RequestCheck = Callable[[RequestFacts, RequestReport], None]
-#: The checks of what a request presents (host, credential, model): cheap, they run in the proxy's hook.
-IN_PATH_CHECKS: tuple[RequestCheck, ...] = (check_egress, check_key, check_model)
-#: The checks that scan a request's bytes for canaries: the live addon may run them in a worker process.
-SCAN_CHECKS: tuple[RequestCheck, ...] = (check_request_leaks, check_identity)
+#: The checks of what a request presents (credential, model): cheap, they run in the proxy's hook.
+IN_PATH_CHECKS: tuple[RequestCheck, ...] = (check_key, check_model)
+#: The checks that scan a request's bytes for canaries, and egress (which reads what the scan found): the live
+#: addon may run them in a worker process.
+SCAN_CHECKS: tuple[RequestCheck, ...] = (check_request_leaks, check_egress, check_identity)
 #: Every request check, in the order they run (see the module's docstring for why this order).
 REQUEST_CHECKS: tuple[RequestCheck, ...] = IN_PATH_CHECKS + SCAN_CHECKS
 
