@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from harness.capture.proxy import FORWARD_DOMAIN
 from harness.capture.stubs.base import Service
 from harness.capture.stubs.provider import ToolStep
 from harness.core.registry import Tenant
@@ -128,6 +129,26 @@ class Messaging:
 
 
 @dataclass(frozen=True)
+class FixedHost:
+    """The API host a platform's SDK fixes (no base-URL setting): every tenant reaches `host` through the proxy's
+    regular listener, each request told apart by the canary of a kind of `by` it carries (its tokens; registry
+    route `{host: HOST, by: [...]}`, docs/addon.md#shared-hosts). What carries none (a websocket or upload URL
+    the stub hands out) goes to the tenant's own host (`issued_host`), the registry service `<name>_issued`."""
+
+    host: str
+    by: tuple[str, ...]
+
+
+#: The suffix of the registry service of a platform's tenant's own host (`FixedHost`).
+ISSUED = "_issued"
+
+
+def issued_host(service: str, tenant: str) -> str:
+    """The tenant's own host of a service with a `FixedHost`: where the URLs its stub issues point."""
+    return f"{service}.{tenant}.{FORWARD_DOMAIN}"
+
+
+@dataclass(frozen=True)
 class ServiceSpec:
     """One service, described once (see the module docstring)."""
 
@@ -153,6 +174,8 @@ class ServiceSpec:
     words: frozenset[str] = frozenset()  # canary kinds the service rewrites to word characters: minted as such
     configure: Callable[[Tenant, Where], Setup] = lambda t, w: Setup()
     messaging: Messaging | None = None  # a messaging platform of the gateway (a module of `drive.platforms`)
+    fixed: FixedHost | None = None  # the host its SDK fixes (no listener of its own in the reverse topology)
+    shapes: dict[str, str] = field(default_factory=dict)  # canary kind -> the prefix its platform's ids have
 
     def kinds(self) -> tuple[str, ...]:
         return (self.credential, *self.identity, *self.data)

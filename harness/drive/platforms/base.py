@@ -8,18 +8,44 @@ A post is `{"id", "channel_id", "message", "file_ids", "token", "time"}`, an upl
 
 from __future__ import annotations
 
+import base64
+import hashlib
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from harness.capture.stubs.base import JsonApiStub
+from wsproto.connection import Connection, ConnectionType
+
+from harness.capture.stubs.base import JsonApiStub, JsonHandler
 from harness.core.registry import Tenant
+
+_WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def accept_websocket(handler: JsonHandler) -> tuple[socket.socket, Connection]:
+    """Answer a websocket upgrade (101) on `handler`'s connection: its socket, and the server side of the protocol
+    to read and write frames with."""
+    accept = base64.b64encode(hashlib.sha1((handler.headers["sec-websocket-key"] + _WS_GUID).encode()).digest())
+    handler.send_response(101)
+    handler.send_header("upgrade", "websocket")
+    handler.send_header("connection", "Upgrade")
+    handler.send_header("sec-websocket-accept", accept.decode())
+    handler.end_headers()
+    handler.wfile.flush()
+    handler.close_connection = True
+    return handler.connection, Connection(ConnectionType.SERVER)
 
 
 def bot_id(tenant: str) -> str:
     """The tenant's bot user id at its server (not a canary: every server names its own bot)."""
     return f"bot{tenant}"
+
+
+def media_text(canary: str) -> bytes:
+    """What a profile's media file of a platform holds (its `file` canary)."""
+    return f"attachment {canary}\n".encode()
 
 
 def lead(t: Tenant, user_kind: str, what: str = "lead") -> str:
@@ -36,6 +62,7 @@ class ChatStub(JsonApiStub):
     posts: list[dict[str, Any]] = field(default_factory=list)
     files: list[dict[str, Any]] = field(default_factory=list)
     challenges: list[str] = field(default_factory=list)  # the token of every sign-in, in order
+    unknown: list[str] = field(default_factory=list)  # requests it does not know, answered with the platform's error
     _connected: threading.Event = field(default_factory=threading.Event)
 
     def deliver(self, user_id: str, channel_id: str, text: str, channel_type: str = "D") -> str:
@@ -68,6 +95,12 @@ class ChatStub(JsonApiStub):
                     "channel_id": channel_id, "data": data, "token": token, "time": time.time()}
             self.files.append(info)
         return info
+
+    def not_known(self, what: str) -> None:
+        """A request the stub does not know (answered in the platform's error shape): the `messaging` phase reports
+        it, never a silent success."""
+        with self.lock:
+            self.unknown.append(what)
 
     def connected(self) -> bool:
         """Whether a bot has signed in here."""
