@@ -125,7 +125,8 @@ class SlackStub(ChatStub):
             self._refuse(handler, raw, 200, "unknown_method", method)
             return
         if token != (self.app_token if method in APP_METHODS else self.bot_token):
-            self.record(handler.command, handler.path, handler.header_dict(), raw, 200, wrong_key=bool(token))
+            self.record(handler.command, handler.path, handler.header_dict(), raw, 200,
+                        wrong_key=token not in ("", self.bot_token, self.app_token))
             handler.send_json(200, {"ok": False, "error": "invalid_auth" if token else "not_authed"})
             return
         payload = answer(args, token)
@@ -140,6 +141,7 @@ class SlackStub(ChatStub):
                 "conversations.info": self._channel, "conversations.open": _open_dm,
                 "conversations.replies": lambda a, t: {**OK, "messages": [], "has_more": False},
                 "conversations.history": lambda a, t: {**OK, "messages": [], "has_more": False},
+                "users.conversations": self._joined,
                 "files.getUploadURLExternal": self._upload_url, "files.completeUploadExternal": self._complete,
                 "files.info": lambda a, t: {**OK, "file": {"id": a.get("file", ""), "name": MEDIA_FILE}},
                 "assistant.threads.setStatus": ok, "assistant.threads.setTitle": ok,
@@ -180,6 +182,13 @@ class SlackStub(ChatStub):
             im = self._kinds.get(channel) == "im"
         return {**OK, "channel": {"id": channel, "name": channel, "is_im": im, "is_channel": not im,
                                   "is_private": im, "is_member": True}}
+
+    def _joined(self, args: dict[str, Any], token: str) -> dict[str, Any]:
+        """The channels the bot is in (Hermes' channel directory): its home channel and those messages came from."""
+        with self.lock:
+            joined = [self.tenant.canaries["slack_channel"], *(c for c, k in self._kinds.items() if k == "channel")]
+        return {**OK, "channels": [{"id": c, "name": c, "is_private": False} for c in dict.fromkeys(joined)],
+                "response_metadata": {"next_cursor": ""}}
 
     def _upload_url(self, args: dict[str, Any], token: str) -> dict[str, Any]:
         ticket, name = secrets.token_hex(8), str(args.get("filename", "file"))
@@ -362,8 +371,10 @@ def configure(t: Tenant, where: Where) -> Setup:
 
 def _app(c: PlantContext) -> None:
     """The donor's app token in the target's `SLACK_APP_TOKEN` (its bot token its own): the target's bot opens its
-    Socket Mode websocket in the donor's workspace (the proxy routes a token to its owner), takes the donor's users'
-    messages and acts on them with its own bot token in its own workspace."""
+    Socket Mode websocket in the donor's workspace (the proxy routes a token to its owner) and never in its own,
+    takes the messages sent to the donor's bot and answers those its own allowlist admits (the target's lead's
+    direct message to the donor's bot: a turn on the target's provider, a `profile_bleed`) with its own bot token in
+    its own workspace."""
     set_env(c.target_home, "SLACK_APP_TOKEN", c.donor.canaries["slack_app_key"])
 
 
@@ -378,5 +389,5 @@ SERVICE = ServiceSpec(
     coverage=Coverage('has("slack_bolt") and source_has("plugins.platforms.slack.adapter", "AsyncSocketModeHandler")',
                       "no Slack platform adapter, or not its SDK (Hermes' `messaging` extra: slack-bolt, slack-sdk)"),
     battery=Battery("slack"),  # no tools: the gateway door's `messaging` phase drives it
-    plants={"slack-app": Plant(_app, frozenset({"wrong_identity"}))},
+    plants={"slack-app": Plant(_app, frozenset({"profile_bleed"}))},
 )
