@@ -90,7 +90,19 @@ CASES = [
     ("F35", dict(kind="profile_bleed", victim="default", seen_in="alpha", canary="toolsets",
                  location="tui:alpha:tools"),
      dict(kind="profile_bleed", victim="alpha", seen_in="beta", canary="toolsets", location="tui:beta:tools")),
+    ("F43", dict(kind="profile_bleed", canary="allowed_channels", channel="rpc", service="slack"),
+     dict(kind="profile_bleed", canary="message", channel="rpc", service="slack")),  # the slack-app plant's
 ]
+
+
+def test_the_slack_bots_crossings_are_f25_and_f31_as_mattermosts_are():
+    """The launch bot's allowlist taken over (F25) and another profile's file uploaded to the issued URL (F31)."""
+    assert crossing("profile_bleed", victim="alpha", seen_in="default", canary="allowed_users", channel="rpc",
+                    service="slack") == ["F25"]
+    assert crossing("request_leak", victim="alpha", seen_in="beta", canary="slack_file", service="slack_issued",
+                    scenario="gateway", phase="messaging") == ["F31"]
+    assert crossing("wrong_identity", victim="alpha", seen_in="beta", canary="slack_user", service="slack_issued",
+                    scenario="gateway", phase="messaging") == []
 
 
 def test_the_honcho_signature_takes_its_record_in_a_prompt_but_not_another_record():

@@ -84,7 +84,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F22": (Clause(("service hindsight",), ("wrong_key", "wrong_identity"), direction="launch -> other"),),
     "F23": (Clause(("service browser", "tool browser_*")),),
     "F24": (Clause(("service mattermost",), ("profile_bleed",), ("allowed_channels",)),),
-    "F25": (Clause(("service mattermost",), ("profile_bleed",), ("allowed_users",)),
+    "F25": (Clause(("service mattermost", "service slack"), ("profile_bleed",), ("allowed_users",)),
             Clause(("shortfall",), phases=("messaging",))),
     "F26": (Clause(("redaction",), ("profile_bleed",), direction="launch -> other"),),
     "F27": (Clause(("tool skill_manage", "tool skills_list", "tool skill_view")),
@@ -92,10 +92,11 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F28": (Clause(("tool cronjob",), ("request_leak",)),),
     "F29": (Clause(("tool execute_code",), ("wrong_cwd",), scenarios=("oneshot",)),),
     "F30": (Clause(("service aux",), ("wrong_key",), scenarios=("oneshot",)),),
-    "F31": (Clause(("service mattermost",), ("request_leak",)),),
+    "F31": (Clause(("service mattermost", "service slack_issued"), ("request_leak",)),),
     "F33": (Clause(("route dashboard",), ("route_auth",)),),
     "F34": (Clause(("kanban board",), ("profile_bleed",)),),
     "F35": (Clause(("toolsets",), ("profile_bleed",), direction="launch -> other"),),
+    "F43": (Clause(("service slack",), ("profile_bleed",), ("allowed_channels",)),),
 }
 
 

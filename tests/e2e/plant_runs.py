@@ -24,13 +24,15 @@ from harness.drive.services import SERVICES
 
 def _service_run(plant: str) -> str:
     """The audit a service's plant runs in: the default services' and those that hold no profile slot together;
-    a service chosen by name that takes a slot (another memory provider), or that one door drives (Mattermost:
-    the gateway), in one of its own; a plant that says so alone."""
+    a service chosen by name that takes a slot (another memory provider) in one of its own; the services one door
+    drives (the messaging platforms: the gateway) in one audit of that door, each platform's bots beside the
+    others'; a plant that says so alone."""
     spec = SERVICES[SERVICE_PLANTS[plant][0]]
     if PLANTS[plant].alone:  # a run of its own (a plant that cannot share an audit with its service's others)
         return plant
-    alone = (spec.slot and not spec.by_default) or plant in SCENARIO  # a slot of its own, a door of its own
-    return f"services {spec.name}" if alone else "services"
+    if plant in SCENARIO:  # a door of its own
+        return f"services at {SCENARIO[plant]}"
+    return f"services {spec.name}" if spec.slot and not spec.by_default else "services"
 
 
 #: Plants no run here plants, and why: the dashboard's is planted by its door's own end-to-end test
