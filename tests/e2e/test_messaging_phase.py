@@ -41,7 +41,8 @@ def test_every_profile_has_its_bot_but_the_process_environment_decides_who_it_an
     neighbour = {"default": "beta", "alpha": "default", "beta": "alpha"}
     assert {(neighbour[n], n, "mattermost_file") for n in attached} <= uploaded, uploaded
     assert {(neighbour[n], n, "mattermost_key") for n in attached if neighbour[n] != "default"} <= uploaded, uploaded
-    assert not [u for u in uploaded if u[0] == "default" and u[2] != "mattermost_file"]  # Hermes denies its .env
+    media = ("mattermost_file", "slack_file")  # every platform's media file is named in every reply
+    assert not [u for u in uploaded if u[0] == "default" and u[2] not in media]  # Hermes denies its .env
     assert steps[("default", "cron-delivery")], steps
     fired = {t["tenant"]: t["ok"] for t in audit.doc["timeline"] if t["phase"] == "cron"}
     assert fired == {"default": True, "alpha": False, "beta": False}  # F6
@@ -55,7 +56,7 @@ def test_every_profile_has_its_bot_but_the_process_environment_decides_who_it_an
 
 def _slack(audit, first: set[str]) -> None:
     """Every Slack bot signed in with its own tokens at `slack.com` and opened its websocket at its own workspace
-    (each frame inspected, none flagged); the secondary bots answer in the launch profile's channel (F43) and the
+    (each frame inspected, none flagged); the bots answer in the process environment's channels (F43) and the
     launch profile's bot authorizes by the profile that took over the process (F25, the same one as on Mattermost);
     no stranger got a turn; the replies' files go up to the upload URL each bot's own workspace issued (F31)."""
     names = ("default", "alpha", "beta")
@@ -72,7 +73,10 @@ def _slack(audit, first: set[str]) -> None:
     found = [f for f in audit.doc["findings"] if (f.get("service") or "").startswith("slack")]
     assert not [f for f in found if f["kind"] in ("wrong_key", "route_auth")], found
     bled = {(f["victim"], f["seen_in"], f["canary"]) for f in found if f["kind"] == "profile_bleed"}
-    assert {("alpha", "default", "allowed_channels"), ("beta", "default", "allowed_channels")} <= bled, bled  # F43
+    # F43: a bot answers in the channels of the process environment: the launch profile's, or once a turn took it
+    # over (F25; Mattermost's crossings run in the same rounds and may take it first) that profile's
+    channels = {(v, s) for v, s, c in bled if c == "allowed_channels"}
+    assert channels and all(s in {"default", *first} and v != s for v, s in channels), bled
     assert {s for v, s, c in bled if v == "default" and c == "allowed_users"} == first, bled  # F25
     uploaders = {x["tenant"] for x in slack if x["path"].startswith("/upload/v1/")}  # whose replies named files
     uploaded = {(f["victim"], f["seen_in"], f["canary"]) for f in found
