@@ -70,6 +70,7 @@ def _slack(audit, first: set[str]) -> None:
     assert not [x for x in slack if x.get("websocket") and x["findings"]]
     assert not [x for x in slack if x["bearer"] in ("foreign", "unknown")]
     assert not [t for t in audit.doc["timeline"] if t["phase"] == "messaging-connect"]  # every bot signed in
+    assert not [t for t in audit.doc["timeline"] if t["driver"] == "unknown-request"]  # every request known
     found = [f for f in audit.doc["findings"] if (f.get("service") or "").startswith("slack")]
     assert not [f for f in found if f["kind"] in ("wrong_key", "route_auth")], found
     bled = {(f["victim"], f["seen_in"], f["canary"]) for f in found if f["kind"] == "profile_bleed"}
