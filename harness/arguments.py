@@ -15,13 +15,16 @@ from harness.detect.engine import stream
 from harness.drive import plants
 from harness.drive.doors import SCENARIOS, default_tenants
 from harness.drive.phases import ALL_PHASES
-from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS
+from harness.drive.services import DEFAULT_SERVICES, PLATFORMS, SERVICES, TOOL_GROUPS
 from harness.options import MatrixOptions, RunOptions, UsageError, parse_releases, parse_scenarios, parse_shard
 from harness.proof import command as scorecard
 
 FAIL_ON = ("leak", "inconclusive", "never")
-DESCRIPTION = ("`tenancy-audit`: run, reconcile, scan, selftest, scorecard, baseline, matrix, merge, export, "
-               "patch-check, mutants, cleanup.\nExit 0 clean, 1 leak, 2 error, 3 inconclusive.")
+PLATFORMS_HELP = (f"messaging platforms of the gateway (--scenario gateway or all), a bot per tenant on each, "
+                  f"comma-separated, or all: {','.join(PLATFORMS)} (docs/platforms.md); added to --services")
+DESCRIPTION = ("`tenancy-audit`: run, reconcile, verify, scan, selftest, scorecard, baseline, matrix, merge, export, "
+               "patch-check, mutants, cleanup.\nExit 0 clean, 1 leak (verify: the evidence does not verify), 2 error, "
+               "3 inconclusive.")
 
 
 def _version_action(text: Callable[[], str]) -> type[argparse.Action]:
@@ -74,6 +77,7 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     run.add_argument("--services", help="services besides each tenant's provider, comma-separated (default: "
                      f"{','.join(DEFAULT_SERVICES)}; also {','.join(s for s in SERVICES if s not in DEFAULT_SERVICES)}"
                      ", one memory provider per run); 'none' stubs the providers only")
+    run.add_argument("--platforms", help=PLATFORMS_HELP)
     run.add_argument("--policy", default="hermes", help="the isolation policy: hermes (default: what Hermes shares "
                      "between profiles by design is allowed), strict (nothing shared) or a policy file "
                      "(docs/contracts.md)")
@@ -85,6 +89,7 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
                      help="also write redacted/ (flows, ledger, reports, registry) with every secret as <tenant:kind>")
     run.add_argument("--stub-fault", default="", choices=sorted(FAULTS), help=argparse.SUPPRESS)  # fault tests
     run.add_argument("--json", action="store_true", help="print findings.json to stdout")
+    sign_option(run)
 
     rec = sub.add_parser("reconcile", parents=[fail_on],
                          help="re-verify saved evidence: an evidence folder, or a registry + flow file (+ logs)")
@@ -103,7 +108,14 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
                      "folder: the one the run used)")
     rec.add_argument("--out", type=Path, help="write findings.json/report.md/junit.xml here")
     rec.add_argument("--json", action="store_true")
+    sign_option(rec)
     limit_options(rec)
+
+    ver = sub.add_parser("verify", help="check an evidence folder against its manifest (every file, the signature) "
+                         "and reconcile it again to the recorded verdict, incidents and fingerprints")
+    ver.add_argument("evidence", type=Path, help="an evidence folder (or the --out folder of reconcile)")
+    ver.add_argument("--key", type=Path, metavar="PUB", help="the ed25519 public key (PEM) the manifest must be "
+                     "signed with")
 
     sc = sub.add_parser("scan", help="scan files/trees for canaries of the registry")
     sc.add_argument("--registry", type=Path, required=True)
@@ -144,11 +156,13 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     mx.add_argument("--tools", help="tool battery groups, as for run ('none': the env probe only)")
     mx.add_argument("--phases", help="multi-profile phases, as for run (all: every phase, cron included)")
     mx.add_argument("--services", help="services besides the providers, as for run ('none': the providers only)")
+    mx.add_argument("--platforms", help="messaging platforms, as for run")
     mx.add_argument("--shard", help="I/N: run only this share of the release x scenario x run cells")
     mx.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
     mx.add_argument("--out", type=Path, required=True, help="matrix folder: matrix.json/.md/.html, evidence per run")
     mx.add_argument("--force", action="store_true", help="run into a folder that already holds a matrix")
     mx.add_argument("--quiet", action="store_true", help="no progress on stderr")
+    sign_option(mx)
 
     mg = sub.add_parser("merge", parents=[fail_on], help="combine the matrix.json of every shard into one matrix")
     mg.add_argument("shards", type=Path, nargs="+", help="shard folders (or their matrix.json)")
@@ -171,6 +185,7 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     pc.add_argument("--tools", help="tool battery groups, as for run ('none': the env probe only)")
     pc.add_argument("--services", help="services, as for run ('none': the providers only)")
     pc.add_argument("--phases", help="multi-profile phases, as for run")
+    pc.add_argument("--platforms", help="messaging platforms, as for run")
     pc.add_argument("--hermes-python", type=Path, help="the install to patch a copy of (default: as for run)")
     pc.add_argument("--out", type=Path, help="a new or empty folder for both runs, the copy and patch-check.json")
     mu = sub.add_parser("mutants", help="plant each isolation regression of the mutant set in a copy of Hermes and "
@@ -183,6 +198,11 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     mu.add_argument("--out", type=Path, help="a new or empty folder for the runs, the patches and mutants.json")
     sub.add_parser("cleanup", help="reap processes a killed run left behind")
     return p
+
+
+def sign_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--sign-key", type=Path, metavar="FILE", help="an ed25519 private key (PEM, unencrypted): the "
+                   "manifest of the evidence folder (manifest.intoto.json) is signed with it (default: unsigned)")
 
 
 def phases(text: str | None) -> list[str]:
@@ -223,6 +243,19 @@ def parse_tools(value: str | None) -> list[str] | None:
     return [] if value.strip() == "none" else [g for g in value.split(",") if g]
 
 
+def services_of(a: argparse.Namespace) -> list[str] | None:
+    """`--services` with `--platforms` added (None: the default services, and no platform)."""
+    services = parse_tools(a.services)
+    if not getattr(a, "platforms", None):
+        return services
+    names = list(PLATFORMS) if a.platforms.strip() == "all" else [n for n in a.platforms.split(",") if n]
+    unknown = [n for n in names if n not in PLATFORMS]
+    if unknown:
+        raise UsageError(f"unknown platform {unknown[0]!r} (choose from {', '.join(PLATFORMS)}, or all)")
+    chosen = list(DEFAULT_SERVICES) if services is None else services
+    return [*chosen, *(n for n in names if n not in chosen)]
+
+
 def run_options(a: argparse.Namespace) -> RunOptions:
     """`run`'s options from its arguments (`run_audit` checks them: `check_options`)."""
     if a.runs < 1:
@@ -232,20 +265,20 @@ def run_options(a: argparse.Namespace) -> RunOptions:
                       hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout,
                       phases=phases(a.phases), cron_wait=a.cron_wait,
                       redact=a.redact, stub_fault=a.stub_fault, tools=parse_tools(a.tools), stubs=a.stubs,
-                      services=parse_tools(a.services), policy=a.policy)
+                      services=services_of(a), policy=a.policy, sign_key=a.sign_key)
 
 
 def matrix_options(a: argparse.Namespace) -> MatrixOptions:
     """`matrix`'s options from its arguments (UsageError for a malformed release, scenario or shard)."""
     return MatrixOptions(releases=parse_releases(a.hermes), scenarios=parse_scenarios(a.scenario), runs=a.runs,
                          out=a.out, tools=parse_tools(a.tools), phases=phases(a.phases),
-                         services=parse_tools(a.services),
+                         services=services_of(a),
                          shard=parse_shard(a.shard) if a.shard else None,
-                         timeout=a.timeout, force=a.force, quiet=a.quiet)
+                         timeout=a.timeout, force=a.force, quiet=a.quiet, sign_key=a.sign_key)
 
 
 def patch_check_options(a: argparse.Namespace) -> RunOptions:
     """The audit options of `patch-check` and `mutants` (the same for every run they make)."""
     return RunOptions(scenario=a.scenario, tenants=getattr(a, "tenants", 0) or default_tenants(a.scenario),
                       out=a.out, hermes_python=a.hermes_python, quiet=True, phases=phases(getattr(a, "phases", None)),
-                      tools=parse_tools(a.tools), services=parse_tools(a.services))
+                      tools=parse_tools(a.tools), services=services_of(a))

@@ -16,6 +16,7 @@ from typing import Any
 from harness import arguments, usecases
 from harness.capture.proxy import ProxyError
 from harness.capture.stubs.base import ServiceError
+from harness.core.digests import ManifestError
 from harness.core.findings import EXIT_CLEAN, EXIT_ERROR, EXIT_INCONCLUSIVE, EXIT_LEAK, Verdict
 from harness.core.procs import reap_stale
 from harness.core.record import EvidenceError
@@ -33,7 +34,7 @@ from harness.run import run_audit
 from harness.session import Interrupted
 
 ERRORS = (RegistryError, EvidenceError, HermesError, UsageError, BaselineError, MatrixError, ServiceError,
-          PolicyError)
+          PolicyError, ManifestError)
 MATRIX_EXIT = {"clean": EXIT_CLEAN, "leak": EXIT_LEAK, "inconclusive": EXIT_INCONCLUSIVE}
 
 
@@ -88,9 +89,16 @@ def cmd_reconcile(a: argparse.Namespace) -> int:
     result = usecases.reconcile_saved(usecases.ReconcileOptions(
         evidence=a.evidence, baseline=a.baseline, registry=a.registry, flows=a.flows, scenario=a.scenario,
         phase=a.phase, logs=a.logs, stubs=a.stubs, no_homes=a.no_homes, policy=a.policy, out=a.out,
-        limits=arguments.limits(a)), _say)
+        limits=arguments.limits(a), sign_key=a.sign_key), _say)
     _show([json.dumps(result.to_dict(), indent=2)] if a.json else console.result_lines(result))
     return _exit_code(result.verdict, a.fail_on)
+
+
+def cmd_verify(a: argparse.Namespace) -> int:
+    """Exit 1 when a file, the signature or the reconciled verdict, incidents or fingerprints differ."""
+    done = usecases.verify(a.evidence, a.key)
+    _show(console.verify_lines(str(a.evidence), done))
+    return EXIT_LEAK if done.problems else EXIT_CLEAN
 
 
 def cmd_scan(a: argparse.Namespace) -> int:
@@ -163,7 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     handler = {"run": cmd_run, "reconcile": cmd_reconcile, "scan": cmd_scan, "selftest": cmd_selftest,
                "scorecard": cmd_scorecard, "baseline": cmd_baseline, "matrix": cmd_matrix, "merge": cmd_merge,
                "export": cmd_export, "patch-check": cmd_patch_check, "mutants": cmd_mutants,
-               "cleanup": cmd_cleanup}[args.command]
+               "cleanup": cmd_cleanup, "verify": cmd_verify}[args.command]
     try:
         return handler(args)
     except ERRORS as exc:

@@ -21,7 +21,7 @@ from harness.core.record import EvidenceError, RunRecord
 from harness.core.registry_file import load
 from harness.detect.engine.stream import DEFAULT_LIMITS, Limits
 from harness.detect.reconcile import LogSource, Reading, Reconciliation, reconcile
-from harness.detect.tools import door_table
+from harness.detect.tools import door_table, platform_table
 from harness.drive import plants
 from harness.drive.doors import DOORS
 from harness.drive.services import SERVICES
@@ -112,6 +112,7 @@ def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *
     service_coverage = rec.coverage.service_table(record.services, kept, allowed,
                                                   {n: s.doors for n, s in SERVICES.items() if s.doors})
     door_coverage = door_table(record.doors, record.turns, kept, allowed)
+    platform_coverage = platform_table(record.platforms, record.turns, kept, allowed)
     reasons = [*record.reasons, *rec.reasons, *check_plants(record.plants, found)]
     reasons += [f"service {s} was not driven in scenario {sc}: none of its requests reached its stub"
                 for sc, row in service_coverage.items() for s in record.services_to_drive
@@ -127,7 +128,7 @@ def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *
         seconds=seconds,
         out=out, plants=sorted(record.plants),
         coverage=rec.coverage.table(record.tools, kept, OUT_OF_SCOPE, allowed),
-        services=service_coverage, doors=door_coverage, policy=policy.to_dict())
+        services=service_coverage, doors=door_coverage, platforms=platform_coverage, policy=policy.to_dict())
 
 
 def refusals(rec: Reconciliation) -> list[str]:

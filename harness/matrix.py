@@ -33,7 +33,7 @@ from harness.detect.engine.matcher import matcher_for
 from harness.drive.doors import default_tenants, missing
 from harness.drive.hermes import features, install
 from harness.drive.hermes.agent import Hermes, HermesError, Sandbox
-from harness.drive.services import PROBES
+from harness.drive.services import PROBES, unavailable
 from harness.options import MatrixOptions, RunOptions, UsageError, check_matrix_options, check_options, plan_of
 from harness.report import matrix
 from harness.report.matrix import NA, Cell, MatrixError, class_of, incident_of
@@ -140,14 +140,15 @@ def run_audits(audit: Audit, opts: RunOptions, runs: Iterable[int], *, failed: t
 
 def _cells(audit: Audit, opts: MatrixOptions, rel: Release, scenario: str, runs: list[int]) -> Iterator[Cell]:
     """The cells of one release and scenario (n/a, with the reason, if the release cannot drive it)."""
-    lack = missing(rel.offered, scenario) if rel.offered else None
+    lack = (missing(rel.offered, scenario) or unavailable(rel.offered.offers, opts.services or [])
+            if rel.offered else None)
     if rel.python is None or lack:
         reason = rel.reason or f"hermes-agent {rel.version} cannot drive {lack}"
         yield from (Cell(rel.version, scenario, run, NA, reason) for run in runs)
         return
     run_opts = RunOptions(scenario=scenario, tenants=default_tenants(scenario), hermes_python=rel.python,
                           out=opts.out / rel.version / scenario, quiet=True, timeout=opts.timeout, tools=opts.tools,
-                          phases=list(opts.phases), services=opts.services)
+                          phases=list(opts.phases), services=opts.services, sign_key=opts.sign_key)
     for run, got in run_audits(audit, run_opts, runs, failed=(HermesError, ProxyError, EvidenceError)):
         if isinstance(got, Exception):
             yield Cell(rel.version, scenario, run, NA, f"the run failed: {got}")

@@ -13,6 +13,7 @@ from pathlib import Path
 from packaging.version import InvalidVersion, Version
 
 from harness.capture.stubs.base import MODES
+from harness.core import dsse
 from harness.core.evidence import UsageError
 from harness.drive import battery, plants, services
 from harness.drive.context import ScenarioOptions
@@ -47,6 +48,7 @@ class RunOptions:
     stubs: str = "observe"  # "strict": a stub answers a foreign key with 401
     policy: str = policies.DEFAULT  # the isolation policy: `hermes`, `strict` or a policy file
     services: list[str] | None = None  # services besides the provider (None: the default ones; []: the provider only)
+    sign_key: Path | None = None  # an ed25519 private key (PEM): the evidence folder's manifest is signed with it
 
     def tool_groups(self) -> list[str]:
         return list(TOOL_GROUPS) if self.tools is None else list(self.tools)
@@ -91,6 +93,10 @@ def check_options(opts: RunOptions) -> None:
     unknown = services.check(opts.service_names())
     if unknown:
         raise UsageError(f"unknown service {unknown[0]!r} (choose from {', '.join(SERVICES)}, or none)")
+    for name in opts.service_names():
+        doors = SERVICES[name].doors
+        if SERVICES[name].messaging is not None and opts.scenario not in (*doors, ALL):
+            raise UsageError(f"platform {name!r} needs --scenario {' or '.join(doors)} or all")
     clash = services.conflicts(opts.service_names())
     if clash:
         raise UsageError(clash)
@@ -127,6 +133,7 @@ class MatrixOptions:
     timeout: float = 180.0
     force: bool = False
     quiet: bool = False
+    sign_key: Path | None = None  # every run's manifest is signed with it (`RunOptions.sign_key`)
 
     @property
     def plan(self) -> Plan:
@@ -191,3 +198,5 @@ def check_matrix_options(opts: MatrixOptions) -> None:
     for scenario in opts.scenarios:
         check_options(RunOptions(scenario=scenario, tenants=default_tenants(scenario), tools=opts.tools,
                                  phases=list(opts.phases), services=opts.services))
+    if opts.sign_key is not None:
+        dsse.signing_key(opts.sign_key)  # a key that cannot sign is one line before anything runs

@@ -20,6 +20,7 @@ import yaml
 
 from harness.capture.file_versions import FileVersions, keep_only
 from harness.capture.proxy import free_port
+from harness.core import dsse
 from harness.core.distributions import current
 from harness.core.evidence import EvidenceFolder
 from harness.core.files import write_private
@@ -35,11 +36,12 @@ from harness.drive.hermes.install import venv_record
 from harness.drive.hermes.rpc import BackendError
 from harness.drive.homes import write_homes
 from harness.drive.plants import plant_all
-from harness.drive.services import PROBES, TOOL_GROUPS
+from harness.drive.services import PROBES, TOOL_GROUPS, unavailable
 from harness.judge import evaluate, release_versions, result_of
 from harness.options import RunOptions, check_options, hermes_python
 from harness.report import baseline as baselines
 from harness.report import policy as policies
+from harness.report.attestation import write_manifest
 from harness.report.redact import write_redacted
 from harness.report.result import AuditResult, summary_table
 from harness.report.writer import write_reports
@@ -74,6 +76,7 @@ def run_audit(opts: RunOptions) -> AuditResult:
     """Run one audit, write its evidence folder (`result.out`) and return its result. On SIGINT/SIGTERM the
     folder still gets its reports (verdict inconclusive, reason `interrupted`) before `Interrupted` is raised."""
     check_options(opts)
+    key = dsse.signing_key(opts.sign_key) if opts.sign_key else None  # a key that cannot sign: before any writing
     base = baselines.load(opts.baseline) if opts.baseline else None
     policy = policies.load(opts.policy)  # a bad policy is one line, exit 2, before anything is written
     python = hermes_python(opts.hermes_python, lambda line: progress(opts.quiet, line))
@@ -104,6 +107,7 @@ def run_audit(opts: RunOptions) -> AuditResult:
         if opts.redact:
             write_redacted(out, session.require_registry())
         folder.seal()
+        write_manifest(out, result, audit.venv.get("lock"), key)  # last: every other file is its subject
         audit.done = True
         return result
 
@@ -140,7 +144,8 @@ def _record(audit: RunState) -> RunRecord:
         tools=[t for g in ctx.opts.tools for t in TOOL_GROUPS[g]], services=ctx.service_states(),
         services_to_drive=ctx.services_to_drive(), launch=ctx.sandbox.launch, file_versions=ctx.versions_kept,
         hermes_venv=audit.venv, harness_venv=current(),
-        doors=door_states(audit.opts.scenario, [*(audit.opts.phases or ()), *(p.name for p in ctx.phases)]))
+        doors=door_states(audit.opts.scenario, [*(audit.opts.phases or ()), *(p.name for p in ctx.phases)]),
+        platforms=ctx.platform_states())
     record.write(out)
     return record
 
@@ -157,7 +162,7 @@ def _drive(audit: RunState, session: AuditSession, hermes: Hermes) -> None:
         try:
             version = hermes.check()
             offered = features.probe(hermes, version, PROBES)
-            lack = missing(offered, opts.scenario)
+            lack = missing(offered, opts.scenario) or unavailable(offered.offers, opts.service_names())
             if lack:
                 raise HermesError(f"hermes-agent {version} cannot drive {lack}")
         except HermesError:

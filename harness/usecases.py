@@ -18,6 +18,7 @@ from typing import Any
 import mitmproxy.version
 
 import harness
+from harness.core import dsse
 from harness.core.evidence import EvidenceFolder
 from harness.core.files import FLOWS, REGISTRY, write_private
 from harness.core.findings import EXIT_INCONCLUSIVE, EXIT_LEAK, INCONCLUSIVE_KINDS, Verdict
@@ -36,6 +37,7 @@ from harness.options import RunOptions, UsageError, hermes_python
 from harness.proof import mutants
 from harness.report import baseline, baseline_classes, export
 from harness.report import policy as policies
+from harness.report.attestation import Verification, verify_folder, write_manifest
 from harness.report.comparison import compare
 from harness.report.result import AuditResult
 from harness.report.writer import write_reports
@@ -79,11 +81,15 @@ class ReconcileOptions:
     policy: str | None = None
     out: Path | None = None
     limits: Limits = DEFAULT_LIMITS
+    sign_key: Path | None = None  # the manifest of `out` is signed with it
 
 
 def reconcile_saved(opts: ReconcileOptions, say: Callable[[str], None]) -> AuditResult:
-    """The verdict of saved evidence, written as reports to `opts.out` if given."""
+    """The verdict of saved evidence, written as reports to `opts.out` if given (with their manifest, last)."""
     started = time.monotonic()
+    key = dsse.signing_key(opts.sign_key) if opts.sign_key else None
+    if opts.sign_key and not opts.out:
+        raise UsageError("reconcile: --sign-key signs the manifest of --out; pass --out")
     if opts.evidence is not None:
         result = _reconcile_folder(opts, opts.evidence, started, say)
     elif opts.registry is None or opts.flows is None:
@@ -94,6 +100,8 @@ def reconcile_saved(opts: ReconcileOptions, say: Callable[[str], None]) -> Audit
         EvidenceFolder.for_reports(opts.out, opts.evidence)
         result.out = opts.out
         write_reports(opts.out, result)
+        lock = RunRecord.read(opts.evidence).hermes_venv.get("lock") if opts.evidence else None
+        write_manifest(opts.out, result, lock, key, reports_of=opts.evidence or opts.flows)
         step_summary(opts.out)
     return result
 
@@ -130,6 +138,16 @@ def _reconcile_files(opts: ReconcileOptions, registry_path: Path, flows: Path, s
                      base=baseline.load(opts.baseline) if opts.baseline else None, tenants=registry.names(),
                      scenario=opts.scenario or "reconcile", versions=release_versions(),
                      seconds=time.monotonic() - started)
+
+
+def verify(evidence: Path, key: Path | None) -> Verification:
+    """`verify EVIDENCE [--key PUB]`: every file against the folder's manifest and its signature, then the folder
+    reconciled again (`reconcile EVIDENCE`, which writes nothing) to the recorded verdict, incidents and
+    fingerprints (`report.attestation.verify_folder`)."""
+    if not evidence.is_dir():
+        raise UsageError(f"verify: {evidence} is not a directory (pass an evidence folder)")
+    return verify_folder(evidence, dsse.public_key(key) if key else None,
+                         lambda folder: reconcile_saved(ReconcileOptions(evidence=folder), lambda _: None))
 
 
 def step_summary(out: Path | None) -> None:

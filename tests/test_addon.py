@@ -447,6 +447,62 @@ def test_forward_routes_to_the_tenants_upstream(tctx, addon, reg, tmp_path):
     assert f.request.host == "delta.test" and kinds(f) == ["wrong_key"]  # no upstream: left alone
 
 
+@pytest.fixture
+def shared(reg: Registry, regfile: Path, tctx, addon) -> Registry:
+    """gamma and delta each have a `chat` service on chat.example, shared by credential (`chat_key`), and a
+    websocket host of their own (`chat_ws`)."""
+    from harness.core.registry import Service
+
+    for port, name in enumerate(("gamma", "delta"), 29101):
+        t = reg[name]
+        t.canaries["chat_key"] = f"chatkey-{name}-{t.key[-18:]}"
+        t.services["chat"] = Service("chat", {"host": "chat.example", "by": "credential"}, f"http://127.0.0.1:{port}",
+                                     "chat_key")
+        t.services["chat_ws"] = Service("chat_ws", {"host": f"gateway.{name}.chat.test"},
+                                        f"http://127.0.0.1:{port}", "chat_key")
+    reg.save(regfile)
+    addon.routing.tenants.refresh()
+    return reg
+
+
+def chat_flow(path: str, headers: dict | None = None, body: bytes = b"", host: str = "chat.example",
+              method: str = "POST") -> http.HTTPFlow:
+    f = tflow.tflow(req=http.Request.make(method, f"https://{host}{path}", body, headers or {}))
+    f.server_conn.timestamp_start = None
+    return f
+
+
+def test_a_shared_host_goes_to_the_stub_of_the_tenant_whose_credential_the_request_carries(shared, addon, tmp_path):
+    gamma, delta = shared["gamma"].canaries["chat_key"], shared["delta"].canaries["chat_key"]
+    by_header = run(addon, chat_flow("/api/chat.postMessage", {"authorization": f"Bot {delta}"}))
+    by_path = run(addon, chat_flow(f"/bot{gamma}/sendMessage"))
+    by_form = run(addon, chat_flow("/api/auth.test", {"content-type": "application/x-www-form-urlencoded"},
+                                   f"token={delta}&x=1".encode()))
+    header_first = run(addon, chat_flow(f"/bot{gamma}/getMe", {"authorization": f"Bearer {delta}"}))
+    unclaimed = run(addon, chat_flow("/api/chat.postMessage", body=b"hello"))
+    own_host = run(addon, chat_flow("/socket", host="gateway.delta.chat.test", method="GET"))  # a tenant's own host
+    ports = [f.request.port for f in (by_header, by_path, by_form, header_first, unclaimed, own_host)]
+    assert ports == [29102, 29101, 29102, 29102, 29101, 29102]  # unclaimed: the first tenant's stub answers it
+    lines = ledger(tmp_path)
+    assert [(x["tenant"], x["service"], x["bearer"]) for x in lines] == [
+        ("delta", "chat", "own"), ("gamma", "chat", "own"), ("delta", "chat", "own"), ("delta", "chat", "own"),
+        (None, "chat", "none"), ("delta", "chat_ws", "none")]
+    assert [[f["kind"] for f in x["findings"]] for x in lines] == [[], [], [], ["request_leak"], [], []]
+    assert lines[3]["findings"][0]["victim"] == "gamma"  # gamma's token in the path of delta's request
+    matcher = Matcher.for_registry(shared)
+    for flow, line in zip((by_header, by_path, by_form, header_first, unclaimed, own_host), lines, strict=True):
+        assert flows.inspect_flow(shared, matcher, flow).ledger_entry() | {"time": line["time"]} == line
+
+
+def test_a_connect_to_a_shared_host_is_never_refused(shared, tctx, addon):
+    tctx.configure(addon, tenancy_egress="block")
+    eager_strategy(tctx, addon)
+    connect = tflow.tflow(req=http.Request.make("CONNECT", "http://chat.example:443/"))
+    connect.request.host, connect.request.port = "chat.example", 443
+    addon.http_connect(connect)
+    assert connect.response is None
+
+
 def test_egress_flag_records_and_lets_through(tctx, addon, reg):
     f = forward_flow("api.openai.com", {"k": reg["gamma"].canaries["memory"]})
     addon.request(f)

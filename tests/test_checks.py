@@ -157,6 +157,32 @@ def test_a_refused_request_is_egress_only_when_it_carries_a_canary(reg):
     assert run(check_egress, near, report) == []
 
 
+def test_the_credential_a_refused_request_presents_is_recorded_not_a_leak(reg):
+    """A tenant's key addressed to a provider the audit does not stub (Hermes checking a saved key against the
+    provider's /v1/models), refused: it never left, and it is the request's credential, not data it carries.
+    The same key in the body is data on its way out; let through, the presented key did leave."""
+    key = reg["alpha"].key
+    raw = RawRequest("f1", "GET", "/v1/models", bearer(key), b"", refused=True)
+    presented = request_facts(reg, matcher_for(reg), raw, endpoint_of(reg, Route("forward", host="api.example.com")))
+    report = presented.report()
+    for check in checks.SCAN_CHECKS:
+        check(presented, report)
+    assert report.findings == [] and report.bearer_tenant == "alpha"
+    in_body = refused(reg, {"q": key})
+    report = in_body.report()
+    for check in checks.SCAN_CHECKS:
+        check(in_body, report)
+    assert [(f.kind, f.victim, f.canary) for f in report.findings] == [("egress", None, None),
+                                                                        ("request_leak", "alpha", "key")]
+    let_through = request_facts(reg, matcher_for(reg), RawRequest("f1", "GET", "/v1/models", bearer(key), b""),
+                                endpoint_of(reg, Route("forward", host="api.example.com")))
+    report = let_through.report()
+    for check in checks.SCAN_CHECKS:
+        check(let_through, report)
+    assert [(f.kind, f.victim, f.canary) for f in report.findings] == [("egress", None, None),
+                                                                        ("request_leak", "alpha", "key")]
+
+
 def test_a_host_the_tenants_share_is_never_egress(reg):
     reg["alpha"].route = {"host": "chat.example", "by": "credential"}
     reg["beta"].route = {"host": "chat.example", "by": "credential"}

@@ -18,10 +18,10 @@ FLOW = "flow:0b7e2c1a-1111-2222-3333-444455556666:request.body@9"
 
 def crossing(kind: str, victim: str = "default", seen_in: str = "alpha", canary: str | None = "key", *,
              channel: str = "request", tool: str | None = None, service: str | None = None, scenario: str = "tui",
-             phase: str = "turns", location: str = FLOW) -> list[str]:
+             phase: str = "turns", location: str = FLOW, carrier: str | None = None) -> list[str]:
     """The F-numbers of the incident one such crossing makes."""
     [incident] = build([Finding(kind, victim, seen_in, canary, channel, location, scenario=scenario, phase=phase,
-                                tool=tool, service=service, time=1.0)])
+                                tool=tool, service=service, time=1.0, carrier=carrier)])
     return documented(incident)
 
 
@@ -51,6 +51,10 @@ CASES = [
      dict(kind="request_leak", tool="webhook")),
     ("F14", dict(kind="wrong_key", canary="aux_key", service="aux"),
      dict(kind="request_leak", canary="title", service="aux")),
+    ("F18", dict(kind="request_leak", victim="beta", canary="tool_memory", tool="memory", carrier="conversation",
+                 scenario="api_server", phase="lookups"),
+     dict(kind="request_leak", victim="beta", canary="tool_memory", tool="memory", carrier="conversation",
+          scenario="tui", phase="resume")),
     ("F20", dict(kind="wrong_key", canary="supermemory_key", service="supermemory"),
      dict(kind="wrong_key", seen_in="default", canary="supermemory_key", service="supermemory")),
     ("F21", dict(kind="wrong_identity", victim="alpha", seen_in="default", canary="honcho_peer", service="honcho"),

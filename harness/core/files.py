@@ -23,6 +23,8 @@ PHASE_FILE = "phase.json"
 STUB_LOG = "stubs.jsonl"
 #: The subfolder where servers that are not behind the proxy record themselves (stdio).
 SERVICE_RECORDS = "services"
+#: The folder's manifest: every other file's SHA-256 as an in-toto Statement, written last (`report.attestation`).
+MANIFEST = "manifest.intoto.json"
 
 
 def write_private(path: Path, data: bytes) -> None:

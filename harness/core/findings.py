@@ -54,6 +54,9 @@ class Finding:
     time: float | None = None  # when the evidence shows it (a flow's start, an RPC frame); None: a file, a log
     scope: str = ""  # `allowed:<policy>/<entry>` when an isolation policy declares its surface shared by design
     transient: bool = False  # seen in a version of a file that was gone by the end of the run (`time`: when)
+    #: What carried it across when that was not its tool: `conversation`, another tenant's conversation sent whole
+    #: (`detect.carriers`). Not part of its class (fingerprint): the same finding, grouped by its carrier.
+    carrier: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -95,7 +98,11 @@ class Finding:
         return f"{self.kind}: {who}{where}{enc} at {self.location}{extra}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "fingerprint": self.fingerprint()}
+        """Every field and the fingerprint; `carrier` only when it has one (findings.json as before otherwise)."""
+        doc = asdict(self)
+        if self.carrier is None:
+            del doc["carrier"]
+        return {**doc, "fingerprint": self.fingerprint()}
 
     def labelled(self, scenario: str | None, phase: str | None) -> Finding:
         """The same finding with `scenario`/`phase` filled in where it has none."""

@@ -240,16 +240,30 @@ def check_model(req: RequestFacts, report: RequestReport) -> None:
 def check_request_leaks(req: RequestFacts, report: RequestReport) -> None:
     """`request_leak`: another tenant's canary in the path, a header or the decoded body (any layer), each
     finding in a chat body given the tool of its message. A canary an earlier check reported at a part of the
-    request (a foreign key, a foreign model) is left out there."""
+    request (a foreign key, a foreign model) is left out there, and so is the credential a refused request to a
+    host no tenant routes presents (`refused_credential`)."""
     claimed = {part: frozenset((f.victim, f.canary) for f in report.findings
                                if f.victim and f.canary and f.location.startswith(f"{req.where}.{part}."))
-               for part in ("headers", "body")}
+               for part in ("path", "headers", "body")}
+    if (own := refused_credential(req)) is not None:
+        part = req.held_in.split(".", 1)[0]
+        claimed[part] |= {own}
     scan = FlowScan(req.matcher, req.raw.flow_id, req.tenant.name if req.tenant else None, "request", "request_leak")
-    scan.layered(req.raw.path.encode("utf-8", "surrogateescape"), "request.path", offsets=False)
+    scan.layered(req.raw.path.encode("utf-8", "surrogateescape"), "request.path", offsets=False, skip=claimed["path"])
     scan.headers(req.raw.headers, "request", claimed["headers"])
     scan.body(req.decoded, "request.body", claimed["body"])
     report.findings += attribute_body(scan.findings, req.decoded.data, req.doc, f"{req.where}.body")
     report.not_inspected += scan.not_inspected
+
+
+def refused_credential(req: RequestFacts) -> tuple[str, str] | None:
+    """(owner, kind) of the credential a refused request to a host no tenant routes presents: a tenant's key
+    addressed to a service the audit does not stub (Hermes checks a saved provider key against the provider's
+    `/v1/models`). It never left the machine, and the request is no tenant's, so it is recorded (the ledger's
+    `bearer_tenant`, the report's warning line), not a leak; any other canary the request carries is."""
+    if not req.raw.refused or req.endpoint.owned or req.owner is None or req.bearer is None:
+        return None
+    return req.owner.name, next(k for k, v in req.owner.secrets().items() if v == req.bearer)
 
 
 def check_identity(req: RequestFacts, report: RequestReport) -> None:

@@ -49,12 +49,19 @@ _SETTING_ENTRY = {"approval": "approval", "command_allowlist": "approval", "reda
 
 
 def entry_point(f: Finding) -> str:
-    """Where the finding's data entered: `service NAME`, `tool NAME`, `provider` (a key or model), `route` (an API
+    """Where the finding's data entered: its carrier when it has one (`conversation`: another tenant's conversation
+    sent whole, `detect.carriers`), else `service NAME`, `tool NAME`, `provider` (a key or model), `route` (an API
     server's route; `route dashboard`: the dashboard's), `approval` (an approval given in one profile that took
     effect in another; `redaction`, `kanban board`, `kanban worker`, `toolsets` likewise), `run` (another
     profile's run stopped or approved on one profile's route), `file PATH` / `log NAME` (a copy found there; a
     database's WAL or journal counts as the database), or its channel (`rpc`, `request`, ...); `egress`, `bypass`
     and `shortfall` are their own."""
+    return f.carrier or own_entry(f)
+
+
+def own_entry(f: Finding) -> str:
+    """The entry point a finding names itself, its carrier aside: what `entry_point` gave before carriers were
+    told apart (a baseline's incident of a tool a conversation carried is still known: `report.baseline`)."""
     if f.canary in _SETTING_ENTRY and f.kind == "profile_bleed":
         return _SETTING_ENTRY[f.canary]
     if f.service:
@@ -84,10 +91,12 @@ def explains(crossing: Finding, copy: Finding) -> bool:
     read at the end, by any such crossing through the same entry point when it names a tool; an RPC frame by one
     of its scenario in its phase or before (a frame relays a tool's result before the provider sees it); a
     request or response by one of its scenario (any, at a service: its store outlives the backend) not later,
-    through the same entry point when it names a tool or service (a later request re-sending a result)."""
+    through the same entry point when it names a tool or service (a later request re-sending a result; through a
+    carrier, the same tool too: what an isolation policy allows of a tool stays the tool's)."""
     if copy.kind not in COPIES or copy.canary is None or _source(crossing) != _source(copy):
         return False
-    through = not (copy.tool or copy.service) or entry_point(crossing) == entry_point(copy)
+    through = not (copy.tool or copy.service) or (entry_point(crossing) == entry_point(copy)
+                                                  and own_entry(crossing) == own_entry(copy))
     if copy.channel in _AT_END:
         return through
     if copy.channel == "rpc":
@@ -136,6 +145,16 @@ class Incident:
         return severity(self.worst)
 
     @property
+    def carrier(self) -> str | None:
+        """What carried its data across when that was not a tool (`conversation`), else None."""
+        return self.first.carrier
+
+    @property
+    def tools(self) -> list[str]:
+        """The tools whose data it holds, in evidence order (through a carrier: every tool the carrier held)."""
+        return list(dict.fromkeys(f.tool for f in self.findings if f.tool))
+
+    @property
     def canaries(self) -> list[str]:
         return sorted({f.canary for f in self.findings if f.canary})
 
@@ -151,16 +170,17 @@ class Incident:
 
     def summary(self) -> dict[str, Any]:
         """The incident as `findings.json` lists it: its first hop, reach and classes (fingerprint ->
-        crossings and spread)."""
+        crossings and spread); through a carrier, the tools it held."""
         classes: dict[str, dict[str, int]] = {}
         for role, found in (("crossings", self.crossings), ("spread", self.spread)):
             for f in found:
                 counts = classes.setdefault(f.fingerprint(), {"crossings": 0, "spread": 0})
                 counts[role] += 1
+        carried = {"tools": self.tools} if self.carrier else {}  # the tools a carrier held (no key otherwise)
         return {"id": self.id, "entry": self.entry, "kinds": self.kinds, "severity": self.severity,
                 "first": self.first.to_dict(), "directions": [list(d) for d in self.directions],
                 "scenarios": self.scenarios, "canaries": self.canaries, "crossings": len(self.crossings),
-                "spread": spread_counts(self.spread), "classes": classes}
+                "spread": spread_counts(self.spread), **carried, "classes": classes}
 
 
 def spread_counts(spread: Iterable[Finding]) -> dict[str, int]:

@@ -23,6 +23,7 @@ from harness.core.protocol import REFUSED_CONNECTION
 from harness.core.record import EvidenceError, Phase, RunRecord
 from harness.core.registry import PROVIDER, Registry
 from harness.detect import file_versions, records, scan, snapshots
+from harness.detect.carriers import Conversations
 from harness.detect.decode import loads
 from harness.detect.engine import stream
 from harness.detect.engine.matcher import Matcher, matcher_for
@@ -61,7 +62,8 @@ class Reconciliation:
     coverage: Coverage = field(default_factory=Coverage)
     #: Everything not read to its end (files, layers, bodies); those read in part are also in `reasons`.
     not_inspected: list[stream.NotInspected] = field(default_factory=list)
-    #: Requests the proxy refused (hosts no tenant routes, nothing dialled), by host.
+    #: Requests the proxy refused (hosts no tenant routes, nothing dialled), by host (and whose credential one
+    #: presented, if a tenant's).
     refused: Counter[str] = field(default_factory=Counter)
 
     def skip(self, entries: Sequence[stream.NotInspected], where: str = "") -> None:
@@ -176,7 +178,7 @@ def reconcile(registry: Registry, flows_path: Path, *, homes: dict[str, Path] | 
 
 def _flows(ev: Evidence, rec: Reconciliation) -> None:
     """Every saved flow inspected as the live addon did, the tool calls and env snapshots its main turns
-    carry, and the services each tenant used."""
+    carry, and the services each tenant used; a finding in another tenant's conversation gets its carrier."""
     others: list[Flow] = []
     flows, truncated = read_flows(ev.flows_path, empty_ok=ev.empty_ok, others=others)
     if truncated:
@@ -188,13 +190,16 @@ def _flows(ev: Evidence, rec: Reconciliation) -> None:
     rec.flows = len(flows)
     ev.flow_ids = {f.id for f in flows}
     seen_calls: set[tuple[str, str]] = set()
+    chats = Conversations()
+    found = len(rec.findings)
     for flow in flows:
         phase = _flow_phase(flow, ev.phases)
         report = inspect_flow(ev.registry, ev.matcher, flow)
         rec.findings += _tag(list(report.findings), phase, flow.request.timestamp_start)
         rec.skip(report.not_inspected)
         if report.refused:
-            rec.refused[report.host] += 1
+            owner = report.request.bearer_tenant
+            rec.refused[report.host + (f" with {owner}'s credential" if owner else "")] += 1
         tenant = report.request.tenant
         if tenant is None:
             continue
@@ -207,6 +212,7 @@ def _flows(ev: Evidence, rec: Reconciliation) -> None:
         body = _json_body(flow)
         if body is None:
             continue
+        chats.add(flow.request.timestamp_start, flow.id, tenant, flow.request.get_content(strict=False) or b"", body)
         if body.get("tools"):
             rec.coverage.add(phase.scenario if phase else "run", body)
             ev.written.update(written_files(body.get("messages") or []))
@@ -217,6 +223,7 @@ def _flows(ev: Evidence, rec: Reconciliation) -> None:
             rec.snapshots.setdefault(snap.tenant, []).append(snap)
             rec.inspected["env"] += 1
             rec.findings += _tag(snapshots.check(snap, ev.registry, ev.matcher), phase, flow.request.timestamp_start)
+    rec.findings[found:] = chats.carried(rec.findings[found:])
 
 
 def _stubs(ev: Evidence, rec: Reconciliation) -> None:

@@ -292,3 +292,22 @@ def door_table(states: dict[str, str], turns: Sequence[dict], findings: Sequence
         else:
             out[door] = "driven" if door in ran else "failed"
     return out
+
+
+def platform_table(states: dict[str, str], turns: Sequence[dict], findings: Sequence[Finding],
+                   allowed: Sequence[Finding] = ()) -> dict[str, str]:
+    """messaging platform adapter -> `leak`, `allowed`, `driven`, `failed`, or the run's state of it (`not driven:
+    ...`, `n/a: ...`, `out of scope: ...`): `states` is what the run recorded (`on` for a platform it drove, whose
+    bots' steps are the `messaging` phase's with the platform as their driver)."""
+    out = {}
+    for name, state in states.items():
+        if state != "on":
+            out[name] = state
+        elif any(f.service == name and f.kind not in INCONCLUSIVE_KINDS for f in findings):
+            out[name] = "leak"
+        elif any(f.service == name for f in allowed):
+            out[name] = "allowed"
+        else:
+            steps = [t for t in turns if t.get("driver") == name]
+            out[name] = "driven" if steps and all(t.get("ok") for t in steps) else "failed"
+    return out

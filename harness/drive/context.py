@@ -22,6 +22,7 @@ from harness.detect.engine.matcher import Matcher, matcher_for
 from harness.drive.hermes.agent import Hermes, Sandbox, TurnResult, gateway_config
 from harness.drive.hermes.features import Features
 from harness.drive.hermes.rpc import RpcLog
+from harness.drive.platforms import OUT_OF_SCOPE
 from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS
 
 #: The scenario that drives every front door in turn (`--scenario all`).
@@ -154,7 +155,7 @@ class Context:
         for name, spec in SERVICES.items():
             if name not in self.opts.services:
                 one = f" (one {spec.slot} per run)" if spec.slot else ""
-                states[name] = f"not driven: --services {name}{one}"
+                states[name] = f"not driven: --{'platforms' if spec.messaging else 'services'} {name}{one}"
             elif not self.features.offers(name):
                 states[name] = f"n/a: {spec.coverage.lacks}"
             elif self.proxy.topology == "forward" and spec.coverage.forward:
@@ -162,6 +163,16 @@ class Context:
             else:
                 states[name] = "on"
         return states
+
+    def platform_states(self) -> dict[str, str]:
+        """Every messaging platform adapter the release ships (or, unasked, every one this tool knows): a plug-in's
+        state as a service's, else `out of scope: <why>`."""
+        states = self.service_states()
+        known = {n for n, s in SERVICES.items() if s.messaging}
+        names = self.features.platforms if self.features.platforms is not None else known | set(OUT_OF_SCOPE)
+        return {n: states[n] if n in known else
+                f"out of scope: {OUT_OF_SCOPE.get(n, 'no plug-in for this adapter, new to this release')}"
+                for n in sorted(names)}
 
     def services_to_drive(self) -> list[str]:
         """The services each scenario must drive: those on that every turn drives, or whose battery group ran

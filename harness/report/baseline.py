@@ -8,6 +8,8 @@ grows (one more copy in a file, one more canary kind, one more phase, a log line
 known. A new entry point, or a new direction through a known one, is **new** and fails the run. A finding that
 names no recipient (a shortfall, an egress) is matched by its exact class. A baseline incident that did not
 occur at all is **fixed**, unless it was intermittent (seen in fewer than all runs) or none of its phases ran.
+A finding a carrier brought (`detect.carriers`: another tenant's conversation) is known by its carrier's hop or by
+its tool's (a baseline written before carriers were told apart), and its tool's incident is not fixed.
 docs/findings.md#baselines has the rule and its limits.
 
 Versions 1-3 (classes by fingerprint, `baseline_classes`) are still read, with a warning: there a known root
@@ -24,7 +26,7 @@ from typing import Any
 
 from harness.core.files import write_private
 from harness.core.findings import CHANNELS, Finding
-from harness.detect.incidents import Incident, build
+from harness.detect.incidents import Incident, build, own_entry
 from harness.report import baseline_classes
 from harness.report.baseline_classes import BaselineError, Upgrade
 from harness.report.documented import documented
@@ -96,9 +98,13 @@ def split(findings: list[Finding], base: AnyBaseline, ran: set[tuple[str, str]] 
         return baseline_classes.split(findings, base, ran)
     incidents = build(findings)
     hop_of, known_hops = hops_of(incidents), base.hops
-    new = [f for f in findings if hop_of[id(f)] not in known_hops]
-    old = [f for f in findings if hop_of[id(f)] in known_hops]
-    seen = {i.entry for i in incidents}
+
+    def known(f: Finding) -> bool:  # a tool's hop of a baseline made before its carrier was told apart still holds
+        return hop_of[id(f)] in known_hops or (f.carrier is not None and hop(own_entry(f), f) in known_hops)
+
+    new = [f for f in findings if not known(f)]
+    old = [f for f in findings if known(f)]
+    seen = {i.entry for i in incidents} | {own_entry(f) for i in incidents for f in i.findings if f.carrier}
 
     def expected(inc: dict[str, Any]) -> bool:
         phases = {tuple(p) for p in inc.get("phases") or []}

@@ -1,5 +1,5 @@
-"""What the command line prints: a result, findings, a release matrix and a baseline's entries, line by line
-(findings.json, report.md and matrix.md have every class and occurrence)."""
+"""What the command line prints: a result, findings, a release matrix, a baseline's entries and a verification,
+line by line (findings.json, report.md and matrix.md have every class and occurrence)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 from harness.core.findings import Finding
 from harness.core.severity import docs_url
 from harness.detect.engine.stream import NotInspected
+from harness.report.attestation import Verification
 from harness.report.matrix import NA, cell_text, wilson
 from harness.report.result import AuditResult, groups
 
@@ -103,3 +104,18 @@ def mutant_lines(doc: dict[str, Any]) -> list[str]:
                                                                         "not applicable")}
     return [*lines, f"mutants ({doc['scenario']}, control {doc['control']}): "
                     + ", ".join(f"{n} {s}" for s, n in counts.items())]
+
+
+def verify_lines(folder: str, v: Verification) -> list[str]:
+    """What failed, one line each (the file, the signature, the verdict, incidents or fingerprints), then one line
+    saying what was verified or that it was not."""
+    rec = v.recorded
+    made = f"tenancy-audit {(rec.get('versions') or {}).get('tenancy-audit')}"
+    if v.problems:
+        return [*v.problems, f"verify: {folder} does NOT verify ({len(v.problems)} problem(s); manifest of {made}, "
+                             f"signature {v.signature})"]
+    what = (f"verdict {rec['verdict']}, {len(rec['incidents'])} incident(s) and the fingerprints reproduced"
+            if v.reconciled else f"the reports of {rec.get('reports_of', 'another folder')}: verify that "
+            "evidence folder to reproduce them")
+    return [f"verify: {folder} verified: {v.files} file(s) as recorded, signature {v.signature}, {what} "
+            f"(manifest of {made})"]

@@ -15,6 +15,7 @@ from harness.core.findings import Finding
 from harness.core.severity import docs_url
 from harness.report.result import (
     DOOR_STATES_TEXT,
+    PLATFORM_STATES_TEXT,
     SERVICE_STATES_TEXT,
     AuditResult,
     Group,
@@ -127,7 +128,8 @@ def _incident_details(row: IncidentRow) -> str:
     return (f"<details><summary>{len(i.crossings)} crossing(s), {len(i.spread)} spread</summary>"
             f"<div>directions: {directions}</div><div>scenarios: {escape(', '.join(i.scenarios) or '-')}</div>"
             f"<div>canary kinds: {escape(', '.join(i.canaries) or '-')}</div>"
-            f"<table class=classes><tr><th>role</th><th>class</th></tr>{classes}</table></details>")
+            + (f"<div>tools it carried: {escape(', '.join(i.tools))}</div>" if i.carrier else "")
+            + f"<table class=classes><tr><th>role</th><th>class</th></tr>{classes}</table></details>")
 
 
 def _incidents(result: AuditResult) -> str:
@@ -181,6 +183,14 @@ def _door_coverage(result: AuditResult) -> str:
         return ""
     return ('<h2>Front-door coverage</h2>' + _table("door-coverage", "door", {"state": result.doors})
             + f'<p class="muted">{DOOR_STATES_TEXT}</p>')
+
+
+def _platform_coverage(result: AuditResult) -> str:
+    if not result.platforms:
+        return ""
+    return ('<h2>Messaging-platform coverage</h2>' + _table("platform-coverage", "platform",
+                                                             {"state": result.platforms})
+            + f'<p class="muted">{PLATFORM_STATES_TEXT}</p>')
 
 
 def _service_coverage(result: AuditResult) -> str:
@@ -283,6 +293,7 @@ findings per channel; known ones (in the baseline) in grey.</p>
 <h2>Service coverage</h2>
 {_service_coverage(result)}
 {_door_coverage(result)}
+{_platform_coverage(result)}
 <h2>Findings ({len(v.findings)} new in {len(groups(v.findings))} class(es))</h2>
 <p class="muted">One row per class (fingerprint), the most severe first. What each kind means and how to fix it:
 <a href="{escape(docs_url())}">docs/findings.md</a>.</p>

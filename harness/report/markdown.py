@@ -10,6 +10,7 @@ from harness.core.findings import Finding
 from harness.core.severity import docs_url
 from harness.report.result import (
     DOOR_STATES_TEXT,
+    PLATFORM_STATES_TEXT,
     SERVICE_STATES_TEXT,
     AuditResult,
     Group,
@@ -104,7 +105,8 @@ def _incidents(rows: list[IncidentRow]) -> list[str]:
                   f"{len(i.spread)} spread</summary>", "", f"- first hop: {_occurrence(i.first)[2:]}",
                   "- directions: " + ", ".join(f"{v or '-'} → {r or '-'}" for v, r in i.directions),
                   "- scenarios: " + (", ".join(i.scenarios) or "-"),
-                  "- canary kinds: " + (", ".join(i.canaries) or "-"), ""]
+                  "- canary kinds: " + (", ".join(i.canaries) or "-"),
+                  *([f"- tools it carried: {', '.join(i.tools)}"] if i.carrier else []), ""]
         lines += [f"- {role}: {_code(g.line())}" for role, g in row.classes()]
         lines += ["", "</details>", ""]
     return lines
@@ -166,6 +168,9 @@ def markdown(result: AuditResult) -> str:
     if result.doors:
         lines += ["", "## Front-door coverage", "", DOOR_STATES_TEXT, "",
                   *_coverage_table({"state": result.doors}, "front door")]
+    if result.platforms:
+        lines += ["", "## Messaging-platform coverage", "", PLATFORM_STATES_TEXT, "",
+                  *_coverage_table({"state": result.platforms}, "platform")]
     new, known = groups(v.findings), groups(v.known)
     lines += ["", f"## Findings ({len(v.findings)} new in {len(new)} class(es), {len(v.known)} known)", "",
               f"What each kind means and how to fix it: [docs/findings.md]({docs_url()}).", ""]

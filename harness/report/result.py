@@ -34,6 +34,7 @@ class AuditResult:
     coverage: dict[str, dict[str, str]] = field(default_factory=dict)  # scenario -> tool -> status
     services: dict[str, dict[str, str]] = field(default_factory=dict)  # scenario -> service -> status
     doors: dict[str, str] = field(default_factory=dict)  # front door -> status
+    platforms: dict[str, str] = field(default_factory=dict)  # messaging platform adapter -> status
     plants: list[str] = field(default_factory=list)  # negative controls planted (a leak is the expected outcome)
     warnings: list[str] = field(default_factory=list)  # e.g. a version-1 baseline
     policy: dict[str, Any] = field(default_factory=dict)  # the isolation policy it was judged by (`Policy.to_dict`)
@@ -79,6 +80,7 @@ class AuditResult:
             "coverage": self.coverage,
             "service_coverage": self.services,
             "door_coverage": self.doors,
+            "platform_coverage": self.platforms,
             "fingerprint_version": FINGERPRINT_VERSION,
             "plants": list(self.plants),
             "warnings": list(self.warnings),
@@ -117,13 +119,15 @@ class IncidentRow:
         return [("crossing" if id(g.first) in crossing else "spread", g) for g in groups(self.incident.findings)]
 
     def line(self) -> str:
-        """The incident on one line: severity, F-numbers (or new), victim -> recipient, entry point, the first
-        hop's kind, scenario/phase and location, how many canary kinds, how far it spread."""
+        """The incident on one line: severity, F-numbers (or new), victim -> recipient, entry point (a carrier with
+        how many tools it held), the first hop's kind, scenario/phase and location, how many canary kinds, how far
+        it spread."""
         i = self.incident
         f = i.first
         where = f"{f.scenario}/{f.phase}" if f.scenario else "-"
         also = [s for s in i.scenarios if s != f.scenario]
-        return (f"{i.severity:<8} {self.label:<7} {self.direction():<20} {i.entry}: {f.kind} at {where}"
+        entry = f"{i.entry} ({len(i.tools)} tool(s))" if i.carrier else i.entry
+        return (f"{i.severity:<8} {self.label:<7} {self.direction():<20} {entry}: {f.kind} at {where}"
                 + (f" (also {', '.join(also)})" if also else "")
                 + f", {len(i.canaries)} canary kind(s), first at {f.location}; spread: {self.spread()} [{i.id}]")
 
@@ -198,6 +202,7 @@ def summary_table(result: AuditResult) -> str:
     lines += coverage_lines(result.coverage)
     lines += coverage_lines(result.services, "services")
     lines += coverage_lines({"state": result.doors} if result.doors else {}, "front doors")
+    lines += coverage_lines({"state": result.platforms} if result.platforms else {}, "messaging platforms")
     incidents = sum(row.new for row in result.incidents)
     allowed = f", {len(v.allowed)} allowed by the policy {result.policy.get('name')}" if v.allowed else ""
     return "\n".join([*lines, f"verdict {v.status}: {incidents} new incident(s); {len(v.findings)} new, "
@@ -207,8 +212,13 @@ def summary_table(result: AuditResult) -> str:
 #: The statuses of the coverage tables, as the reports name them (a service a release lacks: `n/a: <why>`).
 COVERAGE_STATES = ("driven", "leak", "allowed", "failed", "not offered", "not driven")
 DOOR_STATES_TEXT = ("driven: the door's turns ran; leak: a finding came through it; failed: none of its turns ran; "
-                    "not driven: another scenario's run (the command follows); out of scope: no door drives it "
-                    "yet (why follows).")
+                    "not driven: this run did not drive it (the option that does follows); out of scope: the audit "
+                    "cannot drive it (why follows).")
+PLATFORM_STATES_TEXT = ("Every messaging platform adapter of this Hermes. driven: every tenant's bot signed in and "
+                        "its steps held; leak: a finding names the platform; failed: a bot never signed in or a "
+                        "step failed; not driven: this run did not drive it (the option that does follows); n/a: "
+                        "this Hermes cannot run it (the reason names Hermes' extra); out of scope: the audit cannot "
+                        "drive it (why follows).")
 SERVICE_STATES_TEXT = ("driven: the service answered the tenant's requests; leak: a finding names the service; failed: "
                        "every request was answered with an error; not driven: nothing reached it; n/a: this Hermes "
                        "cannot use it (the reason follows).")

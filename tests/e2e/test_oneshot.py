@@ -11,18 +11,20 @@ from pathlib import Path
 
 import pytest
 
+from harness.core.files import MANIFEST
 from harness.core.protocol import OUT_OF_SCOPE
 from harness.core.registry_file import load
 from harness.detect.engine.matcher import Matcher
 from harness.drive.services import BATTERY_TOOLS, DEFAULT_SERVICES, GROUP_SERVICES, SERVICES, TOOL_GROUPS
 from harness.pytest_plugin import assert_isolated, assert_reproduced
+from harness.usecases import verify
 from tests.e2e.plant_runs import RUNS, SERVICE_RUNS, check_run
 
 pytestmark = pytest.mark.e2e
 BASELINE = Path(__file__).resolve().parents[2] / "baselines" / "oneshot.json"
 
 EVIDENCE = ("registry.yaml", "flows.mitm", "ledger.jsonl", "findings.json", "report.md", "report.html", "junit.xml",
-            "findings.sarif", "stubs.jsonl")
+            "findings.sarif", "stubs.jsonl", MANIFEST)
 
 
 def test_clean_two_tenant_audit(tenancy_audit):
@@ -64,6 +66,9 @@ def test_clean_two_tenant_audit(tenancy_audit):
     for name in ("findings.json", "report.md", "report.html", "junit.xml", "findings.sarif", "ledger.jsonl"):
         assert secrets.find((audit.out / name).read_bytes()) == [], name
     assert_reproduced(audit)
+    # the folder verifies against its manifest, written last: every file as recorded, the same verdict again
+    done = verify(audit.out, None)
+    assert (done.problems, done.reconciled, done.signature) == ([], True, "unsigned")
 
 
 

@@ -33,6 +33,12 @@ multiplex = False
 if has("gateway.config"):
     from gateway.config import GatewayConfig
     multiplex = "multiplex_profiles" in {f.name for f in dataclasses.fields(GatewayConfig)}
+def imports(mod):
+    try:
+        importlib.import_module(mod)
+        return True
+    except Exception:
+        return False
 def source_has(mod, text):
     try:
         spec = importlib.util.find_spec(mod)
@@ -51,8 +57,16 @@ if tui:
     create = _methods.get("session.create")
     tui = create is not None and '"profile"' in inspect.getsource(create)
 acp = has("acp_adapter.server") and has("acp")
+platforms = []
+if has("gateway.config"):
+    from gateway.config import Platform
+    platforms = [p.value for p in Platform]
+plugins = importlib.util.find_spec("plugins.platforms") if has("plugins") else None
+for d in (plugins.submodule_search_locations or []) if plugins else []:
+    platforms += [n for n in sorted(os.listdir(d)) if os.path.exists(os.path.join(d, n, "adapter.py"))]
 print(json.dumps({"oneshot": has("hermes_cli.oneshot"), "usage_file": usage, "multiplex": multiplex, "tui": tui,
-                  "acp": acp, "dashboard": dashboard, "services": services}), file=report, flush=True)
+                  "acp": acp, "dashboard": dashboard, "services": services, "platforms": sorted(set(platforms))}),
+      file=report, flush=True)
 os._exit(0)  # no interpreter teardown: 0.16.0's tui_gateway crashes there (SIGSEGV) now and then
 """
 
@@ -69,6 +83,7 @@ class Features:
     acp: bool = True  # `hermes acp`: the ACP adapter (`acp_adapter`) and its `agent-client-protocol` package
     dashboard: bool = True  # `hermes dashboard` with its built web UI, printing the port it bound (from 0.17.0)
     services: frozenset[str] | None = None  # the services it has (each service's `coverage.probe`; None: every one)
+    platforms: frozenset[str] | None = None  # the gateway's platform adapters it ships (None: not asked)
 
     def offers(self, service: str) -> bool:
         """Whether it has `service`."""
@@ -110,4 +125,5 @@ def _ask(hermes: Hermes, services: Mapping[str, str]) -> Features:
                                 timeout=120)
     return Features(oneshot=found["oneshot"], usage_file=found["usage_file"], serve=rc == 0,
                     multiplex=found["multiplex"], tui=found["tui"], acp=found["acp"], dashboard=found["dashboard"],
-                    services=frozenset(found["services"]))
+                    services=frozenset(found["services"]),
+                    platforms=frozenset(found["platforms"]) if "platforms" in found else None)

@@ -119,7 +119,7 @@ def _signed_in(ctx: Context) -> dict[str, list[str]]:
     bots = {p: [n for n in names if stub_of(ctx, n, p).connected()] for p in on}
     for p in on:
         for name in sorted(set(names) - set(bots[p])):
-            ctx.record(TurnResult(name, "gateway", False, time.monotonic() - started,
+            ctx.record(TurnResult(name, p, False, time.monotonic() - started,
                                   f"its {p} bot never signed in"), CONNECT, snapshot=False)
     return bots
 
@@ -193,13 +193,13 @@ def _judge(ctx: Context, m: Message, since: float, seconds: float) -> None:
             kind, seen = ("profile_bleed", m.by) if m.by else ("route_auth", m.tenant)
             ctx.findings.append(_finding(ctx, m, kind, seen, m.allowlist, f"{m.mark}: {own} provider request(s)",
                                          f"{m.what} got an agent turn through {m.tenant}'s bot"))
-        ctx.record(TurnResult(m.tenant, "gateway", True, seconds, f"{m.what}: {own} request(s)"), NAME,
+        ctx.record(TurnResult(m.tenant, m.platform, True, seconds, f"{m.what}: {own} request(s)"), NAME,
                    snapshot=False)
         return
     mine = _replies(ctx, m, since)
     key = ctx.registry[m.tenant].canaries[SERVICES[m.platform].credential]
     ok = bool(mine) and own > 0 and all(p["token"] == key for p in mine)
-    ctx.record(TurnResult(m.tenant, "gateway", ok, seconds,
+    ctx.record(TurnResult(m.tenant, m.platform, ok, seconds,
                           "" if ok else f"{m.what}: {len(mine)} reply(ies), {own} request(s)"), NAME)
     others = [o.name for o in ctx.registry if o.name != m.tenant] if m.note else []  # once per tenant
     for other in others:  # its replies at every other server

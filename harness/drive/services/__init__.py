@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
+from collections.abc import Callable
 from typing import Any
 
 from harness.core.protocol import TOOL_GROUPS as OWN_TOOL_GROUPS
@@ -37,6 +38,8 @@ ALL_SERVICES: dict[str, ServiceSpec] = _discover()
 PROVIDER_SERVICE = next(s for s in ALL_SERVICES.values() if not s.optional)
 #: The services `--services` chooses from (every one but the provider).
 SERVICES: dict[str, ServiceSpec] = {n: s for n, s in ALL_SERVICES.items() if s.optional}
+#: The messaging platforms of the gateway (the modules of `harness.drive.platforms`), chosen with `--platforms`.
+PLATFORMS: dict[str, ServiceSpec] = {n: s for n, s in SERVICES.items() if s.messaging is not None}
 #: How a release is asked whether it has each service (`Coverage.probe`), for the feature probe.
 PROBES: dict[str, str] = {n: s.coverage.probe for n, s in SERVICES.items()}
 #: The services of a run without `--services`: every one but those chosen by name only (another holder of a slot).
@@ -52,6 +55,16 @@ GROUP_SERVICES: dict[str, tuple[str, ...]] = {}
 for _spec in SERVICES.values():
     if _spec.battery.tools:
         GROUP_SERVICES[_spec.battery.group] = (*GROUP_SERVICES.get(_spec.battery.group, ()), _spec.name)
+
+
+def unavailable(offered: Callable[[str], bool], names: list[str]) -> str | None:
+    """Why a run that asks for the services `names` cannot be audited on a release (`offered`: whether it has a
+    service), or None: a messaging platform asked for that it lacks (its adapter, or the SDK of Hermes' extra)."""
+    for name in names:
+        spec = SERVICES.get(name)
+        if spec is not None and spec.messaging is not None and not offered(name):
+            return f"platform {name}: {spec.coverage.lacks}"
+    return None
 
 
 def check(names: list[str]) -> list[str]:
