@@ -96,6 +96,12 @@ CASES = [
      dict(kind="profile_bleed", victim="alpha", seen_in="beta", canary="toolsets", location="tui:beta:tools")),
     ("F43", dict(kind="profile_bleed", canary="allowed_channels", channel="rpc", service="slack"),
      dict(kind="profile_bleed", canary="message", channel="rpc", service="slack")),  # the slack-app plant's
+    ("F58", dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="allowed_users_fallback",
+                 channel="rpc", service="mattermost", scenario="gateway", phase="messaging",
+                 location="gateway:mattermost direct message to alpha's bot"),
+     dict(kind="route_auth", victim="alpha", seen_in="alpha", canary="allowed_users_fallback", channel="rpc",
+          service="mattermost", scenario="gateway", phase="messaging",
+          location="gateway:mattermost direct message to alpha's bot")),
 ]
 
 

@@ -98,6 +98,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F34": (Clause(("kanban board",), ("profile_bleed",)),),
     "F35": (Clause(("toolsets",), ("profile_bleed",), direction="launch -> other"),),
     "F43": (Clause(("service slack",), ("profile_bleed",), ("allowed_channels",)),),
+    "F58": (Clause(("service *",), ("profile_bleed",), ("*_fallback",)),),
 }
 
 

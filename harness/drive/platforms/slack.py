@@ -1,28 +1,18 @@
 """A Slack workspace per tenant, for the gateway's Slack adapter (`plugins/platforms/slack`: slack-bolt over
 slack-sdk's aiohttp clients, Socket Mode): the profile's `SLACK_BOT_TOKEN` (`xoxb-`), `SLACK_APP_TOKEN` (`xapp-`),
 `SLACK_ALLOWED_USERS` (its user and its lead), `SLACK_ALLOWED_CHANNELS` (its channel and its lead channel) and
-`SLACK_HOME_CHANNEL` in `.env`. Only `hermes gateway run` starts the adapters; the gateway door's `messaging`
-phase drives them.
+`SLACK_HOME_CHANNEL` in `.env`; the gateway door's `messaging` phase drives the bots.
 
-Slack's SDK has no base-URL setting: the Web API is `https://slack.com/api/<method>` for every tenant. The bots
-reach it through the proxy's regular listener (the children's proxy variables, the project's CA), which tells
-the tenants apart by the token a request carries (`FixedHost`: the bot token or the app token); the URLs the stub
-hands out (the Socket Mode websocket, a file's upload URL), which carry no token, point at the tenant's own host
-(`surface.issued_host`). The stub is the subset of the Web API the adapter calls, in Slack's own shapes:
-
-- `auth.test` (bot token): the bot's identity, on connect and on the first event;
-- `apps.connections.open` (app token): `wss://<own host>/link/?ticket=...`; the websocket there is the bot's
-  sign-in: a `hello`, then `events_api` envelopes of the users' messages (`deliver`, to every open connection of
-  the app), the client's acks (`{"envelope_id"}`) kept, every ping answered with its pong;
-- `chat.postMessage`, `chat.update`, `chat.postEphemeral`: the bot's replies (kept in `posts`);
-- `files.getUploadURLExternal`, the upload `POST` to the URL it issued, `files.completeUploadExternal`: a reply's
-  `MEDIA:` file (kept in `files`, attached to the post that shares it);
-- `reactions.add`/`remove`, `users.info`, `conversations.info`/`open`/`replies`/`history`, `files.info`,
-  `assistant.threads.*`.
-
-A request without a token is `not_authed`, one with a token that is not the tenant's `invalid_auth` (HTTP 200,
-as Slack answers), recorded as a `wrong_key` on the stub's side; a method it does not know is `unknown_method`
-and one more of `ChatStub.unknown`, which the phase reports.
+Slack's SDK has no base-URL setting: every tenant's bot reaches `https://slack.com/api/<method>` through the proxy's
+regular listener, which tells the tenants apart by the token a request carries (`FixedHost`: the bot token or the
+app token); the URLs the stub hands out, which carry no token, point at the tenant's own host (`issued_host`). The
+stub is the subset of the Web API the adapter calls, in Slack's own shapes (docs/platforms.md): `auth.test`;
+`apps.connections.open` (app token), whose websocket is the bot's sign-in (a `hello`, `events_api` envelopes of the
+users' messages to every open connection of the app, the acks kept, every ping answered with its pong); the bot's
+replies (`chat.*`, kept in `posts`); a reply's `MEDIA:` file (`files.getUploadURLExternal`, the upload to the URL
+it issued, `files.completeUploadExternal`: kept in `files`, attached to the post that shares it); reactions, users,
+conversations, `assistant.threads.*`. No token is `not_authed`, a token not the tenant's `invalid_auth` (HTTP 200,
+a `wrong_key` on the stub's side), a method it does not know `unknown_method` (`ChatStub.not_known`).
 """
 
 from __future__ import annotations
@@ -54,6 +44,7 @@ from harness.drive.surface import (
     PlantContext,
     ServiceSpec,
     Setup,
+    Unset,
     Where,
     issued_host,
     set_env,
@@ -378,12 +369,21 @@ def _app(c: PlantContext) -> None:
     set_env(c.target_home, "SLACK_APP_TOKEN", c.donor.canaries["slack_app_key"])
 
 
+#: What a tenant need not show when it leaves a setting unset: an allowlist (it may refuse its own, admit
+#: strangers), a token (it has no bot).
+ADMITS, NO_BOT = frozenset({"answered", "strangers"}), frozenset({"sign-in", "answered", "home"})
+
 SERVICE = ServiceSpec(
     "slack", "a Slack workspace: the gateway's messaging platform over Socket Mode, one bot per profile", rank=72,
     make=lambda t, m: SlackStub(t, m), credential="slack_bot_key", credential_env="SLACK_BOT_TOKEN",
     identity=("slack_user", "slack_channel"), data=("slack_app_key", "slack_post", "slack_file"), passive=True,
     configure=configure, by_default=False, doors=("gateway",), packages=("slack-bolt", "slack-sdk"),
     messaging=Messaging("slack_user", "slack_channel", "slack_post", "slack_file", MEDIA_FILE, "slack"),
+    unsettable=(Unset("allowed_users", env=("SLACK_ALLOWED_USERS",), relaxes=ADMITS),
+                Unset("allowed_channels", env=("SLACK_ALLOWED_CHANNELS",), relaxes=ADMITS),
+                Unset("home_channel", env=("SLACK_HOME_CHANNEL",), relaxes=frozenset({"home"})),
+                Unset("token", env=("SLACK_BOT_TOKEN",), relaxes=NO_BOT),
+                Unset("app_token", env=("SLACK_APP_TOKEN",), relaxes=NO_BOT)),
     fixed=FixedHost(HOST, ("slack_bot_key", "slack_app_key")),
     shapes={"slack_bot_key": "xoxb-", "slack_app_key": "xapp-1-", "slack_user": "U", "slack_channel": "C"},
     coverage=Coverage('has("slack_bolt") and source_has("plugins.platforms.slack.adapter", "AsyncSocketModeHandler")',
