@@ -139,6 +139,8 @@ def test_slack_canaries_have_slacks_shapes_and_the_service_its_routes(tmp_path):
 
 def _inspect(reg, host: str, method: str, path: str, token: str = "", body: bytes = b"") -> list[tuple]:
     headers = [("Authorization", f"Bearer {token}")] if token else []
+    if body.startswith(b"token="):
+        headers.append(("Content-Type", "application/x-www-form-urlencoded"))
     report = inspect_request(reg, matcher_for(reg), Route("forward", host=host),
                              RawRequest("f1", method, path, headers, body))
     return [(report.tenant, report.bearer)] + [(f.kind, f.victim, f.seen_in, f.canary, f.service)
@@ -148,8 +150,11 @@ def _inspect(reg, host: str, method: str, path: str, token: str = "", body: byte
 def test_each_token_claims_its_tenant_and_the_other_tenants_ids_there_are_crossings(tmp_path):
     reg = _registry(tmp_path)
     d, a = reg["default"], reg["alpha"]
-    # the app token is one of alpha's own credentials at slack.com (not a `wrong_key`): the near miss
+    # the app token is one of alpha's own credentials at slack.com (not a `wrong_key`): the near miss of another of
+    # its secrets presented there (its provider key, the request claimed by its bot token in the form body)
     assert _inspect(reg, HOST, "POST", "/api/apps.connections.open", a.canaries["slack_app_key"]) == [("alpha", "own")]
+    assert _inspect(reg, HOST, "POST", "/api/auth.test", a.key, f"token={a.canaries['slack_bot_key']}".encode()) == [
+        ("alpha", "misused"), ("wrong_key", "alpha", "alpha", "key", "slack")]
     assert _inspect(reg, HOST, "POST", "/api/auth.test", d.canaries["slack_bot_key"]) == [("default", "own")]
     assert _inspect(reg, HOST, "GET", f"/api/users.info?user={a.canaries['slack_user']}",
                     a.canaries["slack_bot_key"]) == [("alpha", "own")]
