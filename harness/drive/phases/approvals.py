@@ -36,7 +36,7 @@ from harness.drive.phases.base import OPT_IN, PhaseRun, PhaseSpec
 from harness.drive.surface import Setup
 
 NAME = "approvals"
-#: The doors whose driver runs the phase (`rpc_phases.drive_rpc`).
+#: The doors whose driver runs the phase (`doors.rpc_doors.drive_rpc`, through `phases.run_at`).
 DOORS = ("tui", "serve")
 #: The two parts of the phase: the command each runs in a scratch folder of the tenant's workdir (its name's stem),
 #: and the canary kind of a command of another tenant that ran unasked.

@@ -40,7 +40,8 @@ from harness.drive.phases.base import OPT_IN, PhaseRun, PhaseSpec
 from harness.drive.surface import Setup
 
 NAME = "redaction"
-#: The doors whose driver runs the phase (`rpc_phases.drive_rpc`, the gateway door; not tui: see above).
+#: The doors whose driver runs the phase (`doors.rpc_doors.drive_rpc` and the gateway door, through `phases.run_at`;
+#: not tui: see above).
 DOORS = ("serve", "gateway")
 KIND = "redaction_key"
 #: The first line of the file the phase reads: what tells its terminal result from the turn's env probe.

@@ -28,7 +28,7 @@ from harness.drive.phases.base import OPT_IN, PhaseRun, PhaseSpec
 from harness.drive.surface import Setup
 
 NAME = "toolsets"
-#: The doors whose driver runs the phase (`rpc_phases.drive_rpc`).
+#: The doors whose driver runs the phase (`doors.rpc_doors.drive_rpc`, through `phases.run_at`).
 DOORS = ("tui", "serve")
 #: A toolset Hermes leaves off by default whose tools need no credential to be offered, and its tools' prefix.
 TOOLSET = "kanban"
