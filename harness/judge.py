@@ -133,6 +133,15 @@ def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *
         policy=policy.to_dict())
 
 
+def refusals(rec: Reconciliation) -> list[str]:
+    """A line naming the hosts no tenant routes that the proxy refused requests to (nothing was dialled; one that
+    carried a canary is also an `egress` finding)."""
+    if not rec.refused:
+        return []
+    hosts = ", ".join(f"{host} ({n})" for host, n in sorted(rec.refused.items()))
+    return [f"the proxy refused {rec.refused.total()} request(s) to hosts no tenant routes, nothing dialled: {hosts}"]
+
+
 def left_out(record: RunRecord) -> dict[str, str]:
     """The battery's tools this run's options left out, and the option that drives each: `--services NAME` for the
     tools of a service it did not set up, `--tools GROUP` for a group it did not run (a record without its tools
@@ -144,15 +153,6 @@ def left_out(record: RunRecord) -> dict[str, str]:
         if not any(record.services.get(n) == "on" for n in names):
             out.update({t: f"--services {names[0]}" for t in TOOL_GROUPS[group]})
     return out
-
-
-def refusals(rec: Reconciliation) -> list[str]:
-    """A line naming the hosts no tenant routes that the proxy refused requests to (nothing was dialled; one that
-    carried a canary is also an `egress` finding)."""
-    if not rec.refused:
-        return []
-    hosts = ", ".join(f"{host} ({n})" for host, n in sorted(rec.refused.items()))
-    return [f"the proxy refused {rec.refused.total()} request(s) to hosts no tenant routes, nothing dialled: {hosts}"]
 
 
 def evidence_policy(out: Path) -> Policy:

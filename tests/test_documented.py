@@ -111,6 +111,8 @@ CASES = [
     ("F35", dict(kind="profile_bleed", victim="default", seen_in="alpha", canary="toolsets",
                  location="tui:alpha:tools"),
      dict(kind="profile_bleed", victim="alpha", seen_in="beta", canary="toolsets", location="tui:beta:tools")),
+    ("F43", dict(kind="profile_bleed", canary="allowed_channels", channel="rpc", service="slack"),
+     dict(kind="profile_bleed", canary="message", channel="rpc", service="slack")),  # the slack-app plant's
     ("F58", dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="allowed_users_fallback",
                  channel="rpc", service="mattermost", scenario="gateway", phase="messaging",
                  location="gateway:mattermost direct message to alpha's bot"),
@@ -130,6 +132,16 @@ def test_a_telegram_bots_refusal_of_its_own_users_is_f36_besides_f25():
     assert crossing("profile_bleed", "alpha", "default", "allowed_users", channel="rpc", service="telegram") == ["F25"]
     assert crossing("request_leak", "alpha", "beta", "telegram_file", service="telegram", scenario="gateway",
                     phase="messaging") == ["F31"]
+
+
+def test_the_slack_bots_crossings_are_f25_and_f31_as_mattermosts_are():
+    """The launch bot's allowlist taken over (F25) and another profile's file uploaded to the issued URL (F31)."""
+    assert crossing("profile_bleed", victim="alpha", seen_in="default", canary="allowed_users", channel="rpc",
+                    service="slack") == ["F25"]
+    assert crossing("request_leak", victim="alpha", seen_in="beta", canary="slack_file", service="slack_issued",
+                    scenario="gateway", phase="messaging") == ["F31"]
+    assert crossing("wrong_identity", victim="alpha", seen_in="beta", canary="slack_user", service="slack_issued",
+                    scenario="gateway", phase="messaging") == []
 
 
 def test_the_honcho_signature_takes_its_record_in_a_prompt_but_not_another_record():

@@ -114,7 +114,8 @@ def request_facts(registry: Registry, matcher: Matcher, raw: RawRequest, endpoin
     bearer, held_in = credential_of(first, doc, raw.path, decoded.data, registry)
     if bearer is None and (in_path := credential_in_path(registry, raw.path)):
         bearer, held_in = in_path, "path"
-    expected = tenant.credential(service) if tenant is not None else None
+    accepted = tenant.credentials(service) if tenant is not None else ()  # several on a shared host's route
+    expected = bearer if bearer in accepted else next(iter(accepted), None)
     if tenant is not None and bearer is not None and bearer == expected:  # the usual case (a value has one owner)
         owner: Tenant | None = tenant
     else:

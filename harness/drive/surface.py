@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from harness.capture.proxy import FORWARD_DOMAIN
 from harness.capture.stubs.base import Service
 from harness.capture.stubs.provider import ToolStep
 from harness.core.registry import Tenant
@@ -168,6 +169,26 @@ class Messaging:
 
 
 @dataclass(frozen=True)
+class FixedHost:
+    """The API host a platform's SDK fixes (no base-URL setting): every tenant reaches `host` through the proxy's
+    regular listener, each request told apart by the canary of a kind of `by` it carries (its tokens; registry
+    route `{host: HOST, by: [...]}`, docs/addon.md#shared-hosts). What carries none (a websocket or upload URL
+    the stub hands out) goes to the tenant's own host (`issued_host`), the registry service `<name>_issued`."""
+
+    host: str
+    by: tuple[str, ...]
+
+
+#: The suffix of the registry service of a platform's tenant's own host (`FixedHost`).
+ISSUED = "_issued"
+
+
+def issued_host(service: str, tenant: str) -> str:
+    """The tenant's own host of a service with a `FixedHost`: where the URLs its stub issues point."""
+    return f"{service}.{tenant}.{FORWARD_DOMAIN}"
+
+
+@dataclass(frozen=True)
 class ServiceSpec:
     """One service, described once (see the module docstring)."""
 
@@ -191,11 +212,13 @@ class ServiceSpec:
     packages: tuple[str, ...] = ()  # distributions of the Hermes venv only its SDK brings (normalized names)
     doors: tuple[str, ...] = ()  # the front doors that drive it (none: every one); elsewhere it is `n/a`
     words: frozenset[str] = frozenset()  # canary kinds the service rewrites to word characters: minted as such
-    #: canary kinds of a shape of the service's own (a platform's numeric ids, its token's format): kind -> the
-    #: value made from the tenant's tag (`registry.new_tag`: its random bits are what make the value unique)
-    shapes: dict[str, Callable[[str], str]] = field(default_factory=dict)
+    #: canary kinds of a shape of the service's own (a platform's numeric ids, its ids' prefixes, its token's format):
+    #: kind -> the value made from the tenant's tag (`registry.new_tag`: its random bits are what make the value
+    #: unique) and the value a canary of that kind has by default
+    shapes: dict[str, Callable[[str, str], str]] = field(default_factory=dict)
     configure: Callable[[Tenant, Where], Setup] = lambda t, w: Setup()
     messaging: Messaging | None = None  # a messaging platform of the gateway (a module of `drive.platforms`)
+    fixed: FixedHost | None = None  # the host its SDK fixes (no listener of its own in the reverse topology)
     unsettable: tuple[Unset, ...] = ()  # the settings a profile may leave unset (`--unset SERVICE.NAME`)
     #: Its protocol carries no credential (signal-cli's daemon has no authentication): the registry then names
     #: none, so a request without one is no `wrong_key`; `credential` is the identity every call names instead,

@@ -25,7 +25,8 @@ from harness.drive.services import SERVICES
 def _service_run(plant: str) -> str:
     """The audit a service's plant runs in: the default services' and those that hold no profile slot together;
     a service chosen by name that takes a slot (another memory provider) in one of its own; the services one door
-    drives (the messaging platforms: the gateway) in one of that door; a plant that says so alone."""
+    drives (the messaging platforms: the gateway) in one audit of that door, each platform's bots beside the
+    others'; a plant that says so alone."""
     spec = SERVICES[SERVICE_PLANTS[plant][0]]
     if PLANTS[plant].alone:  # a run of its own (a plant that cannot share an audit with its service's others)
         return plant

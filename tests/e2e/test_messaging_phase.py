@@ -1,5 +1,5 @@
 """The gateway door's `messaging` phase against real Hermes 0.19.0 in one audit (shared by the tests below, each a
-platform's): a bot per profile on Mattermost, Telegram, Signal and ntfy, driven in the same rounds.
+platform's): a bot per profile on Mattermost, Telegram, Slack, Signal and ntfy, driven in the same rounds.
 
 Mattermost: every bot signs in with its own token; the secondary bots answer in a channel only the launch profile
 allows (F24); after the first secondary turn the launch profile's bot authorizes by that profile's allowlist
@@ -13,6 +13,11 @@ Telegram: every bot signs in with its own token in the URL path at its own serve
 after F25 the launch profile's bot admits the first secondary's lead; a secondary Telegram bot filters its users by
 the process environment's allowlist (F36): the secondary that did not take it over refuses its own users.
 
+Slack: every bot signs in with its own tokens at `slack.com` through the proxy and opens its Socket Mode websocket
+at its own workspace (the frames inspected); the secondary bots answer in the process environment's channels (F43);
+the launch profile's bot authorizes by the profile that took over the process (F25); the replies' files go up to
+the upload URL each bot's own workspace issued (F31).
+
 Signal: every bot streams with its own account; the secondary bots answer in a group only the launch profile
 allows (F40) and put their 👀 on the launch profile's lead's messages, which they refuse (F41); the daemon reads the
 neighbour's file a reply attaches by path (F31 through Signal). ntfy: the secondary profiles' bots are built from the
@@ -21,6 +26,7 @@ receives over the proxied NDJSON stream (a turn after F25)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -41,7 +47,7 @@ def audit(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
     out = tmp_path_factory.mktemp("messaging") / "evidence"
     result = run_audit(RunOptions(out=out, hermes_python=resolve_hermes_python(Path(opt) if opt else None),
                                   quiet=True, scenario="gateway", tenants=3, phases=["cron", "route-auth", "turns"],
-                                  tools=[], services=["mattermost", "telegram", "signal", "ntfy"],
+                                  tools=[], services=["mattermost", "telegram", "slack", "signal", "ntfy"],
                                   cron_wait=80.0))
     assert result.out is not None
     return Audit(result.verdict.exit_code, result.out, result.to_dict())
@@ -148,3 +154,38 @@ def test_no_secondary_ntfy_bot_starts_and_the_launch_profiles_streams_through_th
     assert not [f for f in audit.doc["findings"] if f.get("service") == "ntfy" and f["kind"] == "wrong_key"]
     documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
     assert {"F25", "F55"} <= documented, documented
+
+
+def test_every_slack_bot_signs_in_at_its_own_workspace_but_takes_the_process_environments_channels(audit):
+    """Every Slack bot signed in with its own tokens at `slack.com` and opened its websocket at its own workspace
+    (each frame inspected, none flagged); the bots answer in the process environment's channels (F43) and the
+    launch profile's bot authorizes by the profile that took over the process (F25, the same one as on Mattermost);
+    no stranger got a turn; the replies' files go up to the upload URL each bot's own workspace issued (F31)."""
+    first = {s for v, s, c in _bled(audit, "mattermost") if v == "default" and c == "allowed_users"}
+    names = ("default", "alpha", "beta")
+    lines = [json.loads(x) for x in (audit.out / "ledger.jsonl").read_text().splitlines()]
+    slack = [x for x in lines if (x.get("service") or "").startswith("slack")]
+    assert {x["tenant"] for x in slack} == set(names)
+    signed = {(x["tenant"], x["path"].split("?")[0]) for x in slack if x["bearer"] == "own"}
+    assert {(n, p) for n in names for p in ("/api/auth.test", "/api/apps.connections.open")} <= signed, signed
+    sockets = {x["tenant"]: x["websocket"]["messages"] for x in slack if x.get("websocket")}
+    assert set(sockets) == set(names) and all(m["server->client"] >= 2 for m in sockets.values()), sockets
+    assert not [x for x in slack if x.get("websocket") and x["findings"]]
+    assert not [x for x in slack if x["bearer"] in ("foreign", "unknown")]
+    assert not [t for t in audit.doc["timeline"] if t["phase"] == "messaging-connect:slack"]  # every bot signed in
+    assert not [t for t in audit.doc["timeline"] if t["phase"] == "messaging-api" and t["driver"] == "slack"]
+    found = [f for f in audit.doc["findings"] if (f.get("service") or "").startswith("slack")]
+    assert not [f for f in found if f["kind"] in ("wrong_key", "route_auth")], found
+    bled = {(f["victim"], f["seen_in"], f["canary"]) for f in found if f["kind"] == "profile_bleed"}
+    # F43: a bot answers in the channels of the process environment: the launch profile's, or once a turn took it
+    # over (F25; Mattermost's crossings run in the same rounds and may take it first) that profile's
+    channels = {(v, s) for v, s, c in bled if c == "allowed_channels"}
+    assert channels and all(s in {"default", *first} and v != s for v, s in channels), bled
+    assert {s for v, s, c in bled if v == "default" and c == "allowed_users"} == first, bled  # F25
+    uploaders = {x["tenant"] for x in slack if x["path"].startswith("/upload/v1/")}  # whose replies named files
+    uploaded = {(f["victim"], f["seen_in"], f["canary"]) for f in found
+                if f["kind"] == "request_leak" and f["service"] == "slack_issued"}
+    neighbour = {"default": "beta", "alpha": "default", "beta": "alpha"}
+    assert "alpha" in uploaders and {(neighbour[n], n, "slack_file") for n in uploaders} <= uploaded, uploaded
+    documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
+    assert {"F25", "F31", "F43"} <= documented, documented

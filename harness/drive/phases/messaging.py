@@ -247,6 +247,17 @@ def _judge(ctx: Context, m: Message, turns: dict[str, int], since: float, second
                                          f"{m.tenant}'s agent reply was posted at {other}'s server"))
 
 
+def _unknown(ctx: Context) -> None:
+    """A failed step for every stub that got requests it does not know (it answered them with the platform's error):
+    what Hermes asked there was not audited."""
+    for platform in platforms(ctx):
+        for t in ctx.registry:
+            if unknown := stub_of(ctx, t.name, platform).unknown:
+                ctx.record(TurnResult(t.name, UNKNOWN, False, 0.0,
+                                      f"its {platform} server does not know {len(unknown)} request(s): "
+                                      f"{', '.join(sorted(set(unknown))[:5])}"), NAME, snapshot=False)
+
+
 def _finding(ctx: Context, m: Message, kind: str, seen_in: str, canary: str, evidence: str, detail: str) -> Finding:
     """A crossing of message `m` (the victim: its bot's tenant)."""
     where = f"gateway:{m.platform} {'direct' if m.channel_type == 'D' else 'channel'} message to {m.tenant}'s bot"
@@ -255,15 +266,14 @@ def _finding(ctx: Context, m: Message, kind: str, seen_in: str, canary: str, evi
 
 
 def _tokens(ctx: Context) -> list[Finding]:
-    """`wrong_key` for every sign-in whose token is not its tenant's, on every platform."""
+    """`wrong_key` for every sign-in whose token is not one of its tenant's for the platform, on every platform."""
     found = []
     for platform in platforms(ctx):
         credential = SERVICES[platform].credential
         for t in ctx.registry:
             for token in stub_of(ctx, t.name, platform).challenges:
-                if token != t.canaries[credential]:
-                    owner: Tenant | None = next((o for o in ctx.registry if o.canaries.get(credential) == token),
-                                                None)
+                if token not in t.credentials(platform):
+                    owner: Tenant | None = next((o for o in ctx.registry if token in o.credentials(platform)), None)
                     found.append(Finding(
                         "wrong_key", owner.name if owner else t.name, t.name, credential, "request",
                         f"gateway:{platform} {t.name}'s sign-in", "plain",

@@ -13,22 +13,50 @@ bytes; `stream` serves them, to every subscriber at once, as the server would.
 
 from __future__ import annotations
 
+import base64
 import email.parser
 import email.policy
+import hashlib
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from wsproto.connection import Connection, ConnectionType
+
 from harness.capture.stubs.base import JsonApiStub, JsonHandler
 from harness.core.registry import Tenant
 
+#: What Hermes' `messaging` extra brings that no platform's adapter of these imports (its QR log-ins, aiohttp's brotli):
+#: every platform of the extra declares them, so a run that drives none leaves them out of the baseline's venv check.
+MESSAGING_EXTRA = ("brotlicffi", "qrcode", "pypng")
 KEEPALIVE = 15.0  # seconds between a stream's keep-alives while it has no event to send
+_WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def accept_websocket(handler: JsonHandler) -> tuple[socket.socket, Connection]:
+    """Answer a websocket upgrade (101) on `handler`'s connection: its socket, and the server side of the protocol
+    to read and write frames with."""
+    accept = base64.b64encode(hashlib.sha1((handler.headers["sec-websocket-key"] + _WS_GUID).encode()).digest())
+    handler.send_response(101)
+    handler.send_header("upgrade", "websocket")
+    handler.send_header("connection", "Upgrade")
+    handler.send_header("sec-websocket-accept", accept.decode())
+    handler.end_headers()
+    handler.wfile.flush()
+    handler.close_connection = True
+    return handler.connection, Connection(ConnectionType.SERVER)
 
 
 def bot_id(tenant: str) -> str:
     """The tenant's bot user id at its server (not a canary: every server names its own bot)."""
     return f"bot{tenant}"
+
+
+def media_text(canary: str) -> bytes:
+    """What a profile's media file of a platform holds (its `file` canary)."""
+    return f"attachment {canary}\n".encode()
 
 
 def lead(t: Tenant, user_kind: str, what: str = "lead") -> str:

@@ -19,8 +19,6 @@ The stub is the subset of the Mattermost API the adapter calls:
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 import queue
 import select
@@ -28,12 +26,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from wsproto.connection import Connection, ConnectionType
 from wsproto.events import CloseConnection, Ping, TextMessage
 
 from harness.capture.stubs.base import JsonHandler
 from harness.core.registry import Tenant
-from harness.drive.platforms.base import ChatStub, bot_id, multipart
+from harness.drive.platforms.base import ChatStub, accept_websocket, bot_id, media_text, multipart
 from harness.drive.platforms.base import lead as _lead
 from harness.drive.surface import (
     Battery,
@@ -52,7 +49,6 @@ WS_PATH = "/api/v4/websocket"
 FILES_PATH = "/api/v4/files"
 #: A file in every profile's home holding its `mattermost_file` canary: what its agent attaches to a reply (`MEDIA:`).
 MEDIA_FILE = "tenancy-media.txt"
-_WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
 @dataclass
@@ -125,15 +121,7 @@ class MattermostStub(ChatStub):
     def _serve_ws(self, handler: JsonHandler) -> None:
         """The websocket: the handshake, then the client's frames read and queued events sent until either
         side closes."""
-        accept = base64.b64encode(hashlib.sha1((handler.headers["sec-websocket-key"] + _WS_GUID).encode()).digest())
-        handler.send_response(101)
-        handler.send_header("upgrade", "websocket")
-        handler.send_header("connection", "Upgrade")
-        handler.send_header("sec-websocket-accept", accept.decode())
-        handler.end_headers()
-        handler.wfile.flush()
-        handler.close_connection = True
-        sock, ws = handler.connection, Connection(ConnectionType.SERVER)
+        sock, ws = accept_websocket(handler)
         seq = 0
         while not self._closing.is_set():
             if select.select([sock], [], [], 0.05)[0]:
@@ -180,11 +168,6 @@ def configure(t: Tenant, where: Where) -> Setup:
                       "MATTERMOST_ALLOWED_CHANNELS": f"{t.canaries['mattermost_channel']},{lead(t, 'leadchannel')}",
                       "MATTERMOST_HOME_CHANNEL": t.canaries["mattermost_channel"]},
                  files={MEDIA_FILE: media_text(t.canaries["mattermost_file"])})
-
-
-def media_text(canary: str) -> bytes:
-    """What a profile's media file holds."""
-    return f"attachment {canary}\n".encode()
 
 
 def _server(c: PlantContext) -> None:

@@ -37,7 +37,7 @@ from urllib.parse import parse_qsl
 
 from harness.capture.stubs.base import JsonHandler
 from harness.core.registry import TAG_MARKER, Tenant
-from harness.drive.platforms.base import ChatStub, multipart
+from harness.drive.platforms.base import MESSAGING_EXTRA, ChatStub, multipart
 from harness.drive.platforms.base import lead as _lead
 from harness.drive.surface import (
     Battery,
@@ -355,15 +355,16 @@ def _media(c: PlantContext) -> None:
     (c.target_home / MEDIA_FILE).write_bytes(media_text(c.donor.canaries["telegram_file"]))
 
 
-SHAPES: dict[str, Callable[[str], str]] = {"telegram_key": token_canary, "telegram_user": user_canary,
-                                           "telegram_channel": channel_canary}
+SHAPES: dict[str, Callable[[str, str], str]] = {"telegram_key": lambda tag, _: token_canary(tag),
+                                                "telegram_user": lambda tag, _: user_canary(tag),
+                                                "telegram_channel": lambda tag, _: channel_canary(tag)}
 
 SERVICE = ServiceSpec(
     "telegram", "a Telegram Bot API server: the gateway's messaging platform, one bot per profile", rank=71,
     make=lambda t, m: TelegramStub(t, m), credential="telegram_key", credential_env="TELEGRAM_BOT_TOKEN",
     identity=("telegram_user", "telegram_channel"), data=("telegram_post", "telegram_file"), passive=True,
     configure=configure, by_default=False, doors=("gateway",), shapes=SHAPES,
-    packages=("python-telegram-bot",),  # Hermes' `messaging` extra
+    packages=("python-telegram-bot", "tornado", *MESSAGING_EXTRA),  # Hermes' `messaging` extra (and its webhooks)
     messaging=Messaging("telegram_user", "telegram_channel", "telegram_post", "telegram_file", MEDIA_FILE,
                         "telegram"),
     # not unsettable: its base URL and fallback address (without them the bot calls api.telegram.org and DNS over
