@@ -192,10 +192,14 @@ def websocket_report(registry: Registry, matcher: Matcher, flow: http.HTTPFlow, 
 def websocket_scan(registry: Registry, matcher: Matcher, flow: http.HTTPFlow, request: RequestReport
                    ) -> WebsocketScan:
     """The scan of a websocket flow's messages, for the tenant and service of its upgrade request (`request`); a
-    reverse listener of no tenant's is counted, not checked."""
+    reverse listener of no tenant's is counted, not checked. An upgrade to a host the tenants share that carried no
+    credential (a platform's gateway, whose client authenticates in its first message) is claimed by the first
+    client message that carries one (`WebsocketScan.claims`)."""
     tenant = registry.tenants.get(request.tenant) if request.tenant else None
     audited = tenant is not None or not request.route.startswith("listen:")
-    return WebsocketScan(matcher, flow.id, tenant, request.service, audited=audited)
+    host = request.route.removeprefix("host:") if tenant is None and request.route.startswith("host:") else ""
+    claims = {(t.name, kind): t for t, _, kinds in registry.sharing(host) for kind in kinds} if host else {}
+    return WebsocketScan(matcher, flow.id, tenant, request.service, audited=audited, claims=claims)
 
 
 def messages_of(flow: http.HTTPFlow) -> list[Message]:

@@ -13,6 +13,11 @@ finishes: the same findings. mitmproxy hands over each message as the applicatio
 reassembled, permessage-deflate undone.
 
 A stream is read up to `MAX_STREAM` bytes; the rest is a `NotInspected` entry (the run cannot be clean).
+
+A connection to a host the tenants share whose upgrade carried no credential (a platform's gateway: its client
+authenticates in its first message) is no tenant's until a client message carries the credential of one (`claims`,
+as `routes.claimed` tells a request's tenant by its credential): from that message on it is that tenant's, its
+messages checked for it, and the report says so (`claimed`).
 """
 
 from __future__ import annotations
@@ -48,9 +53,11 @@ class WebsocketReport:
     sizes: dict[str, int]
     findings: list[Finding] = field(default_factory=list)
     not_inspected: list[NotInspected] = field(default_factory=list)
+    claimed: str | None = None  # the tenant a client message's credential claimed the connection for
 
     def ledger_entry(self) -> dict[str, Any]:
-        return {"messages": dict(self.messages), "bytes": dict(self.sizes)}
+        entry: dict[str, Any] = {"messages": dict(self.messages), "bytes": dict(self.sizes)}
+        return entry | ({"claimed": self.claimed} if self.claimed else {})
 
 
 @dataclass
@@ -75,9 +82,13 @@ class WebsocketScan:
     `service`: whose the connection is; `audited` False (a reverse listener of no tenant): counted, not checked."""
 
     def __init__(self, matcher: Matcher, flow_id: str, tenant: Tenant | None, service: str = PROVIDER, *,
-                 audited: bool = True, limit: int = MAX_STREAM) -> None:
+                 audited: bool = True, limit: int = MAX_STREAM,
+                 claims: dict[tuple[str, str], Tenant] | None = None) -> None:
         self.matcher, self.flow_id, self.tenant, self.service = matcher, flow_id, tenant, service
         self.audited, self.limit = audited, limit
+        #: (tenant, canary kind) -> tenant: whose credential claims the connection (a shared host, no tenant yet).
+        self.claims = claims or {}
+        self.claimed: str | None = None
         name = tenant.name if tenant else None
         self._streams = {True: _Stream(CLIENT, FlowScan(matcher, flow_id, name, "request", "request_leak")),
                          False: _Stream(SERVER, FlowScan(matcher, flow_id, name, "response", "response_leak"))}
@@ -91,6 +102,8 @@ class WebsocketScan:
         data = message.content[: max(self.limit - s.size, 0)]
         if not data or not self.audited:
             return []
+        if message.from_client and self.tenant is None and self.claims:
+            self._claim(data)
         known = len(s.scan.findings)
         window = s.tail + data
         s.scan.scan(window, s.part, only_new=True, shift=s.size - len(s.tail))
@@ -99,11 +112,20 @@ class WebsocketScan:
         s.tail = window[-self._reach:] if self._reach else b""
         return [self._named(f) for f in s.scan.findings[known:]]
 
+    def _claim(self, data: bytes) -> None:
+        """The connection is the tenant's whose credential `data` carries first, if any: its streams are then checked
+        for that tenant (what they held before, no credential, stays as found)."""
+        hit = next((h for h in self.matcher.find(data) if (h.tenant, h.kind) in self.claims), None)
+        if hit is not None:
+            self.tenant, self.claimed = self.claims[hit.tenant, hit.kind], hit.tenant
+            for s in self._streams.values():
+                s.scan.tenant = hit.tenant
+
     def finish(self) -> WebsocketReport:
         """Scan each direction's stream through its layers and its JSON messages' strings reassembled, for the
         canaries not yet found; the connection's report."""
         report = WebsocketReport({s.name: s.count for s in self._streams.values()},
-                                 {s.name: s.total for s in self._streams.values()})
+                                 {s.name: s.total for s in self._streams.values()}, claimed=self.claimed)
         for s in self._streams.values():
             if self.audited:
                 self._whole(s)

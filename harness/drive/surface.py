@@ -173,10 +173,18 @@ class FixedHost:
     """The API host a platform's SDK fixes (no base-URL setting): every tenant reaches `host` through the proxy's
     regular listener, each request told apart by the canary of a kind of `by` it carries (its tokens; registry
     route `{host: HOST, by: [...]}`, docs/addon.md#shared-hosts). What carries none (a websocket or upload URL
-    the stub hands out) goes to the tenant's own host (`issued_host`), the registry service `<name>_issued`."""
+    the stub hands out) goes to the tenant's own host (`issued_host`), the registry service `<name>_issued`. `also`:
+    other hosts the SDK fixes, shared alike (Discord's gateway, whose first websocket it opens before any URL is
+    issued: a connection whose upgrade carries no token is claimed by the first message that does), each the registry
+    service `<name>_<its first label>`."""
 
     host: str
     by: tuple[str, ...]
+    also: tuple[str, ...] = ()
+
+    def entries(self, name: str) -> dict[str, str]:
+        """The registry service of each host every tenant shares (`name`'s own first), by its name."""
+        return {name: self.host, **{f"{name}_{h.split('.')[0]}": h for h in self.also}}
 
 
 #: The suffix of the registry service of a platform's tenant's own host (`FixedHost`).

@@ -178,6 +178,9 @@ class JsonHandler(BaseHTTPRequestHandler):
     def do_DELETE(self) -> None:
         self.server.stub.answer(self, self.read_body())
 
+    def do_PATCH(self) -> None:
+        self.server.stub.answer(self, self.read_body())
+
 
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
