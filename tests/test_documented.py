@@ -119,6 +119,18 @@ CASES = [
      dict(kind="route_auth", victim="alpha", seen_in="alpha", canary="allowed_users_fallback", channel="rpc",
           service="mattermost", scenario="gateway", phase="messaging",
           location="gateway:mattermost direct message to alpha's bot")),
+    ("F31", dict(kind="request_leak", victim="beta", seen_in="default", canary="discord_file", service="discord",
+                 scenario="gateway", phase="messaging"),
+     dict(kind="wrong_key", victim="beta", seen_in="default", canary="discord_key", service="discord",
+          scenario="gateway", phase="messaging")),
+    ("F47", dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="allowed_users", channel="rpc",
+                 service="discord", scenario="gateway", phase="messaging"),
+     dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="discord_post", channel="rpc",
+          service="discord", scenario="gateway", phase="messaging")),
+    ("F48", dict(kind="profile_bleed", victim="default", seen_in="beta", canary="allowed_channels", channel="rpc",
+                 service="discord", scenario="gateway", phase="messaging"),
+     dict(kind="wrong_identity", victim="default", seen_in="beta", canary="discord_channel", service="discord",
+          scenario="gateway", phase="messaging")),
 ]
 
 
@@ -132,6 +144,16 @@ def test_a_telegram_bots_refusal_of_its_own_users_is_f36_besides_f25():
     assert crossing("profile_bleed", "alpha", "default", "allowed_users", channel="rpc", service="telegram") == ["F25"]
     assert crossing("request_leak", "alpha", "beta", "telegram_file", service="telegram", scenario="gateway",
                     phase="messaging") == ["F31"]
+
+
+def test_a_discord_bots_refusal_of_its_own_users_is_f47_besides_f25():
+    """A refused near miss of the phase on Discord (its step `discord:messaging`) is the adapter's launch allowlist's
+    (F47), and may be F25's; on another platform not F47's."""
+    refused = dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway", phase="messaging")
+    assert crossing(**refused, location="discord:messaging") == ["F25", "F47"]
+    assert crossing(**refused, location="slack:messaging") == ["F25"]  # near miss: another platform's
+    assert crossing(**{**refused, "phase": "messaging-connect:discord"}, location="discord:messaging-connect:discord") \
+        == []  # a bot that never signed in (the token plant) is no finding of Hermes'
 
 
 def test_the_slack_bots_crossings_are_f25_and_f31_as_mattermosts_are():
