@@ -29,6 +29,7 @@ from harness.drive.surface import (
     PlantContext,
     ServiceSpec,
     Setup,
+    Unset,
     Where,
     set_env,
 )
@@ -81,6 +82,12 @@ SERVICE = ServiceSpec(
     messaging=Messaging("discord_user", "discord_channel", "discord_post", "discord_file", MEDIA_FILE, "discord"),
     coverage=Coverage('has("discord") and source_has("plugins.platforms.discord.adapter", "DISCORD_ALLOWED_USERS")',
                       "no Discord platform adapter, or not its SDK (Hermes' `messaging` extra: discord.py)"),
+    unsettable=(Unset("allowed_users", env=("DISCORD_ALLOWED_USERS",), relaxes=frozenset({"answered", "strangers"})),
+                Unset("allowed_roles", env=("DISCORD_ALLOWED_ROLES",)),
+                Unset("allowed_channels", env=("DISCORD_ALLOWED_CHANNELS",),
+                      relaxes=frozenset({"answered", "strangers"})),
+                Unset("home_channel", env=("DISCORD_HOME_CHANNEL",), relaxes=frozenset({"home"})),
+                Unset("token", env=("DISCORD_BOT_TOKEN",), relaxes=frozenset({"sign-in", "answered", "home"}))),
     battery=Battery("discord"),  # no tools: the gateway door's `messaging` phase drives it
     plants={"discord-token": Plant(_token, frozenset({"shortfall"})),
             "discord-media": Plant(_media, frozenset({"request_leak"}), alone=True)},
