@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from mitmproxy import ctx, exceptions, http
+from mitmproxy.net.http import url as mitmproxy_url
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from harness.capture.watched import RegistryFile
@@ -174,9 +175,9 @@ def block(flow: http.HTTPFlow) -> None:
 
 
 def route_to(request: http.Request, upstream: str) -> None:
-    """Send a forward-mode request to its tenant's provider, keeping the Host it was addressed to."""
+    """Send a forward-mode request to its tenant's provider, keeping the Host (and port) it was addressed to."""
     url = urllib.parse.urlsplit(upstream)
-    host_header = request.host_header or request.host
+    host_header = request.host_header or mitmproxy_url.hostport(request.scheme, request.host, request.port)
     request.scheme = url.scheme or "http"
     request.host = url.hostname or "127.0.0.1"
     request.port = url.port or (443 if request.scheme == "https" else 80)

@@ -58,6 +58,13 @@ def _bled(audit: Audit, service: str) -> set[tuple[str, str, str]]:
             if f.get("service") == service and f["kind"] == "profile_bleed"}
 
 
+def _took_over(audit: Audit) -> set[str]:
+    """The secondary profile whose first turn took over the process environment (F25), as any platform shows it: the
+    launch profile's bot admitted that profile's lead."""
+    return {s for p in ("mattermost", "telegram", "slack", "signal", "ntfy") for v, s, c in _bled(audit, p)
+            if v == "default" and c == "allowed_users"}
+
+
 def _media(audit: Audit, platform: str) -> dict[str, bool]:
     """Each tenant's `media` step on `platform` (a tenant with no reply then has none)."""
     return {t["tenant"]: t["ok"] for t in audit.doc["timeline"]
@@ -79,9 +86,13 @@ def test_every_profile_has_its_bot_but_the_process_environment_decides_who_it_an
     found = [f for f in audit.doc["findings"] if f.get("service") == "mattermost"]
     assert not [f for f in found if f["kind"] in ("wrong_key", "route_auth")], found  # own tokens; no stranger
     bled = _bled(audit, "mattermost")
-    assert {("alpha", "default", "allowed_channels"), ("beta", "default", "allowed_channels")} <= bled, bled
-    first = {s for v, s, c in bled if v == "default" and c == "allowed_users"}  # the profile that took over
+    first = _took_over(audit)  # the profile that took over (on whichever platform its lead came first)
     assert len(first) == 1 and first <= {"alpha", "beta"}, bled
+    # F24: each secondary bot answers in a channel only the process environment's allowlist names: the launch
+    # profile's, or after F25 the profile that took over (whose message comes first is the gateway's race)
+    channels = {(v, s) for v, s, c in bled if c == "allowed_channels"}
+    assert {v for v, s in channels if s in {"default", *first} and s != v} == {"alpha", "beta"}, bled
+    assert {s for v, s, c in bled if v == "default" and c == "allowed_users"} <= first, bled
     assert not [c for c in bled if c[2] == "cron_delivery"], bled
     # MEDIA: every tenant that replied (F25 may refuse the launch profile's own messages) attached its own file
     # (the near miss: a `media` step, never a finding) and its neighbour's file and `.env` through its bot
@@ -106,8 +117,8 @@ def test_every_profile_has_its_bot_but_the_process_environment_decides_who_it_an
 def test_every_telegram_bot_signs_in_at_its_own_server_but_a_secondary_filters_by_the_process_environment(audit):
     found = [f for f in audit.doc["findings"] if f.get("service") == "telegram"]
     assert not [f for f in found if f["kind"] in ("wrong_key", "route_auth")], found  # own tokens; no stranger
-    first = {s for v, s, c in _bled(audit, "mattermost") if v == "default" and c == "allowed_users"}
-    assert _bled(audit, "telegram") == {("default", *first, "allowed_users")}  # F25; its chat allowlists held
+    first = _took_over(audit)
+    assert _bled(audit, "telegram") <= {("default", *first, "allowed_users")}  # F25 at most; its chat allowlists held
     other = ({"alpha", "beta"} - first).pop()  # its Telegram bot filters by the launch's list, then first's (F36)
     timeline = [t for t in audit.doc["timeline"] if t["phase"] == "messaging"]
     answered = [t["ok"] for t in timeline if t["tenant"] == other and t["driver"] == "telegram" and _answered(t)]
@@ -161,7 +172,7 @@ def test_every_slack_bot_signs_in_at_its_own_workspace_but_takes_the_process_env
     (each frame inspected, none flagged); the bots answer in the process environment's channels (F43) and the
     launch profile's bot authorizes by the profile that took over the process (F25, the same one as on Mattermost);
     no stranger got a turn; the replies' files go up to the upload URL each bot's own workspace issued (F31)."""
-    first = {s for v, s, c in _bled(audit, "mattermost") if v == "default" and c == "allowed_users"}
+    first = _took_over(audit)
     names = ("default", "alpha", "beta")
     lines = [json.loads(x) for x in (audit.out / "ledger.jsonl").read_text().splitlines()]
     slack = [x for x in lines if (x.get("service") or "").startswith("slack")]
@@ -181,7 +192,7 @@ def test_every_slack_bot_signs_in_at_its_own_workspace_but_takes_the_process_env
     # over (F25; Mattermost's crossings run in the same rounds and may take it first) that profile's
     channels = {(v, s) for v, s, c in bled if c == "allowed_channels"}
     assert channels and all(s in {"default", *first} and v != s for v, s in channels), bled
-    assert {s for v, s, c in bled if v == "default" and c == "allowed_users"} == first, bled  # F25
+    assert {s for v, s, c in bled if v == "default" and c == "allowed_users"} <= first, bled  # F25 at most
     uploaders = {x["tenant"] for x in slack if x["path"].startswith("/upload/v1/")}  # whose replies named files
     uploaded = {(f["victim"], f["seen_in"], f["canary"]) for f in found
                 if f["kind"] == "request_leak" and f["service"] == "slack_issued"}

@@ -247,6 +247,12 @@ def _judge(ctx: Context, m: Message, turns: dict[str, int], since: float, second
                                          f"{m.tenant}'s agent reply was posted at {other}'s server"))
 
 
+def _own(t: Tenant, platform: str) -> tuple[str, ...]:
+    """What `t`'s bot on `platform` may sign in with: its credentials there, or on a platform whose protocol carries
+    none (`keyless`) the identity its calls name."""
+    return t.credentials(platform) or (t.canaries[SERVICES[platform].credential],)
+
+
 def _unknown(ctx: Context) -> None:
     """A failed step for every stub that got requests it does not know (it answered them with the platform's error):
     what Hermes asked there was not audited."""
@@ -272,8 +278,8 @@ def _tokens(ctx: Context) -> list[Finding]:
         credential = SERVICES[platform].credential
         for t in ctx.registry:
             for token in stub_of(ctx, t.name, platform).challenges:
-                if token not in t.credentials(platform):
-                    owner: Tenant | None = next((o for o in ctx.registry if token in o.credentials(platform)), None)
+                if token not in _own(t, platform):
+                    owner: Tenant | None = next((o for o in ctx.registry if token in _own(o, platform)), None)
                     found.append(Finding(
                         "wrong_key", owner.name if owner else t.name, t.name, credential, "request",
                         f"gateway:{platform} {t.name}'s sign-in", "plain",
@@ -282,6 +288,12 @@ def _tokens(ctx: Context) -> list[Finding]:
                         detail=f"{t.name}'s {platform} bot signed in with "
                                f"{'another tenant' if owner else 'an unknown'}'s token"))
     return found
+
+
+def _own(t: Tenant, platform: str) -> tuple[str, ...]:
+    """What `t`'s bot on `platform` may sign in with: its credentials there, or on a platform whose protocol carries
+    none (`keyless`) the identity its calls name."""
+    return t.credentials(platform) or (t.canaries[SERVICES[platform].credential],)
 
 
 def _unknown(ctx: Context) -> None:
