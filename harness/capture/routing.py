@@ -14,7 +14,7 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from mitmproxy import ctx, exceptions, http
+from mitmproxy import ctx, exceptions, http, tcp
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from harness.capture.watched import RegistryFile
@@ -121,6 +121,17 @@ class Routing:
         flow.request.headers[FLOW_HEADER] = flow.id  # a stub request without it bypassed the proxy
         return endpoint
 
+    def tcp_start(self, flow: tcp.TCPFlow) -> Endpoint | None:
+        """Whose a raw TCP connection is (a line protocol on a tenant's reverse listener: its listener's); the
+        endpoint is what the inspection reads. Nothing outside loopback is dialled for it (`server_connect`)."""
+        if self.tenants.registry is None:
+            return None
+        self.tenants.refresh()
+        reg = self.tenants.registry
+        endpoint = routes.endpoint_of(reg, routes.route_of(flow))
+        self._decided[flow.id] = (reg, endpoint)
+        return endpoint
+
     def server_connect(self, data: ServerConnectionHookData) -> None:
         """With egress `block`, no connection leaves the machine: one to an address outside loopback is refused
         before it is dialled (a request to a host no tenant owns never gets here, `request` answers it; this
@@ -140,7 +151,7 @@ class Routing:
             self._upstream_cache = (reg, frozenset(address(u) for u in urls if u))
         return self._upstream_cache[1]
 
-    def release(self, flow: http.HTTPFlow) -> Endpoint | None:
+    def release(self, flow: http.HTTPFlow | tcp.TCPFlow) -> Endpoint | None:
         """The endpoint decided for a flow now finished (and forgotten here), if the registry it was resolved in
         is still in force (a reloaded registry may own the route otherwise)."""
         reg, endpoint = self._decided.pop(flow.id, (None, None))

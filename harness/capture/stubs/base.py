@@ -49,6 +49,7 @@ class StubRequest:
     time: float
     wrong_key: bool = False  # the request carried a credential that is not this tenant's for this service
     service: str = PROVIDER
+    peer: int | None = None  # a line protocol's command: the port its connection came from (the proxy's, if proxied)
 
     @property
     def flow_id(self) -> str | None:
@@ -65,7 +66,7 @@ class StubRequest:
             "bytes": len(self.body),
             "time": self.time,
             "wrong_key": self.wrong_key,
-        }
+        } | ({"peer": self.peer} if self.peer is not None else {})
 
 
 class Service(Protocol):
@@ -119,13 +120,15 @@ class Recorder:
         return self.mode == "strict" and presented(headers, body) != self.expected
 
     def record(self, method: str, path: str, headers: dict[str, str], body: bytes, status: int,
-               wrong_key: bool | None = None) -> None:
+               wrong_key: bool | None = None, peer: int | None = None) -> None:
+        """Keep one request (a line protocol's command: `peer`, the port its connection came from, which a saved
+        TCP flow of the proxy names when the connection passed it)."""
         headers = {k.lower(): v for k, v in headers.items()}
         if wrong_key is None:
             wrong_key = self.wrong_key(headers, body)
         with self.lock:
             self.requests.append(StubRequest(len(self.requests), method, path, headers, body, status, time.time(),
-                                             wrong_key, self.service))
+                                             wrong_key, self.service, peer))
 
     def snapshot(self) -> list[StubRequest]:
         with self.lock:
