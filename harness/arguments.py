@@ -15,7 +15,7 @@ from harness.detect.engine import stream
 from harness.drive import plants
 from harness.drive.doors import SCENARIOS, default_tenants
 from harness.drive.phases import ALL_PHASES
-from harness.drive.services import DEFAULT_SERVICES, PLATFORMS, SERVICES, TOOL_GROUPS
+from harness.drive.services import DEFAULT_SERVICES, PLATFORMS, PROVIDER_SERVICE, SERVICES, TOOL_GROUPS, UNSETTABLE
 from harness.options import MatrixOptions, RunOptions, UsageError, parse_releases, parse_scenarios, parse_shard
 from harness.proof import command as scorecard
 
@@ -78,6 +78,9 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
                      f"{','.join(DEFAULT_SERVICES)}; also {','.join(s for s in SERVICES if s not in DEFAULT_SERVICES)}"
                      ", one memory provider per run); 'none' stubs the providers only")
     run.add_argument("--platforms", help=PLATFORMS_HELP)
+    run.add_argument("--unset", help="settings the run's second tenant leaves unset while the launch profile sets "
+                     "them, comma-separated SERVICE.NAME (tenants that differ: docs/platforms.md); 'all': every one of "
+                     "the run's services")
     run.add_argument("--policy", default="hermes", help="the isolation policy: hermes (default: what Hermes shares "
                      "between profiles by design is allowed), strict (nothing shared) or a policy file "
                      "(docs/contracts.md)")
@@ -256,6 +259,18 @@ def services_of(a: argparse.Namespace) -> list[str] | None:
     return [*chosen, *(n for n in names if n not in chosen)]
 
 
+def unset_of(a: argparse.Namespace) -> list[str]:
+    """`--unset`: the settings (`SERVICE.NAME`) the second tenant leaves unset; `all`: every one of the run's
+    services (the provider's included)."""
+    if not getattr(a, "unset", None):
+        return []
+    if a.unset.strip() != "all":
+        return [s for s in a.unset.split(",") if s]
+    chosen = services_of(a)
+    on = {PROVIDER_SERVICE.name, *(DEFAULT_SERVICES if chosen is None else chosen)}
+    return [s for s in UNSETTABLE if s.split(".", 1)[0] in on]
+
+
 def run_options(a: argparse.Namespace) -> RunOptions:
     """`run`'s options from its arguments (`run_audit` checks them: `check_options`)."""
     if a.runs < 1:
@@ -265,7 +280,7 @@ def run_options(a: argparse.Namespace) -> RunOptions:
                       hermes_python=a.hermes_python, force=a.force, quiet=a.quiet, turns=a.turns, timeout=a.timeout,
                       phases=phases(a.phases), cron_wait=a.cron_wait,
                       redact=a.redact, stub_fault=a.stub_fault, tools=parse_tools(a.tools), stubs=a.stubs,
-                      services=services_of(a), policy=a.policy, sign_key=a.sign_key)
+                      services=services_of(a), policy=a.policy, sign_key=a.sign_key, unset=unset_of(a))
 
 
 def matrix_options(a: argparse.Namespace) -> MatrixOptions:

@@ -128,7 +128,8 @@ def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *
         seconds=seconds,
         out=out, plants=sorted(record.plants),
         coverage=rec.coverage.table(record.tools, kept, OUT_OF_SCOPE, allowed),
-        services=service_coverage, doors=door_coverage, platforms=platform_coverage, policy=policy.to_dict())
+        services=service_coverage, doors=door_coverage, platforms=platform_coverage, unset=record.unset,
+        policy=policy.to_dict())
 
 
 def refusals(rec: Reconciliation) -> list[str]:

@@ -20,7 +20,7 @@ from harness.drive.context import ScenarioOptions
 from harness.drive.doors import ALL, DOORS, SCENARIOS, backend_offers_every_tool, default_tenants
 from harness.drive.hermes.install import default_python
 from harness.drive.phases import DEFAULT_PHASES, KNOWN_PHASES
-from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS
+from harness.drive.services import DEFAULT_SERVICES, PROVIDER_SERVICE, SERVICES, TOOL_GROUPS
 from harness.report import policy as policies
 from harness.report.matrix import Plan
 
@@ -48,6 +48,7 @@ class RunOptions:
     stubs: str = "observe"  # "strict": a stub answers a foreign key with 401
     policy: str = policies.DEFAULT  # the isolation policy: `hermes`, `strict` or a policy file
     services: list[str] | None = None  # services besides the provider (None: the default ones; []: the provider only)
+    unset: list[str] = field(default_factory=list)  # settings (`SERVICE.NAME`) the second tenant leaves unset
     sign_key: Path | None = None  # an ed25519 private key (PEM): the evidence folder's manifest is signed with it
 
     def tool_groups(self) -> list[str]:
@@ -58,7 +59,8 @@ class RunOptions:
 
     def scenario_options(self) -> ScenarioOptions:
         return ScenarioOptions(turns=self.turns, timeout=self.timeout, phases=list(self.phases),
-                               cron_wait=self.cron_wait, tools=self.tool_groups(), services=self.service_names())
+                               cron_wait=self.cron_wait, tools=self.tool_groups(), services=self.service_names(),
+                               unset=list(self.unset))
 
 
 def check_options(opts: RunOptions) -> None:
@@ -97,6 +99,12 @@ def check_options(opts: RunOptions) -> None:
         doors = SERVICES[name].doors
         if SERVICES[name].messaging is not None and opts.scenario not in (*doors, ALL):
             raise UsageError(f"platform {name!r} needs --scenario {' or '.join(doors)} or all")
+    for setting in opts.unset:
+        if setting not in services.UNSETTABLE:
+            raise UsageError(f"unknown setting {setting!r} for --unset (choose from "
+                             f"{', '.join(services.UNSETTABLE)})")
+        if setting.split(".", 1)[0] not in (PROVIDER_SERVICE.name, *opts.service_names()):
+            raise UsageError(f"--unset {setting}: the run does not drive {setting.split('.', 1)[0]!r}")
     clash = services.conflicts(opts.service_names())
     if clash:
         raise UsageError(clash)

@@ -145,7 +145,7 @@ def _record(audit: RunState) -> RunRecord:
         services_to_drive=ctx.services_to_drive(), launch=ctx.sandbox.launch, file_versions=ctx.versions_kept,
         hermes_venv=audit.venv, harness_venv=current(),
         doors=door_states(audit.opts.scenario, [*(audit.opts.phases or ()), *(p.name for p in ctx.phases)]),
-        platforms=ctx.platform_states())
+        platforms=ctx.platform_states(), unset={t: s for t in ctx.registry.names() if (s := ctx.unset_by(t))})
     record.write(out)
     return record
 

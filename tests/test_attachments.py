@@ -31,6 +31,7 @@ def _ctx(tmp_path: Path) -> SimpleNamespace:
     return SimpleNamespace(
         registry=reg, sandbox=sandbox, scenario="gateway", findings=[], timeline=[], steps=steps,
         service_stubs={(t.name, "mattermost"): MattermostStub(t) for t in reg}, services=lambda: ["mattermost"],
+        relaxed=lambda tenant, service, what: False,
         record=lambda r, phase, snapshot=True: steps.append((r.tenant, r.driver, r.ok, phase)))
 
 

@@ -94,6 +94,12 @@ CASES = [
     ("F35", dict(kind="profile_bleed", victim="default", seen_in="alpha", canary="toolsets",
                  location="tui:alpha:tools"),
      dict(kind="profile_bleed", victim="alpha", seen_in="beta", canary="toolsets", location="tui:beta:tools")),
+    ("F58", dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="allowed_users_fallback",
+                 channel="rpc", service="mattermost", scenario="gateway", phase="messaging",
+                 location="gateway:mattermost direct message to alpha's bot"),
+     dict(kind="route_auth", victim="alpha", seen_in="alpha", canary="allowed_users_fallback", channel="rpc",
+          service="mattermost", scenario="gateway", phase="messaging",
+          location="gateway:mattermost direct message to alpha's bot")),
 ]
 
 

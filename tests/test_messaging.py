@@ -135,6 +135,6 @@ def test_a_reply_ends_with_the_lines_it_is_told_to_say(tmp_path):
 def test_messaging_platforms_are_driven_where_the_messaging_phase_ran():
     assert doors.door_states("gateway", ["route-auth", "messaging"])["messaging platforms"] == "phase messaging"
     assert doors.door_states("gateway", ["route-auth"])["messaging platforms"] == (
-        "not driven: --services <a messaging platform>")
+        "not driven: --platforms <a messaging platform>")
     assert doors.door_states("tui", ["messaging"])["messaging platforms"] == (
-        "not driven: --services <a messaging platform> (with --scenario gateway or all)")
+        "not driven: --platforms <a messaging platform> (with --scenario gateway or all)")

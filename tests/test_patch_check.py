@@ -95,13 +95,15 @@ def test_patch_check_exits_2_with_one_line_on_bad_input(tmp_path, capsys):
 
 
 def _leak(victim: str, recipient: str, tool: str, phase: str = "lookups", canary: str = "tool_memory",
-          scenario: str = "api_server") -> Finding:
+          scenario: str = "api_server", carrier: str | None = None) -> Finding:
     return Finding("request_leak", victim, recipient, canary, "request", f"flow:{tool}", tool=tool,
-                   scenario=scenario, phase=phase, time=1.0)
+                   scenario=scenario, phase=phase, time=1.0, carrier=carrier)
 
 
 def test_the_comparison_names_removed_remaining_and_new_crossings_and_each_findings_fate():
-    before = [_leak("beta", "default", "memory"), _leak("default", "alpha", "memory"),
+    # the API server's shared conversation carried two tenants' memory tool results (F18)
+    before = [_leak("beta", "default", "memory", carrier="conversation"),
+              _leak("default", "alpha", "memory", carrier="conversation"),
               Finding("wrong_key", "default", "alpha", "memory_key", "request", "flow:m", service="memory",
                       scenario="api_server", phase="turns", time=0.5)]
     varied = Finding("file_leak", "beta", "default", "model", "file", "logs/agent.log@1", scenario="api_server",
@@ -111,8 +113,8 @@ def test_the_comparison_names_removed_remaining_and_new_crossings_and_each_findi
                      phase="end", time=2.0)
     doc = compare([*before, logged], after)
     assert doc["removed"] == {"file logs/agent.log | alpha -> default | model": ["F5"],
-                              "tool memory | beta -> default | tool_memory": ["F18"],
-                              "tool memory | default -> alpha | tool_memory": ["F18"]}
+                              "conversation | beta -> default | tool_memory": ["F18"],
+                              "conversation | default -> alpha | tool_memory": ["F18"]}
     assert list(doc["remaining"]) == ["service memory | default -> alpha | memory_key"]
     assert doc["new"] == {"tool todo | alpha -> beta | tool_memory": []}
     assert doc["varied"] == {"file logs/agent.log | beta -> default | model": ["F5"]}

@@ -25,7 +25,7 @@ SHAPES: dict[str, type] = {
     "scenario": str, "hermes-agent": str, "phases": list, "turns": list, "findings": list, "reasons": list,
     "expect_snapshots": dict, "log_owners": dict, "plants": dict, "homes": dict, "tools": list, "services": dict,
     "services_to_drive": list, "launch": str, "file_versions": dict, "hermes_venv": dict, "harness_venv": dict,
-    "doors": dict, "platforms": dict}
+    "doors": dict, "platforms": dict, "unset": dict}
 
 
 class EvidenceError(ValueError):
@@ -68,6 +68,7 @@ class RunRecord:
     doors: dict[str, str] = field(default_factory=dict)  # front door -> `on`, `not driven: ...`, `out of scope: ...`
     version: int = VERSION
     platforms: dict[str, str] = field(default_factory=dict)  # messaging platform adapter -> as a service's, or why not
+    unset: dict[str, list[str]] = field(default_factory=dict)  # tenant -> the settings it leaves unset (`--unset`)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON object of `timeline.json`: version 2, every key of version 1 under its old name."""
@@ -79,7 +80,7 @@ class RunRecord:
             "plants": {name: sorted(kinds) for name, kinds in self.plants.items()}, "homes": self.homes,
             "tools": self.tools, "services": self.services, "services_to_drive": self.services_to_drive,
             "launch": self.launch, "file_versions": self.file_versions, "hermes_venv": self.hermes_venv,
-            "harness_venv": self.harness_venv, "doors": self.doors, "platforms": self.platforms}
+            "harness_venv": self.harness_venv, "doors": self.doors, "platforms": self.platforms, "unset": self.unset}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], where: str = RECORD) -> RunRecord:
@@ -103,7 +104,7 @@ class RunRecord:
                    got["expect_snapshots"] or {}, got["log_owners"] or {}, plants, got["homes"] or {},
                    got["tools"] or [], got["services"] or {}, got["services_to_drive"] or [], got["launch"],
                    got["file_versions"] or {}, got["hermes_venv"] or {}, got["harness_venv"] or {},
-                   got["doors"] or {}, version, got["platforms"] or {})
+                   got["doors"] or {}, version, got["platforms"] or {}, got["unset"] or {})
 
     @classmethod
     def read(cls, out: Path) -> RunRecord:

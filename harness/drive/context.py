@@ -23,7 +23,7 @@ from harness.drive.hermes.agent import Hermes, Sandbox, TurnResult, gateway_conf
 from harness.drive.hermes.features import Features
 from harness.drive.hermes.rpc import RpcLog
 from harness.drive.platforms import OUT_OF_SCOPE
-from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS
+from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS, UNSETTABLE
 
 #: The scenario that drives every front door in turn (`--scenario all`).
 ALL = "all"
@@ -39,6 +39,7 @@ class ScenarioOptions:
     cron_wait: float = 75.0
     tools: list[str] = field(default_factory=lambda: list(TOOL_GROUPS))  # battery groups; [] = env probe only
     services: list[str] = field(default_factory=lambda: list(DEFAULT_SERVICES))  # services besides the provider
+    unset: list[str] = field(default_factory=list)  # settings (`SERVICE.NAME`) the second tenant leaves unset
 
 
 @dataclass
@@ -178,6 +179,15 @@ class Context:
         """The services each scenario must drive: those on that every turn drives, or whose battery group ran
         (a service on that none of a scenario's requests reached makes the run inconclusive)."""
         return [s for s in self.services() if SERVICES[s].passive or SERVICES[s].battery.group in self.opts.tools]
+
+    def unset_by(self, tenant: str) -> list[str]:
+        """The settings (`SERVICE.NAME`) `tenant` leaves unset: the run's `--unset`, for its second tenant."""
+        return list(self.opts.unset) if tenant == self.registry.names()[1] else []
+
+    def relaxed(self, tenant: str, service: str, what: str) -> bool:
+        """Whether `tenant` need not show `what` (`surface.RELAXES`) at `service`: a setting it leaves unset there
+        made that happen."""
+        return any(s.split(".", 1)[0] == service and what in UNSETTABLE[s].relaxes for s in self.unset_by(tenant))
 
     def extra_config(self, tenant: str) -> dict[str, Any]:
         if tenant == self.sandbox.launch and self.gateway_port:

@@ -19,7 +19,8 @@ def write_homes(ctx: Context) -> None:
     for t in ctx.registry:
         where = {s: Where(ctx.proxy.service_url(t.name, s) if SERVICES[s].proxied else "",
                                    ctx.registry_path, EvidenceFolder(ctx.out).service_records) for s in active}
-        extra = services.setup(t, active, where, second=t.name == ctx.registry.names()[1])
+        extra = services.setup(t, active, where, second=t.name == ctx.registry.names()[1],
+                               unset=tuple(ctx.unset_by(t.name)))
         phased = phases.settings(ctx, t.name)
         home = ctx.sandbox.home_of(t.name)
         config = merged(merged(ctx.extra_config(t.name), phased.config), extra.config)

@@ -33,6 +33,41 @@ class Setup:
     workdir_files: dict[str, bytes] = field(default_factory=dict)  # relative to the tenant's terminal cwd
 
 
+#: What a tenant that leaves a setting unset need not show, because the setting was what made it happen: its bot's
+#: sign-in, its own messages answered, its cron output in its home channel, a stranger refused (then another
+#: tenant's user or channel admitted is a crossing only while a stranger is still refused).
+RELAXES = frozenset({"sign-in", "answered", "home", "strangers"})
+
+
+@dataclass(frozen=True)
+class Unset:
+    """A setting a profile may leave unset (a run's `--unset SERVICE.NAME`: the run's second tenant leaves it unset,
+    the launch profile sets it): where it lives, `.env` variables, config keys (dotted paths) and files of the home,
+    and what the tenant that leaves it unset need not show (`relaxes`, of `RELAXES`). Whatever that tenant then does
+    with another tenant's value (the launch's, read from the process environment) carries that tenant's canaries:
+    the audit's detectors report it as for any other crossing."""
+
+    name: str
+    env: tuple[str, ...] = ()
+    config: tuple[str, ...] = ()
+    files: tuple[str, ...] = ()
+    relaxes: frozenset[str] = frozenset()
+
+    def drop(self, setup: Setup) -> Setup:
+        """`setup` without this setting."""
+        config = json.loads(json.dumps(setup.config))
+        for dotted in self.config:
+            *parents, leaf = dotted.split(".")
+            node = config
+            for key in parents:
+                node = node.get(key) if isinstance(node, dict) else None
+            if isinstance(node, dict):
+                node.pop(leaf, None)
+        return Setup(config=config, env={k: v for k, v in setup.env.items() if k not in self.env},
+                     files={k: v for k, v in setup.files.items() if k not in self.files},
+                     workdir_files=dict(setup.workdir_files))
+
+
 @dataclass(frozen=True)
 class Where:
     """Where a tenant's service is reached: its URL through the proxy (none over stdio), and for stdio servers
@@ -154,6 +189,7 @@ class ServiceSpec:
     words: frozenset[str] = frozenset()  # canary kinds the service rewrites to word characters: minted as such
     configure: Callable[[Tenant, Where], Setup] = lambda t, w: Setup()
     messaging: Messaging | None = None  # a messaging platform of the gateway (a module of `drive.platforms`)
+    unsettable: tuple[Unset, ...] = ()  # the settings a profile may leave unset (`--unset SERVICE.NAME`)
 
     def kinds(self) -> tuple[str, ...]:
         return (self.credential, *self.identity, *self.data)

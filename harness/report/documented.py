@@ -97,6 +97,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F33": (Clause(("route dashboard",), ("route_auth",)),),
     "F34": (Clause(("kanban board",), ("profile_bleed",)),),
     "F35": (Clause(("toolsets",), ("profile_bleed",), direction="launch -> other"),),
+    "F58": (Clause(("service *",), ("profile_bleed",), ("*_fallback",)),),
 }
 
 

@@ -35,6 +35,7 @@ class AuditResult:
     services: dict[str, dict[str, str]] = field(default_factory=dict)  # scenario -> service -> status
     doors: dict[str, str] = field(default_factory=dict)  # front door -> status
     platforms: dict[str, str] = field(default_factory=dict)  # messaging platform adapter -> status
+    unset: dict[str, list[str]] = field(default_factory=dict)  # tenant -> the settings it left unset (`--unset`)
     plants: list[str] = field(default_factory=list)  # negative controls planted (a leak is the expected outcome)
     warnings: list[str] = field(default_factory=list)  # e.g. a version-1 baseline
     policy: dict[str, Any] = field(default_factory=dict)  # the isolation policy it was judged by (`Policy.to_dict`)
@@ -81,6 +82,7 @@ class AuditResult:
             "service_coverage": self.services,
             "door_coverage": self.doors,
             "platform_coverage": self.platforms,
+            "unset": self.unset,
             "fingerprint_version": FINGERPRINT_VERSION,
             "plants": list(self.plants),
             "warnings": list(self.warnings),

@@ -68,7 +68,8 @@ def check_backend(tenancy_audit: Callable[..., Any], scenario: str) -> None:
     services = audit.doc["service_coverage"][scenario]  # every service was driven (Hermes 0.19.0 leaks at each)
     assert set(services) == set(SERVICES), services
     assert {services[n] for n in DEFAULT_SERVICES} <= {"driven", "leak"}, services
-    assert all(services[n].startswith(f"not driven: --services {n}") for n in SERVICES if n not in DEFAULT_SERVICES)
+    assert all(services[n].startswith(f"not driven: --{'platforms' if SERVICES[n].messaging else 'services'} {n}")
+               for n in SERVICES if n not in DEFAULT_SERVICES)
     if scenario in TICKERS:  # a due job seeded in every profile; the backend's ticker must fire each
         cron = [t for t in audit.doc["timeline"] if t["phase"] == "cron"]
         assert {t["tenant"] for t in cron} == {"default", "alpha", "beta"}

@@ -47,7 +47,8 @@ def test_clean_two_tenant_audit(tenancy_audit):
     # every service each tenant holds credentials for was driven, and found isolated
     coverage = audit.doc["service_coverage"]["oneshot"]
     assert {n: s for n, s in coverage.items() if n in DEFAULT_SERVICES} == dict.fromkeys(DEFAULT_SERVICES, "driven")
-    assert all(coverage[n].startswith(f"not driven: --services {n}") for n in SERVICES if n not in DEFAULT_SERVICES)
+    assert all(coverage[n].startswith(f"not driven: --{'platforms' if SERVICES[n].messaging else 'services'} {n}")
+               for n in SERVICES if n not in DEFAULT_SERVICES)
     assert list((audit.out / "services").glob("mcp_stdio-alpha-*.jsonl")), "alpha's stdio MCP server never started"
     assert audit.doc["known"], "Hermes 0.19.0's session_search reads other profiles (F8): the battery must see it"
     f8 = [i for i in audit.doc["incidents"] if "F8" in i["documented"]]

@@ -102,12 +102,6 @@ def judge_cron(ctx: Context, platform: str) -> None:
     for t in ctx.registry:
         if t.name not in fired:
             continue
-        mine = [p for p in stub_of(ctx, t.name, platform).posts_since(0.0) if cron_output(t.name, p)]
-        key, home = t.canaries[SERVICES[platform].credential], t.canaries[kinds(platform).channel]
-        ok = any(p["channel_id"] == home and p["token"] == key for p in mine)
-        ctx.record(TurnResult(t.name, CRON, ok, 0.0, "" if ok else
-                              f"its cron output: {len(mine)} post(s) at its {platform} server, none in its home "
-                              "channel with its token"), NAME, snapshot=False)
         for o in ctx.registry:
             stray = [p for p in stub_of(ctx, o.name, platform).posts_since(0.0) if cron_output(t.name, p)]
             if o.name != t.name and stray:
@@ -116,3 +110,11 @@ def judge_cron(ctx: Context, platform: str) -> None:
                     f"gateway:{platform} cron delivery of {t.name}'s job", "plain",
                     f"a post at {o.name}'s server", scenario=ctx.scenario, phase=NAME,
                     service=platform, detail=f"{t.name}'s cron output was posted at {o.name}'s server"))
+        if ctx.relaxed(t.name, platform, "home"):
+            continue  # it leaves its home channel, or its bot, unset: no delivery is owed
+        mine = [p for p in stub_of(ctx, t.name, platform).posts_since(0.0) if cron_output(t.name, p)]
+        key, home = t.canaries[SERVICES[platform].credential], t.canaries[kinds(platform).channel]
+        ok = any(p["channel_id"] == home and p["token"] == key for p in mine)
+        ctx.record(TurnResult(t.name, CRON, ok, 0.0, "" if ok else
+                              f"its cron output: {len(mine)} post(s) at its {platform} server, none in its home "
+                              "channel with its token"), NAME, snapshot=False)

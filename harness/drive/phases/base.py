@@ -60,4 +60,4 @@ class PhaseSpec:
     @property
     def option(self) -> str:
         """The option that drives it."""
-        return "--services <a messaging platform>" if self.selection == PLATFORMS else f"--phases {self.name}"
+        return "--platforms <a messaging platform>" if self.selection == PLATFORMS else f"--phases {self.name}"

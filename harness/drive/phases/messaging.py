@@ -15,6 +15,11 @@ with a mark of its own in its text, so the provider requests it caused are count
    agent turn on its own provider and a reply in that channel posted by its own bot with its own token;
 3. `refused` again, after the turns of round 2: what a turn changed in the process shows here.
 
+A tenant that leaves an allowlist unset (`--unset`, `surface.Unset`) gets a stranger's message in a channel nobody
+allows too, and need not refuse strangers or answer its own users: another tenant's user or channel that its bot
+admits is then a crossing only while the stranger of the same kind (a direct message, a channel) is refused, since
+then what admitted it was another profile's allowlist, read from the process environment.
+
 A turn on another tenant's provider, or a reply of the tenant's at another tenant's server, is a
 `profile_bleed`; a bot's sign-in with a token that is not its tenant's a `wrong_key` (the proxy sees the REST
 requests' keys itself, not what a platform's websocket frames carry). The replies of round 2 name files to attach
@@ -68,7 +73,7 @@ class Message:
     @property
     def what(self) -> str:
         if not self.by:
-            return "a stranger's direct message"
+            return "a stranger's direct message" if self.channel_type == "D" else "a message in a channel nobody allows"
         who = "its own" if self.by == self.tenant else f"{self.by}'s"
         if self.channel_type == "D":
             return f"{who} lead's direct message"
@@ -86,6 +91,9 @@ def refused(ctx: Context, platform: str, bots: list[str]) -> list[Message]:
     out = []
     for t in (ctx.registry[n] for n in bots):
         out.append(Message(platform, t.name, f"stranger-{t.name}", f"dm-stranger-{t.name}", "D", "", False))
+        if ctx.relaxed(t.name, platform, "strangers"):
+            out.append(Message(platform, t.name, t.canaries[kinds.user], f"channel-stranger-{t.name}", "O", "",
+                               False))
         for o in ctx.registry:
             if o.name != t.name:
                 out += [Message(platform, t.name, lead(o, kinds.user), f"dm-{lead(o, kinds.user)}-{t.name}", "D",
@@ -118,8 +126,9 @@ def _signed_in(ctx: Context) -> dict[str, list[str]]:
     bots = {p: [n for n in names if stub_of(ctx, n, p).connected()] for p in on}
     for p in on:
         for name in sorted(set(names) - set(bots[p])):
-            ctx.record(TurnResult(name, p, False, time.monotonic() - started,
-                                  f"its {p} bot never signed in"), CONNECT, snapshot=False)
+            if not ctx.relaxed(name, p, "sign-in"):  # else it leaves what it signs in with unset
+                ctx.record(TurnResult(name, p, False, time.monotonic() - started,
+                                      f"its {p} bot never signed in"), CONNECT, snapshot=False)
     return bots
 
 
@@ -164,8 +173,10 @@ def _exchange(ctx: Context, messages: list[Message], wait: float) -> None:
             break  # a message Hermes dropped: nothing more is coming
         time.sleep(0.25)
     ctx.settle(quiet=1.0, longest=10.0)
+    turns = {m: _turns(ctx, m) for m in messages}
+    opened = {(m.platform, m.tenant, m.channel_type) for m in messages if not m.by and turns[m][m.tenant]}
     for m in messages:
-        _judge(ctx, m, since, time.monotonic() - started)
+        _judge(ctx, m, turns[m], since, time.monotonic() - started, opened)
 
 
 def _turns(ctx: Context, m: Message) -> dict[str, int]:
@@ -179,26 +190,38 @@ def _replies(ctx: Context, m: Message, since: float) -> list[dict]:
     return [p for p in stub_of(ctx, m.tenant, m.platform).posts_in(m.channel, since) if reply_of(m.tenant, p)]
 
 
-def _judge(ctx: Context, m: Message, since: float, seconds: float) -> None:
-    turns = _turns(ctx, m)
+def _judge(ctx: Context, m: Message, turns: dict[str, int], since: float, seconds: float,
+           opened: set[tuple[str, str, str]]) -> None:
+    """Judge message `m` by the turns it caused (`turns`: every tenant's provider requests that carry its mark);
+    `opened`: (platform, tenant, `D` or `O`) of the bots a stranger's message of that kind got a turn through."""
     for other, n in turns.items():
         if other != m.tenant and n:
             ctx.findings.append(_finding(ctx, m, "profile_bleed", other, "message", f"{m.mark}: {n} at {other}",
                                          f"{m.what} to {m.tenant}'s bot ran a turn on {other}'s provider"))
     own = turns[m.tenant]
     if not m.answered:
+        open_to_all = (m.platform, m.tenant, m.channel_type) in opened
+        if own and ctx.relaxed(m.tenant, m.platform, "strangers") and (not m.by or open_to_all):
+            own = 0  # an allowlist it leaves unset admits anyone: not another profile's at work
         if own:
             kind, seen = ("profile_bleed", m.by) if m.by else ("route_auth", m.tenant)
-            ctx.findings.append(_finding(ctx, m, kind, seen, m.allowlist, f"{m.mark}: {own} provider request(s)",
-                                         f"{m.what} got an agent turn through {m.tenant}'s bot"))
+            unset = ctx.relaxed(m.tenant, m.platform, "strangers")  # another profile's allowlist in place of its own
+            ctx.findings.append(_finding(ctx, m, kind, seen, m.allowlist + ("_fallback" if unset else ""),
+                                         f"{m.mark}: {own} provider request(s)",
+                                         f"{m.what} got an agent turn through {m.tenant}'s bot"
+                                         + (f", which leaves {', '.join(ctx.unset_by(m.tenant))} unset" if unset
+                                            else "")))
         ctx.record(TurnResult(m.tenant, m.platform, True, seconds, f"{m.what}: {own} request(s)"), NAME,
                    snapshot=False)
         return
     mine = _replies(ctx, m, since)
     key = ctx.registry[m.tenant].canaries[SERVICES[m.platform].credential]
     ok = bool(mine) and own > 0 and all(p["token"] == key for p in mine)
-    ctx.record(TurnResult(m.tenant, m.platform, ok, seconds,
-                          "" if ok else f"{m.what}: {len(mine)} reply(ies), {own} request(s)"), NAME)
+    excused = not mine and not own and ctx.relaxed(m.tenant, m.platform, "answered")
+    detail = f"{m.what}: not answered, as it leaves {', '.join(ctx.unset_by(m.tenant))} unset" if excused else ""
+    ctx.record(TurnResult(m.tenant, m.platform, ok or excused, seconds,
+                          detail if ok or excused else f"{m.what}: {len(mine)} reply(ies), {own} request(s)"), NAME,
+               snapshot=not excused)
     others = [o.name for o in ctx.registry if o.name != m.tenant] if m.note else []  # once per tenant
     for other in others:  # its replies at every other server
         stray = [p for p in stub_of(ctx, other, m.platform).posts_since(since) if reply_of(m.tenant, p)]

@@ -38,7 +38,18 @@ from harness.capture.stubs.base import JsonHandler
 from harness.core.registry import Tenant
 from harness.drive.platforms.base import ChatStub, bot_id
 from harness.drive.platforms.base import lead as _lead
-from harness.drive.surface import Battery, Coverage, Messaging, Plant, PlantContext, ServiceSpec, Setup, Where, set_env
+from harness.drive.surface import (
+    Battery,
+    Coverage,
+    Messaging,
+    Plant,
+    PlantContext,
+    ServiceSpec,
+    Setup,
+    Unset,
+    Where,
+    set_env,
+)
 
 WS_PATH = "/api/v4/websocket"
 FILES_PATH = "/api/v4/files"
@@ -217,6 +228,12 @@ SERVICE = ServiceSpec(
     configure=configure, by_default=False, doors=("gateway",),  # only `hermes gateway run` starts the bots
     messaging=Messaging("mattermost_user", "mattermost_channel", "mattermost_post", "mattermost_file", MEDIA_FILE,
                         "mattermost"),
+    unsettable=(Unset("allowed_users", env=("MATTERMOST_ALLOWED_USERS",), relaxes=frozenset({"answered", "strangers"})),
+                Unset("allowed_channels", env=("MATTERMOST_ALLOWED_CHANNELS",),
+                      relaxes=frozenset({"answered", "strangers"})),
+                Unset("home_channel", env=("MATTERMOST_HOME_CHANNEL",), relaxes=frozenset({"home"})),
+                Unset("token", env=("MATTERMOST_TOKEN",), relaxes=frozenset({"sign-in", "answered", "home"})),
+                Unset("url", env=("MATTERMOST_URL",), relaxes=frozenset({"sign-in", "answered", "home"}))),
     coverage=Coverage('source_has("plugins.platforms.mattermost.adapter", "authentication_challenge")',
                       "no Mattermost platform adapter (plugins/platforms/mattermost)",
                       forward="Hermes' Mattermost adapter gives aiohttp no proxy (trust_env off), so it ignores "

@@ -18,7 +18,7 @@ from typing import Any
 from harness.core.protocol import TOOL_GROUPS as OWN_TOOL_GROUPS
 from harness.core.registry import Registry, Tenant, new_tag
 from harness.core.registry import Service as RegistryService
-from harness.drive.surface import ServiceSpec, Setup, Where, merge
+from harness.drive.surface import ServiceSpec, Setup, Unset, Where, merge
 
 
 def _discover() -> dict[str, ServiceSpec]:
@@ -40,6 +40,8 @@ PROVIDER_SERVICE = next(s for s in ALL_SERVICES.values() if not s.optional)
 SERVICES: dict[str, ServiceSpec] = {n: s for n, s in ALL_SERVICES.items() if s.optional}
 #: The messaging platforms of the gateway (the modules of `harness.drive.platforms`), chosen with `--platforms`.
 PLATFORMS: dict[str, ServiceSpec] = {n: s for n, s in SERVICES.items() if s.messaging is not None}
+#: Every setting a profile may leave unset, by `SERVICE.NAME` (`--unset`).
+UNSETTABLE: dict[str, Unset] = {f"{n}.{u.name}": u for n, s in ALL_SERVICES.items() for u in s.unsettable}
 #: How a release is asked whether it has each service (`Coverage.probe`), for the feature probe.
 PROBES: dict[str, str] = {n: s.coverage.probe for n, s in SERVICES.items()}
 #: The services of a run without `--services`: every one but those chosen by name only (another holder of a slot).
@@ -106,13 +108,18 @@ def attach(registry: Registry, name: str, tenant: str, route: dict[str, Any] | N
     registry.validate()
 
 
-def setup(tenant: Tenant, names: list[str], where: dict[str, Where], *, second: bool = False) -> Setup:
-    """Everything the services `names` add to one profile, merged (`second`: the run's second tenant)."""
+def setup(tenant: Tenant, names: list[str], where: dict[str, Where], *, second: bool = False,
+          unset: tuple[str, ...] = ()) -> Setup:
+    """Everything the services `names` add to one profile, merged (`second`: the run's second tenant; `unset`: the
+    settings, `SERVICE.NAME`, it leaves unset)."""
     merged = Setup()
     for name in names:
         if second and SERVICES[name].but_second:
             continue
         part = SERVICES[name].configure(tenant, where[name])
+        for setting in unset:
+            if setting.split(".", 1)[0] == name:
+                part = UNSETTABLE[setting].drop(part)
         merge(merged.config, part.config)
         merged.env.update(part.env)
         merged.files.update(part.files)

@@ -32,6 +32,7 @@ from harness.drive.surface import (
     ServiceSpec,
     Setup,
     Turn,
+    Unset,
     Where,
     credential_plant,
     edit_json,
@@ -114,4 +115,5 @@ SERVICE = ServiceSpec(
                     reads=lambda u: [ToolStep("mem0_search", {"query": COMMON_WORD})], lookups=_lookups),
     plants={"memory-key": credential_plant("memory_key", "MEM0_API_KEY"),
             "memory-user": Plant(_user, frozenset({"wrong_identity"}))},
+    unsettable=(Unset("key", env=("MEM0_API_KEY",)), Unset("config", files=("mem0.json",)))
 )

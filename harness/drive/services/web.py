@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 from harness.capture.stubs.base import JsonApiStub
 from harness.capture.stubs.provider import ToolStep
 from harness.core.registry import Tenant
-from harness.drive.surface import Battery, Coverage, ServiceSpec, Setup, Turn, Where, credential_plant
+from harness.drive.surface import Battery, Coverage, ServiceSpec, Setup, Turn, Unset, Where, credential_plant
 
 
 @dataclass
@@ -66,4 +66,5 @@ SERVICE = ServiceSpec(
                     reads=_reads,
                     lookups=lambda u: [ToolStep("web_search", {"query": f"tenancy lookup by {u.tenant.name}"})]),
     plants={"web-key": credential_plant("web_key", "TAVILY_API_KEY")},
+    unsettable=(Unset("key", env=("TAVILY_API_KEY",)), Unset("url", env=("TAVILY_BASE_URL",)))
 )
