@@ -161,6 +161,12 @@ class Messaging:
     file: str
     media_file: str  # the file in every profile's home holding its `file` canary
     deliver: str  # Hermes' cron `deliver:` value for the platform's home channel
+    #: How the platform takes a file a reply attaches: `upload` (its bytes in a request, which the flow scan
+    #: reads), `none` (no attachments, as on IRC: Hermes posts a notice instead; no `media` step)
+    attachments: str = "upload"
+    #: Whether it has channels besides direct messages. Without (email: a chat is its sender), a message "in a
+    #: channel" goes as a direct one in a conversation of its own, and none tests a channel allowlist.
+    channels: bool = True
 
 
 @dataclass(frozen=True)

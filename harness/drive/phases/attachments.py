@@ -73,8 +73,11 @@ def script_media(ctx: Context, on: bool) -> None:
 def judge_media(ctx: Context, since: float, until: float, seconds: float) -> None:
     """Every tenant whose agent replied through its bot between `since` and `until` (the replies that name files)
     must have uploaded its own media file (as its home holds it: a plant may have changed it) there, with its own
-    token (the near miss), on every platform; a tenant that got no reply then (a message refused, F25) has no step."""
+    token (the near miss), on every platform that takes attachments; a tenant that got no reply then (a message
+    refused, F25) has no step."""
     for platform in platforms(ctx):
+        if kinds(platform).attachments == "none":
+            continue  # Hermes posts a notice instead of the file: what it posts is the flow scan's
         for t in ctx.registry:
             stub = stub_of(ctx, t.name, platform)
             if not any(reply_of(t.name, p) and p["time"] < until for p in stub.posts_since(since)):

@@ -45,7 +45,10 @@ from harness.drive.platforms.base import lead
 from harness.drive.services import SERVICES
 
 SIGN_IN = 60.0  # how long every profile's bot has to sign in after the gateway started
-CONNECT = "messaging-connect"  # the label of a bot's failed sign-in: a release without a bot per profile, not F25
+#: The gateway starts every profile's bots one after another: once every platform has a bot signed in and no other
+#: has for this long, the bots still missing never start (or signed in at another profile's server).
+SETTLED = 20.0
+CONNECT = "messaging-connect"  # the label of a bot's failed sign-in (`messaging-connect:PLATFORM`): not F25
 QUIET = 12.0  # how long a refused round waits for turns it must not cause
 IDLE = 20.0  # a round that must be answered ends when no stub has heard from Hermes for this long
 
@@ -76,7 +79,7 @@ class Message:
             return "a stranger's direct message" if self.channel_type == "D" else "a message in a channel nobody allows"
         who = "its own" if self.by == self.tenant else f"{self.by}'s"
         if self.channel_type == "D":
-            return f"{who} lead's direct message"
+            return f"{who} {'user' if self.note else 'lead'}'s direct message"
         return f"a message in {who} {'lead channel' if self.channel.startswith('leadchannel-') else 'channel'}"
 
 
@@ -100,36 +103,59 @@ def refused(ctx: Context, platform: str, bots: list[str]) -> list[Message]:
                                 o.name, False),
                         Message(platform, t.name, t.canaries[kinds.user], lead(o, kinds.user, "leadchannel"), "O",
                                 o.name, False)]
-    return out
+    return out if kinds.channels else [m for m in out if m.channel_type == "D"]  # no channel allowlist to test
 
 
 def answered(ctx: Context, platform: str, bots: list[str]) -> list[Message]:
     """The near misses, to the bots of `bots` on `platform`."""
     kinds = SERVICES[platform].messaging
     assert kinds is not None
+    own = "O" if kinds.channels else "D"  # without channels: its own user's message in a conversation of its own
     return [m for t in (ctx.registry[n] for n in bots) for m in (
-        Message(platform, t.name, t.canaries[kinds.user], t.canaries[kinds.channel], "O", t.name, True,
+        Message(platform, t.name, t.canaries[kinds.user], t.canaries[kinds.channel], own, t.name, True,
                 t.canaries[kinds.post]),
         Message(platform, t.name, t.canaries[kinds.user], lead(t, kinds.user, "leadchannel"), "O", t.name, True),
-        Message(platform, t.name, lead(t, kinds.user), f"dm-{lead(t, kinds.user)}", "D", t.name, True))]
+        Message(platform, t.name, lead(t, kinds.user), f"dm-{lead(t, kinds.user)}", "D", t.name, True))
+        if kinds.channels or m.channel_type == "D"]
 
 
 def _signed_in(ctx: Context) -> dict[str, list[str]]:
     """Wait until every bot of every platform signed in somewhere (a bot pointed at another profile's server signs
-    in there), or the time is up; the bots of each platform that are connected at their own server. A bot that never
-    signed in is a failed step."""
+    in there), or the time is up, or every platform has a bot signed in and none has signed in for `SETTLED`; the
+    bots of each platform that are connected at their own server. A bot that never signed in at its own server is a
+    failed step (`messaging-connect:PLATFORM`) that names where the platform's sign-ins went instead."""
     names, on = ctx.registry.names(), platforms(ctx)
-    started = time.monotonic()
-    while time.monotonic() - started < SIGN_IN and any(
-            sum(stub_of(ctx, n, p).sign_ins() for n in names) < len(names) for p in on):
+    started = last = time.monotonic()
+    seen = 0
+    while time.monotonic() - started < SIGN_IN:
+        counts = [sum(stub_of(ctx, n, p).sign_ins() for n in names) for p in on]
+        if all(c >= len(names) for c in counts) or (all(counts) and time.monotonic() - last > SETTLED):
+            break
+        if sum(counts) != seen:
+            seen, last = sum(counts), time.monotonic()
         time.sleep(0.2)
     bots = {p: [n for n in names if stub_of(ctx, n, p).connected()] for p in on}
     for p in on:
         for name in sorted(set(names) - set(bots[p])):
             if not ctx.relaxed(name, p, "sign-in"):  # else it leaves what it signs in with unset
                 ctx.record(TurnResult(name, p, False, time.monotonic() - started,
-                                      f"its {p} bot never signed in"), CONNECT, snapshot=False)
+                                      f"its {p} bot never signed in at its server{_elsewhere(ctx, p)}"),
+                           f"{CONNECT}:{p}", snapshot=False)
     return bots
+
+
+def _elsewhere(ctx: Context, platform: str) -> str:
+    """Where the platform's sign-ins went, and whose credentials they presented (`; sign-ins at default's: 3
+    (default's credential)`)."""
+    credential = SERVICES[platform].credential
+    owners = {t.canaries[credential]: t.name for t in ctx.registry}
+    parts = []
+    for t in ctx.registry:
+        tokens = list(stub_of(ctx, t.name, platform).challenges)
+        if tokens:
+            whose = sorted({f"{owners.get(k, 'an unknown')}'s" for k in tokens})
+            parts.append(f"{t.name}'s: {len(tokens)} ({', '.join(whose)} credential)")
+    return f"; sign-ins at {'; '.join(parts)}" if parts else "; no sign-in at any tenant's server"
 
 
 def run(ctx: Context) -> None:
@@ -152,6 +178,19 @@ def run(ctx: Context) -> None:
     _exchange(ctx, round_of(refused), QUIET)
     attachments.judge_media(ctx, since, until, time.monotonic() - started)  # after round 3: every upload landed
     ctx.findings.extend(_tokens(ctx))  # every sign-in of the phase, a bot's reconnection after a turn included
+    _unknown(ctx)
+
+
+def _unknown(ctx: Context) -> None:
+    """A failed step for every server that got requests its stub does not know (answered in the platform's
+    error shape): what the bot did there is not all on the record."""
+    for platform in platforms(ctx):
+        for name in ctx.registry.names():
+            unknown = stub_of(ctx, name, platform).unknown
+            if unknown:
+                ctx.record(TurnResult(name, platform, False, 0.0, f"its {platform} server did not know "
+                                      f"{len(unknown)} request(s): {', '.join(sorted(set(unknown))[:3])}"),
+                           NAME, snapshot=False)
 
 
 def _text(ctx: Context, m: Message) -> str:

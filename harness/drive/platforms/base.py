@@ -3,7 +3,8 @@ the bot's sign-ins (with the token each came with), its posts and its uploads, a
 from a user. A platform's module subclasses it with the subset of its server's API the gateway's adapter calls.
 
 A post is `{"id", "channel_id", "message", "file_ids", "token", "time"}`, an upload `{"id", "name", "channel_id",
-"data", "token", "time"}`: `token` is the credential the request came with, `time` when the stub got it.
+"data", "token", "time"}`: `token` is the credential the request came with, `time` when the stub got it. A request
+the stub does not know is answered in the platform's error shape and kept in `unknown` (the phase's failed step).
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ class ChatStub(JsonApiStub):
     posts: list[dict[str, Any]] = field(default_factory=list)
     files: list[dict[str, Any]] = field(default_factory=list)
     challenges: list[str] = field(default_factory=list)  # the token of every sign-in, in order
+    unknown: list[str] = field(default_factory=list)  # `METHOD path` (or a line's command) the stub does not know
     _connected: threading.Event = field(default_factory=threading.Event)
 
     def deliver(self, user_id: str, channel_id: str, text: str, channel_type: str = "D") -> str:
@@ -68,6 +70,11 @@ class ChatStub(JsonApiStub):
                     "channel_id": channel_id, "data": data, "token": token, "time": time.time()}
             self.files.append(info)
         return info
+
+    def add_unknown(self, what: str) -> None:
+        """A request the stub does not know (answered in the platform's error shape by the caller)."""
+        with self.lock:
+            self.unknown.append(what)
 
     def connected(self) -> bool:
         """Whether a bot has signed in here."""
