@@ -76,6 +76,9 @@ class Where:
     url: str = ""
     registry: Path | None = None
     record: Path | None = None
+    #: The stub's own address for what a client must reach before the proxy can take it (`ChatStub.direct`: email's
+    #: STARTTLS front, which relays what it decrypts through the proxy); "" for every other service.
+    direct: str = ""
 
 
 #: A word every tenant's transcript holds (the prompt): what the battery's searches ask for.
