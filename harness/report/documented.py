@@ -85,7 +85,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F22": (Clause(("service hindsight",), ("wrong_key", "wrong_identity"), direction="launch -> other"),),
     "F23": (Clause(("service browser", "tool browser_*")),),
     "F24": (Clause(("service mattermost",), ("profile_bleed",), ("allowed_channels",)),),
-    "F25": (Clause(("service mattermost",), ("profile_bleed",), ("allowed_users",)),
+    "F25": (Clause(("service mattermost", "service email", "service irc"), ("profile_bleed",), ("allowed_users",)),
             Clause(("shortfall",), phases=("messaging",))),
     "F26": (Clause(("redaction",), ("profile_bleed",), direction="launch -> other"),),
     "F27": (Clause(("tool skill_manage", "tool skills_list", "tool skill_view")),
@@ -97,6 +97,9 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F33": (Clause(("route dashboard",), ("route_auth",)),),
     "F34": (Clause(("kanban board",), ("profile_bleed",)),),
     "F35": (Clause(("toolsets",), ("profile_bleed",), direction="launch -> other"),),
+    "F51": (Clause(("shortfall",), phases=("messaging-connect:email",)),),
+    "F52": (Clause(("shortfall",), phases=("messaging-connect:irc",)),),
+    "F53": (Clause(("service email",), ("profile_bleed",), ("message",)),),
     "F58": (Clause(("service *",), ("profile_bleed",), ("*_fallback",)),),
 }
 
