@@ -1,6 +1,6 @@
 """The cost of inspecting websocket messages: in-process (the addon's hooks) and through a real mitmdump.
 
-    .venv/bin/python bench/websocket.py [--messages 10000] [--rounds 3]
+    .venv/bin/python bench/websocket.py [--messages 10000] [--rounds 3] [--smoke]
 
 A registry of 8 tenants x 12 canaries; one connection on a tenant's reverse listener carrying `--messages` JSON
 text messages (half each way, about 300 bytes each, some naming the tenant's own canaries: a clean stream).
@@ -9,6 +9,9 @@ text messages (half each way, about 300 bytes each, some naming the tenant's own
   `Tenancy` addon in-process; against the same loop without the hooks.
 - proxy: an echo server behind a reverse listener of mitmdump with the addon, against plain mitmdump; the client
   sends every message and reads every echo; each round runs both, alternately.
+
+`--smoke` (seconds): 200 messages, one round of each; proves the hooks and both proxies run, its figures too few
+to read.
 """
 
 from __future__ import annotations
@@ -26,10 +29,10 @@ import time
 from pathlib import Path
 
 import children
-from hooks import make_registry
 from mitmproxy.proxy.mode_specs import ProxyMode
 from mitmproxy.test import taddons, tflow
 from mitmproxy.websocket import WebSocketData, WebSocketMessage
+from payloads import make_registry
 from websockets.sync.client import connect
 from websockets.sync.server import ServerConnection, serve
 from wsproto.frame_protocol import Opcode
@@ -152,5 +155,8 @@ if __name__ == "__main__":
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=10000)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--smoke", action="store_true", help="200 messages, one round (seconds)")
     arguments = ap.parse_args()
+    if arguments.smoke:
+        arguments.messages, arguments.rounds = 200, 1
     sys.exit(children.run(lambda procs: bench(arguments, procs)))

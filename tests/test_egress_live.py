@@ -14,7 +14,7 @@ import threading
 from pathlib import Path
 
 from harness.detect.reconcile import read_flows, reconcile
-from harness.drive.hermes import hermetic_env
+from harness.drive.hermes.agent import hermetic_env
 from harness.session import AuditSession, tenant_names
 
 CHILD = r"""

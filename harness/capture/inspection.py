@@ -1,7 +1,8 @@
 """The inspection part of the tenancy addon: inspect, record and flag every tenant flow of a tenancy audit.
 
 Thin glue over `harness.detect.flows` (the detection core the offline reconciler uses too), which runs the
-checks of `harness.detect.checks` in order. A flow with a finding is marked, commented, logged at WARNING and
+checks of `harness.detect.checks` in order; a websocket's messages go to `harness.detect.websocket` as they pass,
+and the flow is recorded when its connection ends. A flow with a finding is marked, commented, logged at WARNING and
 carries its findings in `flow.metadata["tenancy"]`; every flow is one line of the JSONL ledger. It reads the
 registry `Routing` loads and keeps current, and runs after it in every hook, on the endpoint routing decided
 for the flow (`harness.capture.addon.Tenancy` composes the two). See docs/addon.md.
