@@ -122,13 +122,15 @@ class Routing:
         return endpoint
 
     def tcp_start(self, flow: tcp.TCPFlow) -> Endpoint | None:
-        """Whose a raw TCP connection is (a line protocol on a tenant's reverse listener: its listener's); the
-        endpoint is what the inspection reads. Nothing outside loopback is dialled for it (`server_connect`)."""
-        if self.tenants.registry is None:
+        """Whose a raw TCP connection on a reverse listener is (a line protocol's: its listener's); the endpoint is
+        what the inspection reads. A raw stream after a CONNECT is none of the audit's: `server_connect` refuses it
+        before anything is dialled, and `reconcile` counts it among the refused."""
+        route = routes.route_of(flow)
+        if self.tenants.registry is None or route.topology != "reverse":
             return None
         self.tenants.refresh()
         reg = self.tenants.registry
-        endpoint = routes.endpoint_of(reg, routes.route_of(flow))
+        endpoint = routes.endpoint_of(reg, route)
         self._decided[flow.id] = (reg, endpoint)
         return endpoint
 

@@ -28,6 +28,7 @@ from harness.detect.engine import stream
 from harness.detect.engine.matcher import Matcher, matcher_for
 from harness.detect.flowfile import read_flows
 from harness.detect.flows import inspect_flow, inspect_tcp_flow
+from harness.detect.routes import route_of
 from harness.detect.tools import Coverage, tool_for_file, written_files
 
 
@@ -157,7 +158,7 @@ def _flows(ev: Evidence, rec: Reconciliation) -> None:
         server = other.server_conn
         if server.timestamp_start is None and (server.error or "").startswith(REFUSED_CONNECTION) and server.address:
             rec.refused[server.address[0]] += 1
-        elif isinstance(other, tcp.TCPFlow):
+        elif isinstance(other, tcp.TCPFlow) and route_of(other).topology == "reverse":
             _tcp_flow(ev, rec, other)
     rec.flows = len(flows)
     ev.flow_ids = {f.id for f in flows}
