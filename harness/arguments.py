@@ -177,9 +177,15 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     ex.add_argument("--har", type=Path, help="write a HAR 1.2 file here")
     ex.add_argument("--flows", type=Path, help="write a redacted flow file here (mitmweb -r, reconcile)")
 
-    pc = sub.add_parser("patch-check", help="audit a Hermes install and a copy of it with PATCH applied, side by "
-                        "side: which incident crossings the patch removed, which remain, which are new")
-    pc.add_argument("patch", type=Path, help="a unified diff with paths under site-packages (a/PATH, b/PATH)")
+    pc = sub.add_parser("patch-check", parents=[fail_on], help="audit a Hermes install and a copy of it with PATCH "
+                        "applied, side by side: which incident crossings the patch removed, which remain, which are "
+                        "new; or, with --series, audit the twin: the install with a fix series applied")
+    pc.add_argument("patch", type=Path, nargs="?",
+                    help="a unified diff with paths under site-packages (a/PATH, b/PATH)")
+    pc.add_argument("--series", type=Path, metavar="FILE",
+                    help="instead of PATCH: a series file (patches one a line, in order; docs/fixes/series); the "
+                         "install with every patch applied (built once, cached by the series' hash) is audited "
+                         "alone, and the verdict is the exit code, as for run (--fail-on)")
     pc.add_argument("--on", type=Path, action="append", default=[], metavar="PATCH",
                     help="a fix PATCH builds on, applied to both installs first (repeat for a series): the "
                          "comparison is then PATCH's own effect on top of it")
@@ -189,8 +195,11 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     pc.add_argument("--services", help="services, as for run ('none': the providers only)")
     pc.add_argument("--phases", help="multi-profile phases, as for run")
     pc.add_argument("--platforms", help="messaging platforms, as for run")
+    pc.add_argument("--policy", default="hermes", help="the isolation policy, as for run (default hermes)")
+    pc.add_argument("--runs", type=int, default=1, help="with --series: audit the twin N times, as run --runs does")
     pc.add_argument("--hermes-python", type=Path, help="the install to patch a copy of (default: as for run)")
-    pc.add_argument("--out", type=Path, help="a new or empty folder for both runs, the copy and patch-check.json")
+    pc.add_argument("--out", type=Path, help="a new or empty folder for both runs, the copy and patch-check.json "
+                    "(with --series: the twin audit's evidence folder)")
     mu = sub.add_parser("mutants", help="plant each isolation regression of the mutant set in a copy of Hermes and "
                         "audit it beside the unmutated install: caught, missed or not exercised")
     mu.add_argument("--only", help="comma-separated mutant names (default: every one)")
@@ -296,4 +305,20 @@ def patch_check_options(a: argparse.Namespace) -> RunOptions:
     """The audit options of `patch-check` and `mutants` (the same for every run they make)."""
     return RunOptions(scenario=a.scenario, tenants=getattr(a, "tenants", 0) or default_tenants(a.scenario),
                       out=a.out, hermes_python=a.hermes_python, quiet=True, phases=phases(getattr(a, "phases", None)),
-                      tools=parse_tools(a.tools), services=services_of(a))
+                      tools=parse_tools(a.tools), services=services_of(a),
+                      policy=getattr(a, "policy", RunOptions.policy))
+
+
+def patch_check_mode(a: argparse.Namespace) -> str:
+    """`series` (audit the twin) or `patch` (PATCH beside the install); UsageError for a mix of the two."""
+    if a.series is None:
+        if a.patch is None:
+            raise UsageError("patch-check: pass PATCH, or --series FILE")
+        if a.runs != 1:
+            raise UsageError("patch-check: --runs needs --series")
+        return "patch"
+    if a.patch is not None or a.on:
+        raise UsageError("patch-check: --series audits the series alone; pass PATCH (with --on) or --series")
+    if a.runs < 1:
+        raise UsageError("--runs must be at least 1")
+    return "series"

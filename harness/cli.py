@@ -143,9 +143,20 @@ def cmd_export(a: argparse.Namespace) -> int:
 
 
 def cmd_patch_check(a: argparse.Namespace) -> int:
-    """Exit 1 when the patched install shows a crossing the unpatched one did not (the patch made a leak)."""
+    """Exit 1 when the patched install shows a crossing the unpatched one did not (the patch made a leak); with
+    --series, the twin audit's verdict as `run` gives it (--fail-on)."""
+    mode = arguments.patch_check_mode(a)
     opts = arguments.patch_check_options(a)
     check_options(opts)
+    if mode == "series":
+        opts = usecases.on_twin(a.series, opts, _say)
+        if a.runs > 1:
+            doc, _ = repeat(run_audit, opts, a.runs)
+            _show(console.matrix_lines(doc))
+            return _failing(MATRIX_EXIT[doc["status"]], a.fail_on)
+        result = run_audit(opts)
+        _show(console.result_lines(result))
+        return _exit_code(result.verdict, a.fail_on)
     doc = usecases.patch_check(a.patch, opts, _say, on=a.on)
     _show(console.patch_check_lines(doc))
     return EXIT_LEAK if doc["new"] else EXIT_CLEAN

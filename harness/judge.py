@@ -24,7 +24,7 @@ from harness.detect.reconcile import LogSource, Reading, Reconciliation, reconci
 from harness.detect.tools import door_table, platform_table
 from harness.drive import plants
 from harness.drive.doors import DOORS
-from harness.drive.services import SERVICES
+from harness.drive.services import GROUP_SERVICES, SERVICES, TOOL_GROUPS
 from harness.report import baseline as baselines
 from harness.report import policy as policies
 from harness.report.policy import Policy
@@ -57,10 +57,11 @@ def venv_warnings(record: RunRecord, base: baselines.AnyBaseline | None) -> list
                                                "other versions"]
     made_with = getattr(base, "made_with", None) or {}
     if made_with.get("installed") and venv.get("installed"):
-        # a distribution only the SDK of a service, or a door, this run did not drive brings cannot have changed it
-        unused = frozenset(p for name, spec in SERVICES.items() if record.services.get(name) != "on"
-                           for p in spec.packages) | frozenset(
-            p for name, door in DOORS.items() if record.doors.get(name) != "on" for p in door.packages)
+        # a distribution only the SDKs of services, or doors, this run did not drive bring cannot have changed it
+        declared = [(spec.packages, record.services.get(name) == "on") for name, spec in SERVICES.items()]
+        declared += [(door.packages, record.doors.get(name) == "on") for name, door in DOORS.items()]
+        used = frozenset(p for packages, on in declared if on for p in packages)
+        unused = frozenset(p for packages, _ in declared for p in packages) - used
         differs = differences(venv["installed"], made_with["installed"], "the Hermes venv", ignore=TOOLS | unused,
                               against=("the one that made the baseline", "baseline"))
         lines += [differs] if differs else []
@@ -127,7 +128,7 @@ def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *
         versions=release_versions(record.hermes_agent or "?", record.hermes_venv), timeline=record.turns,
         seconds=seconds,
         out=out, plants=sorted(record.plants),
-        coverage=rec.coverage.table(record.tools, kept, OUT_OF_SCOPE, allowed),
+        coverage=rec.coverage.table(record.tools, kept, OUT_OF_SCOPE, allowed, left_out(record)),
         services=service_coverage, doors=door_coverage, platforms=platform_coverage, unset=record.unset,
         policy=policy.to_dict())
 
@@ -139,6 +140,19 @@ def refusals(rec: Reconciliation) -> list[str]:
         return []
     hosts = ", ".join(f"{host} ({n})" for host, n in sorted(rec.refused.items()))
     return [f"the proxy refused {rec.refused.total()} request(s) to hosts no tenant routes, nothing dialled: {hosts}"]
+
+
+def left_out(record: RunRecord) -> dict[str, str]:
+    """The battery's tools this run's options left out, and the option that drives each: `--services NAME` for the
+    tools of a service it did not set up, `--tools GROUP` for a group it did not run (a record without its tools
+    says nothing)."""
+    if not record.tools:
+        return {}
+    out = {t: f"--tools {g}" for g, tools in TOOL_GROUPS.items() if not set(tools) & set(record.tools) for t in tools}
+    for group, names in GROUP_SERVICES.items():
+        if not any(record.services.get(n) == "on" for n in names):
+            out.update({t: f"--services {names[0]}" for t in TOOL_GROUPS[group]})
+    return out
 
 
 def evidence_policy(out: Path) -> Policy:

@@ -155,7 +155,7 @@ class AuditSession:
         registry; the listeners bound before stay held until the session ends)."""
         if names is not None:
             self.names = list(names)
-        proxied = [s for s in self.service_names if SERVICES[s].proxied]
+        proxied = [s for s in self.service_names if services.listens(s)]
         ends = [(n, s) for n in self.names for s in (PROVIDER, *proxied)] if self.topology == "reverse" else []
         listeners = {end: self._bind() for end in ends}
         # the regular listener: the forward topology's, and in the reverse one where every other request goes
@@ -194,7 +194,7 @@ class AuditSession:
             self.stubs[t.name] = stub.start(self._stub_socks[t.name])
             for name in self.service_names:
                 stub = self.service_stubs[(t.name, name)] = SERVICES[name].make(t, self.stub_mode).start()
-                services.attach(registry, name, t.name, self.route(t.name, name) if SERVICES[name].proxied else None,
+                services.attach(registry, name, t.name, self.route(t.name, name) if services.listens(name) else None,
                                 stub.url)
         self.folder.subfolder(SERVICE_RECORDS)
         registry.save(self.registry_path)

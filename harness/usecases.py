@@ -31,6 +31,7 @@ from harness.detect.reconcile import LogSource, Reading, read_flows, reconcile
 from harness.drive import plants
 from harness.drive.doors import default_tenants
 from harness.drive.hermes.patched import patched_copy, site_packages
+from harness.drive.hermes.twin import twin
 from harness.judge import evaluate, release_versions, result_of, venv_warnings
 from harness.matrix import run_audits
 from harness.options import RunOptions, UsageError, hermes_python
@@ -334,6 +335,12 @@ def patch_check(patch: Path, opts: RunOptions, say: Callable[[str], None],
            **compare(runs["unpatched"].verdict.findings, runs["patched"].verdict.findings)}
     write_private(folder.path / "patch-check.json", json.dumps(doc, indent=2).encode())
     return doc
+
+
+def on_twin(series: Path, opts: RunOptions, say: Callable[[str], None]) -> RunOptions:
+    """`opts` auditing the twin: the install with `series` applied (`drive.hermes.twin`: built once, cached by its
+    hash)."""
+    return replace(opts, hermes_python=twin(hermes_python(opts.hermes_python, say), series, say))
 
 
 def _traced(out: Path) -> str:

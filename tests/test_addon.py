@@ -331,10 +331,11 @@ def sse(*pieces: str) -> bytes:
     return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
 
 
-def stream_through(addon, f: http.HTTPFlow, body: bytes, chunk: int = 7) -> list[bytes]:
+def stream_through(addon, f: http.HTTPFlow, body: bytes, chunk: int = 7,
+                   content_type: str = "text/event-stream") -> list[bytes]:
     """What the proxy core does with a streamed response: headers hook, chunks via .stream, response hook."""
     addon.request(f)
-    f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
+    f.response = http.Response.make(200, b"", {"content-type": content_type})
     f.response.data.content = None
     addon.responseheaders(f)
     assert callable(f.response.stream)
@@ -355,6 +356,32 @@ def test_sse_is_passed_through_chunk_by_chunk_and_inspected_reassembled(tctx, ad
     assert finding["kind"] == "response_leak" and finding["canary"] == "workdir"
     assert finding["location"].startswith(f"flow:{f.id}:response.sse.choices[0].delta.content@")
     assert f.metadata["tenancy"]["streamed"] is True
+
+
+def test_ndjson_is_passed_through_line_by_line_and_inspected_whole_at_the_end(tctx, addon, reg):
+    """A long-lived NDJSON response (ntfy's subscription) reaches the client chunk by chunk, as SSE does: held
+    until it ended, the bot would never see a message. Another tenant's canary in it is a `response_leak` (the
+    whole body inspected at the end); the tenant's own is not (the near miss)."""
+    secret, own = reg["beta"].canaries["workdir"], reg["alpha"].canaries["workdir"]
+    body = b"".join(json.dumps(e).encode() + b"\n" for e in (
+        {"event": "open"}, {"event": "message", "message": f"cwd {own}"}, {"event": "message", "message": secret}))
+    f = reverse_flow("alpha", None, key=reg["alpha"].key)
+    out = stream_through(addon, f, body, content_type="application/x-ndjson")
+    assert b"".join(out) == body and all(len(c) <= 7 for c in out)
+    assert f.response.raw_content == body and f.response.stream is False
+    (finding,) = f.metadata["tenancy"]["findings"]
+    assert finding["kind"] == "response_leak" and finding["canary"] == "workdir"
+    near = reverse_flow("alpha", None, key=reg["alpha"].key)
+    stream_through(addon, near, body.replace(secret.encode(), b"x"), content_type="application/x-ndjson")
+    assert kinds(near) == []
+
+
+def test_a_plain_json_response_is_not_streamed(tctx, addon, reg):
+    f = reverse_flow("alpha", None, key=reg["alpha"].key)
+    addon.request(f)
+    f.response = http.Response.make(200, b"{}", {"content-type": "application/json"})
+    addon.responseheaders(f)
+    assert not f.response.stream
 
 
 def test_sse_with_lone_surrogates_is_inspected_not_crashed(tctx, addon, reg, tmp_path):

@@ -207,6 +207,23 @@ def test_key_at_a_service_that_needs_a_credential(tmp_path):
     assert run(check_key, facts(reg, memory, method="GET", path="/")) == []  # near miss: a GET probe needs none
 
 
+def test_key_in_the_path(reg):
+    """A credential the path carries (a Bot API's `/bot<TOKEN>/method`, a `?key=`) is the one the request presents:
+    another tenant's is one `wrong_key` at the path (its scan leaves it out), the tenant's own is nothing."""
+    theirs = alpha(reg, main_turn(reg), path=f"/v1beta/models/m:generate?key={reg['beta'].key}")
+    report = theirs.report()
+    for check in REQUEST_CHECKS:
+        check(theirs, report)
+    assert [(f.kind, f.victim, f.canary, f.location) for f in report.findings] == [
+        ("wrong_key", "beta", "key", "flow:f1:request.path")]
+    assert theirs.held_in == "path" and theirs.bearer_state == "foreign"
+    assert run(check_key, alpha(reg, main_turn(reg), path=f"/bot{reg['alpha'].key}/x")) == []  # its own
+    near = reg["beta"].key[:-1] + ("x" if reg["beta"].key[-1] != "x" else "y")  # one character changed: nobody's
+    assert run(check_key, alpha(reg, main_turn(reg), path=f"/bot{near}/x")) == [("wrong_key", "alpha", "key")]
+    soul = alpha(reg, main_turn(reg), path=f"/bot{reg['beta'].canaries['soul']}/x", headers=bearer(reg["alpha"].key))
+    assert run(check_key, soul) == [] and run(check_request_leaks, soul) == [("request_leak", "beta", "soul")]
+
+
 def test_model(reg):
     assert run(check_model, alpha(reg, main_turn(reg, reg["beta"].model))) == [("wrong_model", "beta", "model")]
     assert run(check_model, alpha(reg, main_turn(reg, "gpt-4o"))) == [("wrong_model", "alpha", "model")]

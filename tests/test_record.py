@@ -39,7 +39,7 @@ def test_a_record_round_trips_through_json_with_every_v1_key_and_its_version(tmp
     record = full_record()
     record.write(tmp_path)
     data = json.loads((tmp_path / "timeline.json").read_text())
-    assert list(data) == ["version", *V1_KEYS, "doors", "platforms"] and data["version"] == VERSION == 2
+    assert list(data) == ["version", *V1_KEYS, "doors", "platforms", "unset"] and data["version"] == VERSION == 2
     assert data["plants"] == {"memory": ["file_leak", "request_leak"]}  # sorted, as before
     assert data["phases"] == [{"scenario": "tui", "name": "turns", "start": 1.0, "end": 2.0}]
     assert data["findings"][0]["fingerprint"] == record.findings[0].fingerprint()

@@ -209,3 +209,16 @@ def test_every_coverage_row_of_all_is_driven_not_driven_with_an_option_or_out_of
         else:
             assert state.startswith(("on", "out of scope: ")), (row, state)
             assert not any(f" {o} " in f" {state} " for o in options), (row, state)
+
+
+def test_a_tool_the_options_left_out_names_the_option_that_drives_it():
+    from harness.core.record import RunRecord
+    from harness.judge import left_out
+
+    every = [t for tools in TOOL_GROUPS.values() for t in tools]
+    off = left_out(RunRecord(tools=every, services={"browser": "not driven: --services browser"}))
+    assert off["browser_navigate"] == "--services browser"
+    assert "browser_navigate" not in left_out(RunRecord(tools=every, services={"browser": "on"}))  # the near miss
+    some = left_out(RunRecord(tools=list(TOOL_GROUPS["files"]), services={"browser": "on"}))
+    assert some["memory"] == "--tools memory" and "read_file" not in some
+    assert left_out(RunRecord()) == {}  # a record that names no tool says nothing of them

@@ -43,10 +43,14 @@ POOLED_BYTES = 16 * 1024
 #: (0.3 ms each way on 2 vCPUs), which only a loop with other flows to serve meanwhile wins back.
 BUSY = 1
 MAX_WORKERS = 64
+#: Response types passed to the client chunk by chunk (a long-lived stream: SSE, and NDJSON such as ntfy's
+#: subscription); each is kept whole too, and inspected when it ends.
+STREAMED_TYPES = ("text/event-stream", "application/x-ndjson")
 
 
 class _StreamTap:
-    """`response.stream` for SSE: every chunk goes to the client at once; a copy is kept for inspection."""
+    """`response.stream` for a streamed type (`STREAMED_TYPES`): every chunk goes to the client at once; a copy
+    is kept for inspection."""
 
     def __init__(self) -> None:
         self.data = bytearray()
@@ -192,7 +196,8 @@ class Inspection:
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         if self.tenants.registry is None or flow.response is None or flow.response.stream:
             return
-        if "text/event-stream" in flow.response.headers.get("content-type", "").lower():
+        content_type = flow.response.headers.get("content-type", "").lower()
+        if any(t in content_type for t in STREAMED_TYPES):
             flow.response.stream = _StreamTap()
 
     def finish(self, flow: http.HTTPFlow, endpoint: Endpoint | None) -> Awaitable[None] | None:

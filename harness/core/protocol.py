@@ -29,14 +29,13 @@ TOOL_GROUPS: dict[str, tuple[str, ...]] = {
     "projects": ("project_create", "project_list", "project_switch"),
     "terminals": ("close_terminal",),
 }
-_BROWSER = ("needs a browser session on real web pages (the sandbox has no network to browse); "
-            "`--services browser` drives navigate, type and snapshot on a Camofox stub")
+_BROWSER = "needs a browser session on real web pages, and the sandbox has no network to browse"
 #: Tools Hermes 0.19.0 offers that the battery does not drive, and why: the coverage table says `out of scope`
 #: with the reason. docs/tools.md lists them; the e2e tests fail on an offered tool that is in neither the
 #: battery nor this list, and on an entry no scenario offers any more (the list only shrinks).
 OUT_OF_SCOPE: dict[str, str] = {
-    **{f"browser_{name}": _BROWSER for name in ("back", "click", "console", "get_images", "navigate", "press",
-                                                "scroll", "snapshot", "type", "vision")},
+    **{f"browser_{name}": _BROWSER for name in ("back", "click", "console", "get_images", "press", "scroll",
+                                                "vision")},
     "clarify": "asks the person at the terminal and waits for an answer; it reads and writes nothing of a profile",
     "text_to_speech": "its provider (edge by default) needs Microsoft's servers; no TTS stub yet (docs/services.md)",
     "read_terminal": "reads the desktop app's terminal pane; without the app it waits 30 s and reports none open",

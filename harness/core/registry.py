@@ -150,6 +150,15 @@ class Tenant:
         kind = self.services[service].credential
         return self.canaries.get(kind) if kind else None
 
+    def credentials(self, service: str) -> tuple[str, ...]:
+        """Every credential `service` accepts from this tenant: its `credential` first, then, on a host the tenants
+        share, the other secrets its route's `by` names (a platform's bot token and app token)."""
+        own = self.credential(service)
+        route = self.route if service == PROVIDER else self.services[service].route or {}
+        by = route.get("by")
+        extra = [self.canaries.get(k) for k in by if is_secret_kind(k)] if isinstance(by, list) else []
+        return tuple(dict.fromkeys(v for v in (own, *extra) if v))
+
     def upstream_of(self, service: str) -> str:
         """Where the proxy sends `service`'s requests of this tenant ("" when unknown)."""
         return self.upstream if service == PROVIDER else self.services[service].upstream

@@ -112,7 +112,10 @@ def request_facts(registry: Registry, matcher: Matcher, raw: RawRequest, endpoin
     doc = parse_json(decoded)
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
     bearer, held_in = credential_of(first, doc, raw.path, decoded.data, registry)
-    expected = tenant.credential(service) if tenant is not None else None
+    if bearer is None and (in_path := credential_in_path(registry, raw.path)):
+        bearer, held_in = in_path, "path"
+    accepted = tenant.credentials(service) if tenant is not None else ()  # several on a shared host's route
+    expected = bearer if bearer in accepted else next(iter(accepted), None)
     if tenant is not None and bearer is not None and bearer == expected:  # the usual case (a value has one owner)
         owner: Tenant | None = tenant
     else:
@@ -153,6 +156,19 @@ def credential_of(first: dict[str, str], doc: Any, path: str = "", body: bytes =
         if segment.startswith("bot") and registry is not None and registry.owner_of_key(segment[3:]):
             return segment[3:], "path.bot"
     return None, "headers.authorization"
+
+
+def credential_in_path(registry: Registry, path: str) -> str | None:
+    """A tenant's credential for one of its services that the request's path carries (a Bot API takes its token
+    there: `/bot<TOKEN>/getMe`), the first in the path; None when the path holds none. Only credentials count:
+    another canary in a path is a leak, which the path's scan reports."""
+    found = [(at, value) for t in registry for value in _credentials(t) if (at := path.find(value)) >= 0]
+    return min(found)[1] if found else None
+
+
+def _credentials(t: Tenant) -> set[str]:
+    """Every credential a tenant presents to a service: its provider key and each service's."""
+    return {t.key, *(value for s in t.services if (value := t.credential(s)))}
 
 
 def _bearer_state(tenant: Tenant | None, bearer: str | None, owner: Tenant | None, expected: str | None) -> str:
@@ -210,8 +226,11 @@ def _key_finding(req: RequestFacts, tenant: Tenant) -> Finding:
         return Finding("wrong_key", tenant.name, tenant.name, own_kind, "request", location,
                        evidence=f"Bearer <unknown, {len(bearer)} chars>", detail="unknown bearer")
     canary = next(k for k, v in owner.secrets().items() if v == bearer)
-    field_name = req.held_in.split(".", 1)[1]  # `authorization`, `x-api-key`, `api_key`
-    shown = f"Bearer {bearer}" if req.held_in == "headers.authorization" else f"{field_name}: {bearer}"
+    if req.held_in == "path":
+        shown = f"{req.raw.method} {req.raw.path}"
+    else:
+        field_name = req.held_in.split(".", 1)[1]  # `authorization`, `x-api-key`, `api_key`
+        shown = f"Bearer {bearer}" if req.held_in == "headers.authorization" else f"{field_name}: {bearer}"
     if owner is not tenant:
         detail = "bearer is another tenant's secret"
     elif provider:
@@ -242,7 +261,7 @@ def check_request_leaks(req: RequestFacts, report: RequestReport) -> None:
     request (a foreign key, a foreign model) is left out there, and so is the credential a refused request to a
     host no tenant routes presents (`refused_credential`)."""
     claimed = {part: frozenset((f.victim, f.canary) for f in report.findings
-                               if f.victim and f.canary and f.location.startswith(f"{req.where}.{part}."))
+                               if f.victim and f.canary and f"{f.location}.".startswith(f"{req.where}.{part}."))
                for part in ("path", "headers", "body")}
     if (own := refused_credential(req)) is not None:
         part = req.held_in.split(".", 1)[0]

@@ -209,13 +209,14 @@ class Coverage:
 
     def table(self, tools: tuple[str, ...] | list[str], findings: list[Finding],
               out_of_scope: dict[str, str] | None = None,
-              allowed: Sequence[Finding] = ()) -> dict[str, dict[str, str]]:
+              allowed: Sequence[Finding] = (), driven_by: Mapping[str, str] | None = None) -> dict[str, dict[str, str]]:
         """scenario -> tool -> `leak`, `allowed` (only findings an isolation policy allows), `driven`, `failed`,
-        `not offered`, `not driven` or `out of scope: <why>`: every tool of `tools` (the battery's), then every
-        other tool a request of the scenario offered."""
+        `not offered`, `not driven: <the option that drives it>` (`driven_by`: the tools this run's options left
+        out), `not driven` (the battery asked for it and the model never called it) or `out of scope: <why>`: every
+        tool of `tools` (the battery's), then every other tool a request of the scenario offered."""
         leaks = {(f.scenario, f.tool) for f in findings if f.tool and f.kind not in ("shortfall", "bypass")}
         shared = {(f.scenario, f.tool) for f in allowed if f.tool}
-        out_of_scope = out_of_scope or {}
+        out_of_scope, driven_by = out_of_scope or {}, driven_by or {}
         out: dict[str, dict[str, str]] = {}
         for scenario in sorted(self.offered):
             row = {}
@@ -232,6 +233,8 @@ class Coverage:
                     row[tool] = "failed"
                 elif tool not in self.offered[scenario]:
                     row[tool] = "not offered"
+                elif tool in driven_by:
+                    row[tool] = f"not driven: {driven_by[tool]}"
                 elif tool in out_of_scope:
                     row[tool] = f"out of scope: {out_of_scope[tool]}"
                 else:

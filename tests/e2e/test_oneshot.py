@@ -41,7 +41,8 @@ def test_clean_two_tenant_audit(tenancy_audit):
     assert {t for t, s in coverage.items() if s == "not offered"} == {
         "cronjob", "project_create", "project_list", "project_switch", "close_terminal"} | by_name
     assert {t for t, s in coverage.items() if s.startswith("out of scope: ")} <= set(OUT_OF_SCOPE)
-    driven = {t: s for t, s in coverage.items() if s != "not offered" and not s.startswith("out of scope: ")}
+    assert {s for s in coverage.values() if s.startswith("not driven: ")} <= {"not driven: --services browser"}
+    driven = {t: s for t, s in coverage.items() if s != "not offered" and not s.startswith(("out of scope: ", "not "))}
     assert set(driven) <= set(BATTERY_TOOLS) and set(driven.values()) <= {"driven", "leak", "allowed"}, driven
     assert {t for t, s in coverage.items() if s == "allowed"} == {"read_file", "search_files", "write_file"}
     # every service each tenant holds credentials for was driven, and found isolated

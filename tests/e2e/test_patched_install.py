@@ -1,5 +1,6 @@
 """`patch-check` against real Hermes: a copy of the install with a patch that changes no behaviour (a comment in
-Hermes' CLI package) runs the same audit as the install; nothing is removed or new, and the install is untouched."""
+Hermes' CLI package) runs the same audit as the install; nothing is removed or new, and the install is untouched. The
+fix series applies to the locked install in order, and `patch-check --series` audits the twin it builds once."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pathlib import Path
 import pytest
 
 from harness import cli
+from harness.drive.hermes import twin as twins
 from harness.drive.hermes.patched import patched_copy, site_packages, targets
+from harness.drive.hermes.twin import read_series
 
 pytestmark = pytest.mark.e2e
 
@@ -49,17 +52,39 @@ def test_a_mutant_on_a_driven_surface_is_caught(tmp_path, hermes_python, capsys)
     assert (tmp_path / "mu" / "patches" / "memory-dir.patch").is_file()
 
 
-def test_every_committed_fix_applies_to_the_pinned_hermes_and_has_its_result(tmp_path, hermes_python):
-    """docs/fixes: each F<n>.patch applies to the locked install (as patch-check applies it), changes what it names,
-    and has its committed patch-check result with no new hop, listed in the folder's README."""
+def test_the_fix_series_applies_to_the_pinned_hermes_and_every_fix_has_its_result(tmp_path, hermes_python):
+    """docs/fixes/series: every F<n>.patch, in the series' order, applies to the locked install on top of the ones
+    before it (as `patch-check --series` builds the twin), changes what it names, and has its committed patch-check
+    result with no new hop, listed in the folder's README."""
     fixes = Path(__file__).resolve().parents[2] / "docs" / "fixes"
-    patches = sorted(fixes.glob("F*.patch"))
+    patches = read_series(fixes / "series")
     assert len(patches) >= 3, patches
+    twin = site_packages(patched_copy(hermes_python, patches, tmp_path / "twin").parent.parent)
     readme = (fixes / "README.md").read_text()
     for patch in patches:
-        copy = patched_copy(hermes_python, patch, tmp_path / patch.stem)
         for target in targets(patch):
-            assert (site_packages(copy.parent.parent) / target).read_text() != \
-                (site_packages(hermes_python.parent.parent) / target).read_text(), (patch.name, target)
+            assert (twin / target).read_text() != (site_packages(hermes_python.parent.parent) / target).read_text(), \
+                (patch.name, target)
         result = (fixes / f"{patch.stem}.result.md").read_text()
         assert ", 0 new" in result and f"[{patch.name}]({patch.name})" in readme, patch.name
+
+
+def test_the_twin_is_audited_once_built_and_cached(tmp_path, hermes_python, monkeypatch, capsys):
+    """`patch-check --series`: two real fixes (F17's builds on F9's) applied to a copy of the install, audited as
+    `run` audits (the one-shot door, the env probe only: clean), and the second call reuses the cached twin."""
+    fixes = Path(__file__).resolve().parents[2] / "docs" / "fixes"
+    (tmp_path / "fixes").mkdir()
+    for name in ("F9.patch", "F17.patch"):
+        (tmp_path / "fixes" / name).write_text((fixes / name).read_text())
+    (tmp_path / "fixes" / "series").write_text("F9.patch\nF17.patch\n")
+    monkeypatch.setattr(twins, "cache_root", lambda: tmp_path / "cache")
+    argv = ["patch-check", "--series", str(tmp_path / "fixes" / "series"), "--tools", "none", "--services", "none",
+            "--hermes-python", str(hermes_python)]
+    assert cli.main([*argv, "--out", str(tmp_path / "first")]) == 0
+    first = capsys.readouterr()
+    assert "verdict: clean" in first.out and "(2 patches) built" in first.err, first
+    [twin] = list((tmp_path / "cache").iterdir())
+    assert (tmp_path / "first" / "findings.json").is_file()
+    assert cli.main([*argv, "--out", str(tmp_path / "second"), "--fail-on", "leak"]) == 0
+    second = capsys.readouterr()
+    assert f"cached at {twin}" in second.err and list((tmp_path / "cache").iterdir()) == [twin], second.err

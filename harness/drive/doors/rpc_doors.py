@@ -24,6 +24,7 @@ from typing import Any
 
 from harness.core.findings import Finding
 from harness.core.protocol import PROMPT
+from harness.detect.session_info import foreign_fields
 from harness.drive import battery, phases
 from harness.drive.context import Context
 from harness.drive.hermes.agent import TurnResult
@@ -45,18 +46,15 @@ def _turn(ctx: Context, backend: RpcBackend, tenant: str, sid: str, phase: str, 
 
 
 def _check_session_info(ctx: Context, tenant: str, info: dict[str, Any], where: str) -> None:
-    """`session.create`/`session.resume` must describe the addressed profile, not the launch profile."""
-    t = ctx.registry[tenant]
-    expected = {"model": t.model, "cwd": t.canaries["workdir"], "profile_name": tenant}
-    for field, want in expected.items():
-        got = info.get(field)
-        if got != want:
-            shown = ctx.matcher().redact_text(str(got))
-            ctx.findings.append(Finding(
-                "profile_bleed", tenant, tenant, {"cwd": "workdir"}.get(field, field), "rpc", where, "plain",
-                f"{field}={shown}", scenario=ctx.scenario, phase=ctx.current_phase,
-                detail=f"{where} reported {field} {shown!r} for profile {tenant!r}",
-            ))
+    """`session.create`/`session.resume` must describe the addressed profile, not the launch profile
+    (`detect.session_info`)."""
+    for field, got in foreign_fields(ctx.registry[tenant], info):
+        shown = ctx.matcher().redact_text(str(got))
+        ctx.findings.append(Finding(
+            "profile_bleed", tenant, tenant, {"cwd": "workdir"}.get(field, field), "rpc", where, "plain",
+            f"{field}={shown}", scenario=ctx.scenario, phase=ctx.current_phase,
+            detail=f"{where} reported {field} {shown!r} for profile {tenant!r}",
+        ))
 
 
 def drive_rpc(ctx: Context, make: Callable[[], RpcBackend], driver: str, cron: bool) -> None:

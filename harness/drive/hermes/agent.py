@@ -144,10 +144,11 @@ def tenant_config(tenant: Tenant, base_url: str, extra: dict[str, Any] | None = 
 
 def tenant_dotenv(tenant: Tenant, *, launch: bool, extra: dict[str, str] | None = None) -> dict[str, str]:
     """The profile's .env. Only the launch profile sets API_SERVER_KEY: Hermes' multiplexed gateway skips a
-    profile whose .env sets it (it takes it for a profile running a gateway of its own)."""
+    profile whose .env sets it (it takes it for a profile running a gateway of its own). The others hold theirs as
+    API_SERVER_PROFILE_KEY, the per-profile key of F4's fix (docs/fixes/F4.patch), which 0.19.0 ignores."""
     return {
         PROVIDER_KEY_ENV: tenant.key,
-        "API_SERVER_KEY" if launch else "TENANT_API_SERVER_KEY": tenant.canaries["api_server_key"],
+        "API_SERVER_KEY" if launch else "API_SERVER_PROFILE_KEY": tenant.canaries["api_server_key"],
         "TENANT_MARKER": tenant.canaries["env_marker"],
         **(extra or {}),
     }

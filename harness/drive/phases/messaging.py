@@ -46,9 +46,11 @@ from harness.drive.services import SERVICES
 
 SIGN_IN = 60.0  # how long every profile's bot has to sign in after the gateway started
 #: The gateway starts every profile's bots one after another: once every platform has a bot signed in and no other
-#: has for this long, the bots still missing never start (or signed in at another profile's server).
+#: has for this long, the bots still missing never start (Hermes 0.19.0 refuses a secondary ntfy bot, F55)
+#: or signed in at another profile's server (the launch profile's: email F51, IRC F52).
 SETTLED = 20.0
 CONNECT = "messaging-connect"  # the label of a bot's failed sign-in (`messaging-connect:PLATFORM`): not F25
+UNKNOWN = "messaging-api"  # the label of a server's requests it does not know (the stub lacks what Hermes calls)
 QUIET = 12.0  # how long a refused round waits for turns it must not cause
 IDLE = 20.0  # a round that must be answered ends when no stub has heard from Hermes for this long
 
@@ -181,18 +183,6 @@ def run(ctx: Context) -> None:
     _unknown(ctx)
 
 
-def _unknown(ctx: Context) -> None:
-    """A failed step for every server that got requests its stub does not know (answered in the platform's
-    error shape): what the bot did there is not all on the record."""
-    for platform in platforms(ctx):
-        for name in ctx.registry.names():
-            unknown = stub_of(ctx, name, platform).unknown
-            if unknown:
-                ctx.record(TurnResult(name, platform, False, 0.0, f"its {platform} server did not know "
-                                      f"{len(unknown)} request(s): {', '.join(sorted(set(unknown))[:3])}"),
-                           NAME, snapshot=False)
-
-
 def _text(ctx: Context, m: Message) -> str:
     mention = stub_of(ctx, m.tenant, m.platform).mention() if m.channel_type == "O" else ""
     return f"{mention}Hello ({m.mark}) {m.note}".rstrip()
@@ -250,6 +240,11 @@ def _judge(ctx: Context, m: Message, turns: dict[str, int], since: float, second
                                          f"{m.what} got an agent turn through {m.tenant}'s bot"
                                          + (f", which leaves {', '.join(ctx.unset_by(m.tenant))} unset" if unset
                                             else "")))
+        marked = stub_of(ctx, m.tenant, m.platform).reactions_to(m.sender, m.channel, since) if m.by else []
+        if marked:  # the bot showed another profile's user it took the message (Signal's 👀): that profile's list
+            ctx.findings.append(_finding(ctx, m, "profile_bleed", m.by, "reactions",
+                                         f"{m.mark}: reaction(s) {' '.join(r['emoji'] for r in marked)}",
+                                         f"{m.what} got a reaction from {m.tenant}'s bot"))
         ctx.record(TurnResult(m.tenant, m.platform, True, seconds, f"{m.what}: {own} request(s)"), NAME,
                    snapshot=False)
         return
@@ -279,15 +274,14 @@ def _finding(ctx: Context, m: Message, kind: str, seen_in: str, canary: str, evi
 
 
 def _tokens(ctx: Context) -> list[Finding]:
-    """`wrong_key` for every sign-in whose token is not its tenant's, on every platform."""
+    """`wrong_key` for every sign-in whose token is not one of its tenant's for the platform, on every platform."""
     found = []
     for platform in platforms(ctx):
         credential = SERVICES[platform].credential
         for t in ctx.registry:
             for token in stub_of(ctx, t.name, platform).challenges:
-                if token != t.canaries[credential]:
-                    owner: Tenant | None = next((o for o in ctx.registry if o.canaries.get(credential) == token),
-                                                None)
+                if token not in t.credentials(platform):
+                    owner: Tenant | None = next((o for o in ctx.registry if token in o.credentials(platform)), None)
                     found.append(Finding(
                         "wrong_key", owner.name if owner else t.name, t.name, credential, "request",
                         f"gateway:{platform} {t.name}'s sign-in", "plain",
@@ -296,6 +290,18 @@ def _tokens(ctx: Context) -> list[Finding]:
                         detail=f"{t.name}'s {platform} bot signed in with "
                                f"{'another tenant' if owner else 'an unknown'}'s token"))
     return found
+
+
+def _unknown(ctx: Context) -> None:
+    """A failed step for every server that got requests it does not know (answered with the platform's error): what
+    the bot wanted there was not shown, so the run cannot be clean."""
+    for platform in platforms(ctx):
+        for t in ctx.registry:
+            asked = sorted(set(stub_of(ctx, t.name, platform).unknown))
+            if asked:
+                ctx.record(TurnResult(t.name, platform, False, 0.0, f"its {platform} server does not know "
+                                      f"{len(asked)} request(s) of the bot's: {', '.join(asked)[:200]}"),
+                           UNKNOWN, snapshot=False)
 
 
 PHASE = PhaseSpec(NAME, "a bot per profile on every messaging platform asked for: messages from its user, another "

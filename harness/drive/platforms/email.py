@@ -19,8 +19,8 @@ The stub is the subset of both the adapter uses. IMAP4rev1: `CAPABILITY`, `LOGIN
 post's files, with the password the session authenticated with), `RSET`, `NOOP`, `QUIT`. Anything else is IMAP's
 `BAD` or SMTP's `502`, kept in `unknown`. A message from a user is an RFC 5322 mail in the INBOX, stamped
 `Authentication-Results: ...; dmarc=pass` as the receiving server would. Email has no channels: a chat is its sender
-(`Messaging.channels = False`). An IMAP session that only polled an empty INBOX is counted (`polls`), not recorded:
-it comes every few seconds and would keep a run from ever being idle.
+(`Messaging.channels = False`). An IMAP session that only polled an empty INBOX is recorded as `background`: it
+comes every few seconds and would keep a run from ever being idle.
 """
 
 from __future__ import annotations
@@ -67,14 +67,14 @@ class _Mail:
 
 @dataclass
 class _Session:
-    """One connection's state and, until it proves to be more than an empty poll, its records."""
+    """One connection's state and its records, kept when it ends (as background if it only polled)."""
 
     conn: LineConn
     user: str = ""
     password: str = ""
     tls: bool = False
     lines: list[tuple[str, bytes, int, bool]] = field(default_factory=list)  # (command, line, status, wrong key)
-    busy: bool = False  # it did more than poll an empty INBOX: its records are kept
+    busy: bool = False  # it did more than poll an empty INBOX (else its records are background)
 
 
 @dataclass
@@ -83,7 +83,6 @@ class EmailStub(LineStub, ChatStub):
 
     service: str = "email"
     logins: list[dict[str, Any]] = field(default_factory=list)  # every IMAP and SMTP login: who, with what, whence
-    polls: int = 0  # IMAP sessions that only polled an empty INBOX
     _box: list[_Mail] = field(default_factory=list)
     _threads: dict[str, str] = field(default_factory=dict)  # a mail's Message-ID -> the phase's channel
     _front: StartTlsFront | None = None
@@ -114,12 +113,8 @@ class EmailStub(LineStub, ChatStub):
         try:
             (self._smtp if conn.ready(SNIFF) else self._imap)(s)
         finally:
-            if s.busy:
-                for command, line, status, wrong in s.lines:
-                    self.record(command, "", {}, line, status, wrong_key=wrong, peer=conn.peer)
-            else:
-                with self.lock:
-                    self.polls += 1
+            for command, line, status, wrong in s.lines:  # an empty poll's: background, as a long poll's
+                self.record_line(command, line, status, wrong, conn.peer, background=not s.busy)
 
     def _keep(self, s: _Session, command: str, line: bytes, status: int = 200) -> None:
         wrong = command in ("LOGIN", "AUTH") and s.password != self.expected

@@ -110,7 +110,7 @@ class IrcStub(LineStub, ChatStub):
     def _keep(self, client: _Client, line: str, command: str, status: int = 200) -> None:
         """The line in the stub's record; a `PASS` with another password than the tenant's is a wrong key."""
         wrong = command == "PASS" and client.password != self.expected
-        self.record(command, "", {}, line.encode(), status, wrong_key=wrong, peer=client.conn.peer)
+        self.record_line(command, line.encode(), status, wrong, client.conn.peer)
 
     def _nick(self, client: _Client, nick: str) -> int:
         with self.lock:
