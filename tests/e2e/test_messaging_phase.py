@@ -207,9 +207,8 @@ def test_every_email_and_irc_bot_signs_in_at_the_launch_profiles_server_with_its
                    for t in connect), connect
     tcp = [x for x in _lines(audit.out / "ledger.jsonl") if x["method"] == "TCP"]  # every connection, in clear
     assert {(x["tenant"], x["service"]) for x in tcp} == {("default", "email"), ("default", "irc")}
-    assert not [x for x in tcp if any(f["kind"] == "wrong_key" for f in x["findings"])]  # its own password, always
-    stubs = _lines(audit.out / "stubs.jsonl")
-    for service, login in (("irc", "PASS"), ("email", "LOGIN")):  # the stubs' record: who logged in where, with what
+    stubs = _lines(audit.out / "stubs.jsonl")  # every login with default's own password (a reply's attachment may
+    for service, login in (("irc", "PASS"), ("email", "LOGIN")):  # carry another's .env: F31, at its service)
         logins = [x for x in stubs if x["service"] == service and x["method"] == login]
         assert len(logins) >= 3 and {x["tenant"] for x in logins} == {"default"} and not any(
             x["wrong_key"] for x in logins), logins
