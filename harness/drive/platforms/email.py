@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import base64
 import binascii
-import email
+import email.parser
 import email.policy
 import re
 import time
@@ -272,15 +272,15 @@ class EmailStub(LineStub, ChatStub):
 
     def _mail(self, data: bytes, password: str) -> None:
         """A bot's mail: a post in the conversation it answers (else its recipient's), its attachments its files."""
-        msg = email.message_from_bytes(data, policy=email.policy.default)
+        msg = email.parser.BytesParser(EmailMessage, policy=email.policy.default).parsebytes(data)
         with self.lock:
             thread = self._threads.get(str(msg.get("In-Reply-To", "")).strip())
         channel = thread or parseaddr(str(msg.get("To", "")))[1].split("@")[0]
-        body = msg.get_body(preferencelist=("plain",)) if msg.is_multipart() else msg
-        text = body.get_content() if body is not None else ""  # type: ignore[union-attr]
+        body = msg.get_body(preferencelist=("plain",))
         files = [self.add_file(part.get_filename() or "attachment", channel, part.get_payload(decode=True) or b"",
-                               password) for part in msg.iter_attachments()] if msg.is_multipart() else []
-        self.add_post(channel, str(text).strip(), password, [f["id"] for f in files])
+                               password) for part in msg.iter_attachments()]
+        self.add_post(channel, str(body.get_content() if body is not None else "").strip(), password,
+                      [f["id"] for f in files])
 
     # --- the phase's side -----------------------------------------------------------------------------------------
 
