@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from mitmproxy import http
+from mitmproxy.flow import Flow
 from mitmproxy.net.http import url
 from mitmproxy.proxy.mode_specs import ReverseMode
 
@@ -108,14 +109,18 @@ def flow_endpoint(registry: Registry, matcher: Matcher, flow: http.HTTPFlow) -> 
                    list(req.headers.items(multi=True)), req.raw_content)
 
 
-def route_of(flow: http.HTTPFlow) -> Route:
-    """Reverse listeners name the tenant by port (kept in saved flows); anything else goes by host."""
+def route_of(flow: Flow) -> Route:
+    """Reverse listeners name the tenant by port (kept in saved flows); anything else goes by host (a raw TCP
+    connection's: the address it was going to)."""
     mode = flow.client_conn.proxy_mode
     if isinstance(mode, ReverseMode):
         port = mode.custom_listen_port
         if port is None and flow.client_conn.sockname:
             port = flow.client_conn.sockname[1]
         return Route("reverse", listen_port=port)
+    if not isinstance(flow, http.HTTPFlow):
+        address = flow.server_conn.address
+        return Route("forward", host=str(address[0]).lower().rstrip(".") if address else None)
     host = pretty_host(flow.request).lower().rstrip(".")
     if host in LOOPBACK:  # a client that sends a loopback URL through the proxy too (Telegram's adapter, whose proxy
         return Route("forward", listen_port=addressed_port(flow.request), host=host)  # skips NO_PROXY)

@@ -1,5 +1,5 @@
 """The gateway door's `messaging` phase against real Hermes 0.19.0 in one audit (shared by the tests below, each a
-platform's): a bot per profile on Mattermost, Telegram, Slack, Signal and ntfy, driven in the same rounds.
+platform's): a bot per profile on Mattermost, Telegram, Slack, Signal, ntfy, email and IRC, driven in the same rounds.
 
 Mattermost: every bot signs in with its own token; the secondary bots answer in a channel only the launch profile
 allows (F24); after the first secondary turn the launch profile's bot authorizes by that profile's allowlist
@@ -22,7 +22,11 @@ Signal: every bot streams with its own account; the secondary bots answer in a g
 allows (F40) and put their 👀 on the launch profile's lead's messages, which they refuse (F41); the daemon reads the
 neighbour's file a reply attaches by path (F31 through Signal). ntfy: the secondary profiles' bots are built from the
 launch profile's settings and refused as its duplicate, so they never subscribe (F55); the launch profile's bot
-receives over the proxied NDJSON stream (a turn after F25)."""
+receives over the proxied NDJSON stream (a turn after F25).
+
+Email and IRC, over raw TCP listeners of the proxy (every connection a TCP flow, inspected in clear): the secondary
+profiles' bots are built from the launch profile's settings, so they sign in to the launch profile's mailbox and
+server with its password and never at their own (F51, F52); every email and IRC flow is the launch profile's."""
 
 from __future__ import annotations
 
@@ -47,8 +51,8 @@ def audit(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
     out = tmp_path_factory.mktemp("messaging") / "evidence"
     result = run_audit(RunOptions(out=out, hermes_python=resolve_hermes_python(Path(opt) if opt else None),
                                   quiet=True, scenario="gateway", tenants=3, phases=["cron", "route-auth", "turns"],
-                                  tools=[], services=["mattermost", "telegram", "slack", "signal", "ntfy"],
-                                  cron_wait=80.0))
+                                  tools=[], services=["mattermost", "telegram", "slack", "signal", "ntfy", "email",
+                                                      "irc"], cron_wait=80.0))
     assert result.out is not None
     return Audit(result.verdict.exit_code, result.out, result.to_dict())
 
@@ -80,6 +84,10 @@ def _answered(step: dict) -> bool:
 def _uploaded(audit: Audit, service: str) -> set[tuple[str, str, str]]:
     return {(f["victim"], f["seen_in"], f["canary"]) for f in audit.doc["findings"]
             if f.get("service") == service and f["kind"] == "request_leak"}
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
 
 
 def test_every_profile_has_its_bot_but_the_process_environment_decides_who_it_answers(audit):
@@ -200,3 +208,22 @@ def test_every_slack_bot_signs_in_at_its_own_workspace_but_takes_the_process_env
     assert "alpha" in uploaders and {(neighbour[n], n, "slack_file") for n in uploaders} <= uploaded, uploaded
     documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
     assert {"F25", "F31", "F43"} <= documented, documented
+
+
+def test_every_email_and_irc_bot_signs_in_at_the_launch_profiles_server_with_its_password(audit):
+    for platform in ("email", "irc"):
+        connect = [t for t in audit.doc["timeline"] if t["phase"] == f"messaging-connect:{platform}"]
+        assert {(t["tenant"], t["ok"]) for t in connect} == {("alpha", False), ("beta", False)}, connect  # F51, F52
+        assert all("sign-ins at default's: " in t["detail"] and "(default's credential)" in t["detail"]
+                   for t in connect), connect
+    tcp = [x for x in _lines(audit.out / "ledger.jsonl") if x["method"] == "TCP"]  # every connection, in clear
+    assert {(x["tenant"], x["service"]) for x in tcp} == {("default", "email"), ("default", "irc")}
+    stubs = _lines(audit.out / "stubs.jsonl")  # every login with default's own password (a reply's attachment may
+    for service, login in (("irc", "PASS"), ("email", "LOGIN")):  # carry another's .env: F31, at its service)
+        logins = [x for x in stubs if x["service"] == service and x["method"] == login]
+        assert len(logins) >= 3 and {x["tenant"] for x in logins} == {"default"} and not any(
+            x["wrong_key"] for x in logins), logins
+    assert not [f for f in audit.doc["findings"] if f["kind"] == "bypass"]  # every stub connection passed the proxy
+    documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
+    assert {"F51", "F52"} <= documented, documented
+    assert audit.doc["platform_coverage"]["email"] != "driven" and audit.doc["platform_coverage"]["irc"] != "driven"
