@@ -65,8 +65,8 @@ def _bled(audit: Audit, service: str) -> set[tuple[str, str, str]]:
 def _took_over(audit: Audit) -> set[str]:
     """The secondary profile whose first turn took over the process environment (F25), as any platform shows it: the
     launch profile's bot admitted that profile's lead."""
-    return {s for p in ("mattermost", "telegram", "slack", "signal", "ntfy") for v, s, c in _bled(audit, p)
-            if v == "default" and c == "allowed_users"}
+    every = ("mattermost", "telegram", "slack", "signal", "ntfy", "email", "irc")
+    return {s for p in every for v, s, c in _bled(audit, p) if v == "default" and c == "allowed_users"}
 
 
 def _media(audit: Audit, platform: str) -> dict[str, bool]:
