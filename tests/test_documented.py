@@ -113,6 +113,20 @@ CASES = [
      dict(kind="profile_bleed", victim="alpha", seen_in="beta", canary="toolsets", location="tui:beta:tools")),
     ("F43", dict(kind="profile_bleed", canary="allowed_channels", channel="rpc", service="slack"),
      dict(kind="profile_bleed", canary="message", channel="rpc", service="slack")),  # the slack-app plant's
+    ("F51", dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway",
+                 phase="messaging-connect:email", location="email:messaging-connect:email"),
+     dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway",
+          phase="messaging-connect:mattermost", location="mattermost:messaging-connect:mattermost")),
+    ("F52", dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway",
+                 phase="messaging-connect:irc", location="irc:messaging-connect:irc"),
+     dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway", phase="messaging-connect",
+          location="irc:messaging-connect")),
+    ("F53", dict(kind="profile_bleed", victim="default", seen_in="beta", canary="message", channel="rpc",
+                 service="email", scenario="gateway", phase="messaging",
+                 location="gateway:email direct message to default's bot"),
+     dict(kind="profile_bleed", victim="default", seen_in="beta", canary="message", channel="rpc",
+          service="mattermost", scenario="gateway", phase="messaging",
+          location="gateway:mattermost direct message to default's bot")),
     ("F58", dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="allowed_users_fallback",
                  channel="rpc", service="mattermost", scenario="gateway", phase="messaging",
                  location="gateway:mattermost direct message to alpha's bot"),
@@ -176,6 +190,21 @@ def test_the_honcho_signature_takes_its_record_in_a_prompt_but_not_another_recor
 def test_a_signature_matches_its_incident_and_not_a_near_miss(number, match, near):
     assert crossing(**match) == [number]
     assert crossing(**near) == []
+
+
+def test_f25_is_every_launch_bot_that_authorizes_from_the_process_environment():
+    for service in ("mattermost", "email", "irc"):
+        assert crossing("profile_bleed", seen_in="beta", canary="allowed_users", channel="rpc", service=service,
+                        scenario="gateway", phase="messaging") == ["F25"]
+    assert crossing("profile_bleed", seen_in="beta", canary="irc_post", channel="rpc", service="irc",
+                    scenario="gateway", phase="messaging") == []
+
+
+def test_an_email_step_the_launch_profile_failed_in_the_messaging_phase_is_f25_and_f53():
+    assert crossing("shortfall", seen_in=None, canary=None, channel="env", scenario="gateway", phase="messaging",
+                    location="email:messaging") == ["F25", "F53"]
+    assert "F53" not in crossing("shortfall", seen_in=None, canary=None, channel="env", scenario="gateway",
+                                 phase="messaging", location="mattermost:messaging")
 
 
 def test_the_route_signature_wants_a_route_auth():

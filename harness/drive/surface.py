@@ -77,6 +77,9 @@ class Where:
     url: str = ""
     registry: Path | None = None
     record: Path | None = None
+    #: The stub's own address for what a client must reach before the proxy can take it (`ChatStub.direct`: email's
+    #: STARTTLS front, which relays what it decrypts through the proxy); "" for every other service.
+    direct: str = ""
 
 
 #: A word every tenant's transcript holds (the prompt): what the battery's searches ask for.
@@ -166,6 +169,9 @@ class Messaging:
     #: reads), `path` (a local path the server reads itself, as signal-cli's daemon does: the stub reads the file,
     #: and the phase scans what it read), `none` (no attachments: Hermes posts a notice instead; no `media` step)
     attachments: str = "upload"
+    #: Whether it has channels besides direct messages. Without (email: a chat is its sender), a message "in a
+    #: channel" goes as a direct one in a conversation of its own, and none tests a channel allowlist.
+    channels: bool = True
 
 
 @dataclass(frozen=True)

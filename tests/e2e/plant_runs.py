@@ -51,10 +51,14 @@ def _service_run(plant: str) -> str:
 #: The opt-in phases' plants put into the target what Hermes 0.19.0 already does to it (F19, F26, F35: another
 #: profile's allowlist, redaction or toolsets at work), so a run of them there could not fail; the cron phase's waits
 #: for the serve backend's ticker (a run of 100 s). All four are run on the fixed twin (docs/fixes/README.md), where
-#: each must be caught, and their detectors' planted crossings and near misses are unit-tested.
+#: each must be caught, and their detectors' planted crossings and near misses are unit-tested. The email and IRC
+#: password plants change a secondary profile's `EMAIL_PASSWORD` or `IRC_SERVER_PASSWORD`, which Hermes 0.19.0 never
+#: reads (F51, F52: its bot logs in with the launch profile's), so their runs could not be caught; tests/test_email.py
+#: and tests/test_irc.py plant them against Hermes' own adapters through the proxy (a `wrong_key`, the own password
+#: its near miss).
 PHASE_PLANTS = {"approvals-allowlist", "redaction-off", "toolsets-copied", "cron-due"}
-NOT_RUN = {"dashboard", "mattermost-media", "telegram-media", "signal-media", "ntfy-key", "discord-media",
-           "discord-token", *PHASE_PLANTS}
+NOT_RUN = {"dashboard", "mattermost-media", "telegram-media", "signal-media", "ntfy-key", "email-key", "irc-key",
+           "discord-media", "discord-token", *PHASE_PLANTS}
 #: Plants that change different settings of the target, so one audit plants them all (each still judged alone:
 #: `check_plants` wants every plant's kinds, through its tool or service); every other plant runs alone.
 _SERVICE = [p for p in SERVICE_PLANTS if p not in NOT_RUN]

@@ -50,6 +50,4 @@ OUT_OF_SCOPE: dict[str, str] = {
     "wecom": "no plug-in yet: WeCom's AI-bot websocket frames",
     "weixin": "no plug-in yet: its own long-poll API and an AES-encrypted CDN for attachments; it trusts certifi's "
               "roots only, so its stub must be plain http",
-    "email": "no plug-in yet: an IMAP and an SMTP server per tenant",
-    "irc": "no plug-in yet: an IRC server per tenant",
 }
