@@ -245,7 +245,8 @@ def test_a_gateway_connection_is_claimed_by_the_token_its_identify_carries(tmp_p
     claims = {(t.name, "discord_key"): t for t in reg}
 
     def scan(*messages: Message) -> list[tuple[str, str, str | None, str]]:
-        ws = WebsocketScan(matcher, "f1", None, "discord_gateway", claims=claims)
+        ws = WebsocketScan(matcher, "f1", None, "discord_gateway")
+        ws.claims = claims
         for m in messages:
             ws.feed(m)
         report = ws.finish()
@@ -262,7 +263,8 @@ def test_a_gateway_connection_is_claimed_by_the_token_its_identify_carries(tmp_p
     assert scan(*stream({"id": reg["alpha"].canaries["discord_channel"]})) == []
     assert scan(*stream({"id": reg["default"].canaries["discord_channel"]})) == [
         ("response_leak", "default", "alpha", "discord_channel")]
-    unclaimed = WebsocketScan(matcher, "f2", None, "discord_gateway", claims=claims)  # no message carries a token
+    unclaimed = WebsocketScan(matcher, "f2", None, "discord_gateway")  # no message carries a token
+    unclaimed.claims = claims
     unclaimed.feed(Message(True, b'{"op": 1, "d": null}'))
     unclaimed.feed(Message(False, json.dumps({"id": reg["alpha"].canaries["discord_channel"]}).encode()))
     report = unclaimed.finish()

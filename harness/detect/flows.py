@@ -225,7 +225,9 @@ def websocket_scan(registry: Registry, matcher: Matcher, flow: http.HTTPFlow | t
     protocol = "tcp" if isinstance(flow, tcp.TCPFlow) else "websocket"
     host = request.route.removeprefix("host:") if tenant is None and request.route.startswith("host:") else ""
     claims = {(t.name, kind): t for t, _, kinds in registry.sharing(host) for kind in kinds} if host else {}
-    return WebsocketScan(matcher, flow.id, tenant, request.service, audited=audited, protocol=protocol, claims=claims)
+    scan = WebsocketScan(matcher, flow.id, tenant, request.service, audited=audited, protocol=protocol)
+    scan.claims = claims
+    return scan
 
 
 def messages_of(flow: http.HTTPFlow | tcp.TCPFlow) -> list[Message]:

@@ -88,12 +88,12 @@ class WebsocketScan:
     `protocol`: "websocket", or "tcp" for a raw TCP connection (its parts are `tcp.client->server`...)."""
 
     def __init__(self, matcher: Matcher, flow_id: str, tenant: Tenant | None, service: str = PROVIDER, *,
-                 audited: bool = True, limit: int = MAX_STREAM, protocol: str = "websocket",
-                 claims: dict[tuple[str, str], Tenant] | None = None) -> None:
+                 audited: bool = True, limit: int = MAX_STREAM, protocol: str = "websocket") -> None:
         self.matcher, self.flow_id, self.tenant, self.service = matcher, flow_id, tenant, service
         self.audited, self.limit, self.protocol = audited, limit, protocol
-        #: (tenant, canary kind) -> tenant: whose credential claims the connection (a shared host, no tenant yet).
-        self.claims = claims or {}
+        #: (tenant, canary kind) -> tenant: whose credential claims the connection (a shared host, no tenant yet;
+        #: `flows.websocket_scan` sets it).
+        self.claims: dict[tuple[str, str], Tenant] = {}
         self.claimed: str | None = None
         name = tenant.name if tenant else None
         self._streams = {
