@@ -44,7 +44,11 @@ class World:
 
 
 def _registry(tmp_path: Path) -> Registry:
-    reg = mint(["default", "alpha"], tmp_path / "work", {n: {"listen": free_port()} for n in ("default", "alpha")})
+    ports: set[int] = set()
+    while len(ports) < 2:  # two free ports, never the same one twice
+        ports.add(free_port())
+    reg = mint(["default", "alpha"], tmp_path / "work", {n: {"listen": p} for n, p in zip(("default", "alpha"),
+                                                                                      sorted(ports), strict=True)})
     services.mint(reg, ["discord"])
     return reg
 
