@@ -47,8 +47,11 @@ def _service_run(plant: str) -> str:
 #: The opt-in phases' plants put into the target what Hermes 0.19.0 already does to it (F19, F26, F35: another
 #: profile's allowlist, redaction or toolsets at work), so a run of them there could not fail; the cron phase's waits
 #: for the serve backend's ticker (a run of 100 s). All four are run on the fixed twin (docs/fixes/README.md), where
-#: each must be caught, and their detectors' planted crossings and near misses are unit-tested.
-PHASE_PLANTS = {"approvals-allowlist", "redaction-off", "toolsets-copied", "cron-due"}
+#: each must be caught, and their detectors' planted crossings and near misses are unit-tested. The webhooks phase's
+#: plant (another tenant's canary in the target's route) likewise: F62 carries every tenant's payload to another
+#: profile's provider without it, and no fix of the series removes F62 yet (docs/phases.md: caught in a run of its
+#: own; tests/test_webhooks.py holds the plant and the phase's detector).
+PHASE_PLANTS = {"approvals-allowlist", "redaction-off", "toolsets-copied", "cron-due", "webhook-prompt"}
 NOT_RUN = {"dashboard", "mattermost-media", "telegram-media", "signal-media", "ntfy-key", *PHASE_PLANTS}
 #: Plants that change different settings of the target, so one audit plants them all (each still judged alone:
 #: `check_plants` wants every plant's kinds, through its tool or service); every other plant runs alone.
