@@ -202,6 +202,9 @@ ADAPTER = """
     adapter = WebhookAdapter(PlatformConfig(enabled=True, extra={"host": "127.0.0.1", "port": 9, "routes": {}}))
     request = SimpleNamespace(headers=CIMultiDict(HEADERS), match_info={"route_name": "tenancy-alpha"})
     checked = [adapter._validate_signature(request, BODY, s) for s in (SECRET, "another secret")]
+    v1 = SimpleNamespace(headers=CIMultiDict({k: v for k, v in HEADERS.items() if not k.endswith("-v2")}),
+                         match_info={"route_name": "tenancy-alpha"})
+    checked.append(adapter._validate_signature(v1, BODY, SECRET))  # the body-only V1 older releases check
     sent = []
 
     class Bot:
@@ -240,7 +243,7 @@ def test_hermes_takes_the_signature_and_delivers_through_the_launch_profiles_bot
                           env=hermetic_env(home, hermes_python, {}), cwd=home)
     assert done.returncode == 0, done.stderr[-2000:]
     got = json.loads(done.stdout.strip().splitlines()[-1])
-    assert got["checked"] == [True, False]  # the near miss: another route's secret
+    assert got["checked"] == [True, False, True]  # the near miss: another route's secret
     assert got["sent"] == [["default", "alpha-home"],  # the channel the route names, through the launch's bot (F63)
                            ["default", "default-home"],  # none named: the launch profile's home channel
                            ["alpha", "beta-home"]]  # the launch has no bot there: the first profile's (F64)

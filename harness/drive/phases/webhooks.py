@@ -10,8 +10,9 @@ platform, `deliver:` the first of them and `deliver_extra.chat_id: "{channel}"` 
 sender's home channel, so the launch profile's config names no tenant's channel). Without a platform it delivers to
 Hermes' log and the phase judges the turns only.
 
-Two rounds, every post signed (`X-Webhook-Signature-V2`) and carrying its sender's `webhook_payload` canary and a mark
-of its own, so the provider requests its turn caused are counted wherever they land:
+Two rounds, every post signed (`X-Webhook-Signature-V2`, and V1 for older releases) and carrying its sender's
+`webhook_payload` canary and a mark of its own, so the provider requests its turn caused are counted wherever they
+land:
 
 1. `own`: every tenant posts to its own route under its own profile's URL. The near miss: a turn on its own
    provider, its reply posted by its own bot with its own token in its own home channel. A turn on another tenant's
@@ -139,9 +140,12 @@ def _http(port: int, method: str, path: str, body: bytes | None = None,
 
 
 def signed(secret_value: str, body: bytes, now: int) -> dict[str, str]:
-    """Hermes' generic V2 signature headers: HMAC-SHA256 of `<timestamp>.<body>`."""
-    digest = hmac.new(secret_value.encode(), f"{now}.".encode() + body, hashlib.sha256).hexdigest()
-    return {"content-type": "application/json", "x-webhook-timestamp": str(now), "x-webhook-signature-v2": digest}
+    """Hermes' generic signature headers: V2, HMAC-SHA256 of `<timestamp>.<body>` (0.19.0, which then ignores V1), and
+    V1, of the body alone (what releases before it check)."""
+    key = secret_value.encode()
+    return {"content-type": "application/json", "x-webhook-timestamp": str(now),
+            "x-webhook-signature-v2": hmac.new(key, f"{now}.".encode() + body, hashlib.sha256).hexdigest(),
+            "x-webhook-signature": hmac.new(key, body, hashlib.sha256).hexdigest()}
 
 
 def _send(ctx: Context, port: int, post: Post) -> int:
