@@ -146,10 +146,13 @@ def test_another_tenants_route_that_runs_a_turn_in_a_profile_is_a_webhook_route_
     assert _found(ctx) == [("profile_bleed", "beta", "alpha", "webhook_channel"),
                            ("profile_bleed", "beta", "alpha", "webhook_route")]
     assert {f.canary: f.service for f in ctx.findings} == {"webhook_route": None, "webhook_channel": "mattermost"}
-    route_bound = _ctx(tmp_path / "bound")  # the near miss: the turn ran in the route's own profile
+    route_bound = _ctx(tmp_path / "bound")  # the near miss: accepted, but its turn ran in the route's own profile
     _turn(route_bound, "alpha", "hook6")
-    webhooks.judge(route_bound, Post("beta", "alpha", "hook6"), 200, since, 1.0)
+    webhooks.judge(route_bound, Post("beta", "alpha", "hook6"), 202, since, 1.0)
     assert route_bound.findings == []
+    failed = _ctx(tmp_path / "failed")  # accepted into beta's profile, whose turn then failed: still its route's
+    webhooks.judge(failed, Post("beta", "alpha", "hook6"), 202, since, 1.0)
+    assert _found(failed) == [("profile_bleed", "beta", "alpha", "webhook_route")]
 
 
 def test_a_turn_on_another_tenants_provider_is_a_webhook_turn_crossing(tmp_path):

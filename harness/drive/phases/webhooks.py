@@ -18,8 +18,9 @@ land:
    provider, its reply posted by its own bot with its own token in its own home channel. A turn on another tenant's
    provider is a `profile_bleed` (canary kind `webhook_turn`);
 2. `foreign`: every tenant's route and secret (its ring neighbour's) under another profile's URL. It must be
-   refused; a turn in that profile is a `profile_bleed` from the route's tenant (`webhook_route`): that tenant ran
-   another profile's agent.
+   refused; a turn in that profile (or the post accepted there with no turn anywhere) is a `profile_bleed` from the
+   route's tenant (`webhook_route`): that tenant ran another profile's agent. A turn in the route's own profile is
+   none.
 
 In both rounds a reply of a profile's turn posted with another tenant's token is a `profile_bleed` to that tenant
 (`webhook_bot` for the launch profile's bot, `webhook_borrowed_bot` for another's: the launch profile has none on the
@@ -228,7 +229,7 @@ def judge(ctx: Context, post: Post, status: int, since: float, seconds: float) -
         if n and other not in (post.profile, post.sender):
             ctx.findings.append(_finding(ctx, post, post.sender, other, "webhook_turn", f"{n} request(s) at {other}",
                                          f"{post.sender}'s webhook post ran a turn on {other}'s provider"))
-    if not post.own and (status == 202 or ran[post.profile]):
+    if not post.own and (ran[post.profile] or (status == 202 and not any(ran.values()))):  # accepted, or ran, there
         ctx.findings.append(_finding(
             ctx, post, post.profile, post.sender, "webhook_route",
             f"HTTP {status}, {ran[post.profile]} request(s) at {post.profile}",
