@@ -145,6 +145,20 @@ CASES = [
                  service="discord", scenario="gateway", phase="messaging"),
      dict(kind="wrong_identity", victim="default", seen_in="beta", canary="discord_channel", service="discord",
           scenario="gateway", phase="messaging")),
+    ("F62", dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="webhook_route", channel="rpc",
+                 scenario="gateway", phase="webhooks", location="gateway:webhook /p/alpha/webhooks/tenancy-default"),
+     dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="webhook_turn", channel="rpc",
+          scenario="gateway", phase="webhooks", location="gateway:webhook /p/alpha/webhooks/tenancy-alpha")),
+    ("F63", dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="webhook_bot", channel="rpc",
+                 service="mattermost", scenario="gateway", phase="webhooks",
+                 location="gateway:webhook /p/alpha/webhooks/tenancy-alpha"),
+     dict(kind="wrong_identity", victim="alpha", seen_in="default", canary="mattermost_channel",
+          service="mattermost", scenario="gateway", phase="messaging")),  # not a webhook's delivery
+    ("F64", dict(kind="profile_bleed", victim="default", seen_in="alpha", canary="webhook_borrowed_bot",
+                 channel="rpc", service="mattermost", scenario="gateway", phase="webhooks",
+                 location="gateway:webhook /webhooks/tenancy-default"),
+     dict(kind="wrong_identity", victim="beta", seen_in="alpha", canary="mattermost_channel",
+          service="mattermost", scenario="gateway", phase="webhooks")),  # between secondaries: either bot's
 ]
 
 
@@ -178,6 +192,20 @@ def test_the_slack_bots_crossings_are_f25_and_f31_as_mattermosts_are():
                     scenario="gateway", phase="messaging") == ["F31"]
     assert crossing("wrong_identity", victim="alpha", seen_in="beta", canary="slack_user", service="slack_issued",
                     scenario="gateway", phase="messaging") == []
+
+
+def test_what_a_webhook_turn_and_its_delivery_copy_is_the_webhook_findings():
+    """A tenant's payload at another profile's provider is the route's crossing (F62); a tenant's channel in a
+    delivery at the launch profile's server the launch profile's bot's (F63), the launch profile's channel at another
+    profile's server a borrowed bot's (F64); a webhook step that failed (its reply never at its own bot) is F63's."""
+    webhook = dict(service="mattermost", scenario="gateway", phase="webhooks")
+    assert crossing("request_leak", "beta", "default", "webhook_payload", scenario="gateway",
+                    phase="webhooks") == ["F62"]
+    assert crossing("request_leak", "beta", "default", "webhook_record", scenario="gateway", phase="webhooks") == []
+    assert crossing("wrong_identity", "alpha", "default", "mattermost_channel", **webhook) == ["F63"]
+    assert crossing("wrong_identity", "default", "alpha", "mattermost_channel", **webhook) == ["F64"]
+    assert crossing("shortfall", "alpha", None, None, channel="env", scenario="gateway", phase="webhooks",
+                    location="webhook mattermost:webhooks") == ["F63"]
 
 
 def test_the_honcho_signature_takes_its_record_in_a_prompt_but_not_another_record():

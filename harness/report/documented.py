@@ -122,6 +122,15 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F55": (Clause(("shortfall",), phases=("messaging-connect:ntfy",)),),
     "F56": (Clause(("service ntfy",), ("wrong_key",), direction="other -> launch"),),
     "F58": (Clause(("service *",), ("profile_bleed",), ("*_fallback",)),),
+    "F62": (Clause(("webhook",), ("profile_bleed",), ("webhook_route", "webhook_channel")),
+            Clause(("request", "file *"), ("request_leak", "file_leak"), ("webhook_payload*",))),
+    "F63": (Clause(("webhook",), ("profile_bleed",), ("webhook_bot",)),
+            Clause(("service *",), ("wrong_identity", "request_leak", "response_leak"), phases=("webhooks",),
+                   direction="other -> launch"),
+            Clause(("shortfall",), phases=("webhooks",))),
+    "F64": (Clause(("webhook",), ("profile_bleed",), ("webhook_borrowed_bot",)),
+            Clause(("service *",), ("wrong_identity", "request_leak", "response_leak"), phases=("webhooks",),
+                   direction="launch -> other")),
 }
 
 

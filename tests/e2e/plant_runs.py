@@ -56,7 +56,11 @@ def _service_run(plant: str) -> str:
 #: reads (F51, F52: its bot logs in with the launch profile's), so their runs could not be caught; tests/test_email.py
 #: and tests/test_irc.py plant them against Hermes' own adapters through the proxy (a `wrong_key`, the own password
 #: its near miss).
-PHASE_PLANTS = {"approvals-allowlist", "redaction-off", "toolsets-copied", "cron-due"}
+#: The webhooks phase's
+#: plant (another tenant's canary in the target's route) likewise: F62 carries every tenant's payload to another
+#: profile's provider without it, and no fix of the series removes F62 yet (docs/phases.md: caught in a run of its
+#: own; tests/test_webhooks.py holds the plant and the phase's detector).
+PHASE_PLANTS = {"approvals-allowlist", "redaction-off", "toolsets-copied", "cron-due", "webhook-prompt"}
 NOT_RUN = {"dashboard", "mattermost-media", "telegram-media", "signal-media", "ntfy-key", "email-key", "irc-key",
            "discord-media", "discord-token", *PHASE_PLANTS}
 #: Plants that change different settings of the target, so one audit plants them all (each still judged alone:

@@ -33,7 +33,11 @@ receives over the proxied NDJSON stream (a turn after F25).
 
 Email and IRC, over raw TCP listeners of the proxy (every connection a TCP flow, inspected in clear): the secondary
 profiles' bots are built from the launch profile's settings, so they sign in to the launch profile's mailbox and
-server with its password and never at their own (F51, F52); every email and IRC flow is the launch profile's."""
+server with its password and never at their own (F51, F52); every email and IRC flow is the launch profile's.
+
+Webhooks (the `webhooks` phase, last): the launch profile's listener runs every tenant's own route in its own profile,
+but also every tenant's route under its neighbour's URL, in that profile (F62); the secondary profiles' replies go out
+through the launch profile's Mattermost bot (F63), the launch profile's own through its own bot (the near miss)."""
 
 from __future__ import annotations
 
@@ -57,7 +61,8 @@ def audit(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
     opt = request.config.getoption("--hermes-python")
     out = tmp_path_factory.mktemp("messaging") / "evidence"
     result = run_audit(RunOptions(out=out, hermes_python=resolve_hermes_python(Path(opt) if opt else None),
-                                  quiet=True, scenario="gateway", tenants=3, phases=["cron", "route-auth", "turns"],
+                                  quiet=True, scenario="gateway", tenants=3,
+                                  phases=["cron", "route-auth", "turns", "webhooks"],
                                   tools=[], services=["mattermost", "telegram", "slack", "discord", "signal", "ntfy",
                                                       "email", "irc"], cron_wait=80.0))
     assert result.out is not None
@@ -266,3 +271,23 @@ def test_every_discord_bot_signs_in_at_discords_hosts_but_admits_by_the_launch_p
     documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
     assert {"F31", "F47", *(["F48"] if took else [])} <= documented, documented
     assert not [i for i in audit.doc["incidents"] if not i["documented"] and "discord" in i["entry"]]
+
+
+def test_every_tenants_webhook_route_runs_in_any_profile_and_replies_through_the_launch_profiles_bot(audit):
+    """Each tenant's own route ran its turn on its own provider (no `webhook_turn`); its neighbour's route and secret
+    under its URL ran one there too (F62) and the reply went to the neighbour's channel; alpha's and beta's replies
+    were posted by the launch profile's Mattermost bot (F63), never a borrowed one; the launch profile's own reply is
+    the near miss: its step holds."""
+    found = {(f["victim"], f["seen_in"], f["canary"]) for f in audit.doc["findings"]
+             if f["phase"] == "webhooks" and f["kind"] == "profile_bleed"}
+    names = ("default", "alpha", "beta")
+    assert {(n, NEIGHBOUR[n], "webhook_route") for n in names} <= found, found  # F62
+    assert {("alpha", "default", "webhook_bot"), ("beta", "default", "webhook_bot")} <= found, found  # F63
+    assert not [c for c in found if c[2] in ("webhook_turn", "webhook_borrowed_bot")], found
+    assert not [c for c in found if c[2] == "webhook_bot" and c[0] == "default"], found
+    own = {t["tenant"]: t["ok"] for t in audit.doc["timeline"]
+           if t["phase"] == "webhooks" and "route: HTTP" not in (t["detail"] or "")}
+    assert own == {"default": True, "alpha": False, "beta": False}, own  # only the launch's reply at its own bot
+    webhook = [i for i in audit.doc["incidents"] if i["entry"] == "webhook"]
+    assert webhook and {"F62", "F63"} <= set(webhook[0]["documented"]), webhook
+    assert audit.doc["door_coverage"]["webhooks"] == "leak"
