@@ -18,13 +18,6 @@ at its own workspace (the frames inspected); the secondary bots answer in the pr
 the launch profile's bot authorizes by the profile that took over the process (F25); the replies' files go up to
 the upload URL each bot's own workspace issued (F31).
 
-Discord: every bot signs in with its own token at `discord.com` and on the gateway (`gateway.discord.gg`), each
-connection claimed by its IDENTIFY for its own tenant (the frames, zlib-stream and fragmented, inspected); every bot
-admits by the launch profile's allowed users and, the launch profile setting allowed roles, skips its own profile's
-allowlist (F47): the launch profile's lead gets a turn through the secondary bots, whose own users get none; after
-the first secondary turn the launch profile's bot answers in that profile's lead channel (F48); its replies attach
-its neighbour's file and `.env` (F31 through Discord).
-
 Signal: every bot streams with its own account; the secondary bots answer in a group only the launch profile
 allows (F40) and put their 👀 on the launch profile's lead's messages, which they refuse (F41); the daemon reads the
 neighbour's file a reply attaches by path (F31 through Signal). ntfy: the secondary profiles' bots are built from the
@@ -63,8 +56,8 @@ def audit(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
     result = run_audit(RunOptions(out=out, hermes_python=resolve_hermes_python(Path(opt) if opt else None),
                                   quiet=True, scenario="gateway", tenants=3,
                                   phases=["cron", "route-auth", "turns", "webhooks"],
-                                  tools=[], services=["mattermost", "telegram", "slack", "discord", "signal", "ntfy",
-                                                      "email", "irc"], cron_wait=80.0))
+                                  tools=[], services=["mattermost", "telegram", "slack", "signal", "ntfy", "email",
+                                                      "irc"], cron_wait=80.0))
     assert result.out is not None
     return Audit(result.verdict.exit_code, result.out, result.to_dict())
 
@@ -239,38 +232,6 @@ def test_every_email_and_irc_bot_signs_in_at_the_launch_profiles_server_with_its
     documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
     assert {"F51", "F52"} <= documented, documented
     assert audit.doc["platform_coverage"]["email"] != "driven" and audit.doc["platform_coverage"]["irc"] != "driven"
-
-
-def test_every_discord_bot_signs_in_at_discords_hosts_but_admits_by_the_launch_profiles_allowlists(audit):
-    names = ("default", "alpha", "beta")
-    discord = [x for x in _lines(audit.out / "ledger.jsonl") if (x.get("service") or "").startswith("discord")]
-    rest = [x for x in discord if x["service"] == "discord"]  # each request its token's tenant's, with its own token
-    assert {x["tenant"] for x in rest} == set(names) and {x["bearer"] for x in rest} == {"own"}, rest
-    # each gateway connection claimed by its IDENTIFY for its own tenant (a bot that Hermes' liveness probe
-    # reconnects, when the gateway's event loop fell behind, opens another: claimed alike)
-    claimed = [x["websocket"]["claimed"] for x in discord if x["service"] == "discord_gateway"]
-    assert set(claimed) == set(names) and len(claimed) >= 3, claimed
-    assert not [x for x in discord if x.get("websocket") and x["findings"]]
-    timeline = [t for t in audit.doc["timeline"] if t["phase"].startswith("messaging")]
-    assert not [t for t in timeline if t["phase"] in ("messaging-connect:discord", "messaging-api")
-                and (t["driver"] == "discord" or "discord" in (t.get("detail") or ""))], timeline
-    found = [f for f in audit.doc["findings"] if (f.get("service") or "").startswith("discord")]
-    assert not [f for f in found if f["kind"] in ("wrong_key", "route_auth")], found  # own tokens; no stranger
-    bled = _bled(audit, "discord")
-    assert {("alpha", "default", "allowed_users"), ("beta", "default", "allowed_users")} <= bled, bled  # F47
-    for n in ("alpha", "beta"):  # F47: their own users and leads refused, by the launch profile's allowlist
-        answered = [t["ok"] for t in timeline if t["tenant"] == n and t["driver"] == "discord" and _answered(t)]
-        assert answered == [False] * 3, timeline
-    # F48: after F25's takeover the launch profile's bot answers in that profile's lead channel (one profile's,
-    # the one that took over: the same as on Mattermost when it shows there)
-    took = {s for v, s, c in bled if v == "default" and c == "allowed_channels"}
-    assert len(took) <= 1 and took <= _took_over(audit), bled
-    if _media(audit, "discord").get("default"):  # F31: the launch profile's replies attach its neighbour's file
-        uploaded = _uploaded(audit, "discord")
-        assert {("beta", "default", "discord_file"), ("beta", "default", "discord_key")} <= uploaded, uploaded
-    documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
-    assert {"F31", "F47", *(["F48"] if took else [])} <= documented, documented
-    assert not [i for i in audit.doc["incidents"] if not i["documented"] and "discord" in i["entry"]]
 
 
 def test_every_tenants_webhook_route_runs_in_any_profile_and_replies_through_the_launch_profiles_bot(audit):
