@@ -11,6 +11,7 @@ tenant's; it goes to the `fallback` tenant's stub (the first that routes the hos
 from __future__ import annotations
 
 import functools
+import ipaddress
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -34,6 +35,7 @@ class Route:
     topology: str  # "reverse" or "forward"
     listen_port: int | None = None
     host: str | None = None
+    port: int | None = None  # a forward request's port: a loopback one may be a reverse listener's (`endpoint_of`)
 
     def __str__(self) -> str:
         return f"listen:{self.listen_port}" if self.topology == "reverse" else f"host:{self.host}"
@@ -65,6 +67,10 @@ def endpoint_of(registry: Registry, route: Route) -> Endpoint:
     """The tenant and service `route` belongs to in `registry`; on a shared host, not yet `claimed`."""
     if route.listen_port is not None:
         found = registry.endpoint(listen_port=route.listen_port)
+    elif route.host and route.port is not None and is_loopback(route.host):
+        # a reverse listener asked through the regular one: a client that proxies even loopback (Telegram's
+        # adapter decides by api.telegram.org whether to use HTTPS_PROXY, whatever its base URL)
+        found = registry.endpoint(listen_port=route.port)
     else:
         found = registry.endpoint(host=route.host) if route.host else None
     if found:
@@ -113,15 +119,32 @@ def route_of(flow: http.HTTPFlow) -> Route:
         if port is None and flow.client_conn.sockname:
             port = flow.client_conn.sockname[1]
         return Route("reverse", listen_port=port)
-    return Route("forward", host=pretty_host(flow.request).lower().rstrip("."))
+    host, port = authority(flow.request)
+    return Route("forward", host=host.lower().rstrip("."), port=port)
+
+
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or a name) is this machine's loopback."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def pretty_host(request: http.Request) -> str:
     """`request.pretty_host`, remembered for each Host header: parsing one costs as much as parsing a
     256 KiB body's JSON does in a busy proxy, and a proxy sees the same few hosts over and over."""
-    return _pretty_host(request.host_header, request.host)
+    return authority(request)[0]
+
+
+def authority(request: http.Request) -> tuple[str, int | None]:
+    """The host and port a request was addressed to: its Host header's (which routing a forward request to its
+    upstream keeps), else its own; no port when the Host header names none."""
+    return _authority(request.host_header, request.host, request.port)
 
 
 @functools.lru_cache(maxsize=1024)
-def _pretty_host(host_header: str | None, host: str) -> str:
-    return url.parse_authority(host_header, check=False)[0] if host_header else host
+def _authority(host_header: str | None, host: str, port: int) -> tuple[str, int | None]:
+    return url.parse_authority(host_header, check=False) if host_header else (host, port)
