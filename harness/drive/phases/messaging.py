@@ -247,6 +247,12 @@ def _judge(ctx: Context, m: Message, turns: dict[str, int], since: float, second
                                          f"{m.tenant}'s agent reply was posted at {other}'s server"))
 
 
+def _signs_in_with(t: Tenant, platform: str, credential: str) -> tuple[str, ...]:
+    """What `t`'s bot may sign in with on `platform`: its credentials there, or, on a keyless platform (Signal:
+    no credential in the registry), the canary of the platform's credential kind (its account)."""
+    return t.credentials(platform) or tuple(v for v in (t.canaries.get(credential),) if v)
+
+
 def _unknown(ctx: Context) -> None:
     """A failed step for every stub that got requests it does not know (it answered them with the platform's error):
     what Hermes asked there was not audited."""
@@ -272,8 +278,9 @@ def _tokens(ctx: Context) -> list[Finding]:
         credential = SERVICES[platform].credential
         for t in ctx.registry:
             for token in stub_of(ctx, t.name, platform).challenges:
-                if token not in t.credentials(platform):
-                    owner: Tenant | None = next((o for o in ctx.registry if token in o.credentials(platform)), None)
+                if token not in _signs_in_with(t, platform, credential):
+                    owner: Tenant | None = next(
+                        (o for o in ctx.registry if token in _signs_in_with(o, platform, credential)), None)
                     found.append(Finding(
                         "wrong_key", owner.name if owner else t.name, t.name, credential, "request",
                         f"gateway:{platform} {t.name}'s sign-in", "plain",
