@@ -101,6 +101,8 @@ def test_patch_check_audits_both_installs_with_the_tenant_that_leaves_settings_u
                                                                               "mattermost.allowed_users"]))
     assert opts.unset == ["mattermost.allowed_users"] and "mattermost" in opts.service_names()
     assert arguments.patch_check_options(arguments.parser().parse_args(argv)).unset == []
+    planted = arguments.patch_check_options(arguments.parser().parse_args([*argv, "--plant", "signal-account"]))
+    assert planted.plants == ["signal-account"]
     assert cli.main([*argv, "--unset", "mattermost.nothing", "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err.strip()
     assert "\n" not in err and "unknown setting 'mattermost.nothing' for --unset" in err, err
