@@ -197,6 +197,9 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     pc.add_argument("--services", help="services, as for run ('none': the providers only)")
     pc.add_argument("--phases", help="multi-profile phases, as for run")
     pc.add_argument("--platforms", help="messaging platforms, as for run")
+    pc.add_argument("--unset", help="settings the second tenant leaves unset, as for run (SERVICE.NAME,...|all)")
+    pc.add_argument("--plant", action="append", default=[], metavar="NAME",
+                    help="a negative control planted in both audits, as for run (repeatable)")
     pc.add_argument("--policy", default="hermes", help="the isolation policy, as for run (default hermes)")
     pc.add_argument("--runs", type=int, default=1, help="with --series: audit the twin N times, as run --runs does")
     pc.add_argument("--hermes-python", type=Path, help="the install to patch a copy of (default: as for run)")
@@ -308,7 +311,8 @@ def patch_check_options(a: argparse.Namespace) -> RunOptions:
     return RunOptions(scenario=a.scenario, tenants=getattr(a, "tenants", 0) or default_tenants(a.scenario),
                       out=a.out, hermes_python=a.hermes_python, quiet=True, phases=phases(getattr(a, "phases", None)),
                       tools=parse_tools(a.tools), services=services_of(a),
-                      policy=getattr(a, "policy", RunOptions.policy))
+                      policy=getattr(a, "policy", RunOptions.policy), unset=unset_of(a),
+                      plants=list(getattr(a, "plant", [])))
 
 
 def patch_check_mode(a: argparse.Namespace) -> str:

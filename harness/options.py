@@ -60,7 +60,7 @@ class RunOptions:
     def scenario_options(self) -> ScenarioOptions:
         return ScenarioOptions(turns=self.turns, timeout=self.timeout, phases=list(self.phases),
                                cron_wait=self.cron_wait, tools=self.tool_groups(), services=self.service_names(),
-                               unset=list(self.unset))
+                               unset=list(self.unset), plants=list(self.plants))
 
 
 def check_options(opts: RunOptions) -> None:

@@ -481,8 +481,7 @@ def test_a_loopback_url_sent_through_the_forward_listener_is_the_reverse_listene
     f = run(addon, forward_flow(f"127.0.0.1:{PORTS['beta']}", main_turn(reg, "beta"), key=reg["beta"].key))
     assert (f.request.host, f.request.port) == ("127.0.0.1", PORTS["beta"] + 1000)
     assert f.metadata["tenancy"]["tenant"] == "beta" and kinds(f) == []
-    assert ledger(tmp_path)[0]["route"] == f"listen:{PORTS['beta']}"
-    assert route_of(f) == Route("forward", listen_port=PORTS["beta"], host="127.0.0.1")  # the saved flow says so too
+    assert route_of(f) == Route("forward", host="127.0.0.1", port=PORTS["beta"])  # the saved flow says so too
     f = run(addon, forward_flow("127.0.0.1:18999", main_turn(reg, "beta"), key=reg["beta"].key))
     assert f.metadata["tenancy"]["tenant"] is None  # the near miss: a port no listener has is no tenant's
 
@@ -574,6 +573,27 @@ def test_egress_block_answers_403_without_an_upstream(tctx, addon, reg, tmp_path
     respond(answered, "{}")
     answered.response.status_code = 403
     assert "refused" not in flows.inspect_flow(reg, matcher, answered).ledger_entry()
+
+
+def test_a_reverse_listener_asked_through_the_regular_one_is_its_tenants(tctx, addon, reg, tmp_path):
+    """A client that sends even loopback through HTTPS_PROXY (Telegram's adapter decides by api.telegram.org,
+    whatever its base URL) asks the regular listener for `127.0.0.1:<a reverse listener's port>`: routed to that
+    tenant's upstream and inspected as its flow, also when reconciled. Near misses, refused as egress: a loopback port
+    no tenant listens on, and another host on a listener's port."""
+    tctx.configure(addon, tenancy_egress="block")
+    own = run(addon, forward_flow(f"127.0.0.1:{PORTS['alpha']}", main_turn(reg, "alpha"), key=reg["alpha"].key))
+    other = run(addon, forward_flow(f"127.0.0.1:{PORTS['beta']}", main_turn(reg, "beta"), key=reg["alpha"].key))
+    assert (own.request.host, own.request.port) == ("127.0.0.1", PORTS["alpha"] + 1000)
+    assert other.request.port == PORTS["beta"] + 1000 and kinds(own) == [] and kinds(other) == ["wrong_key"]
+    unowned = run(addon, forward_flow("127.0.0.1:18999", main_turn(reg, "alpha")))
+    elsewhere = run(addon, forward_flow(f"example.org:{PORTS['alpha']}", main_turn(reg, "alpha")))
+    assert [f.response.status_code for f in (unowned, elsewhere)] == [403, 403]
+    lines = ledger(tmp_path)
+    assert [(x["tenant"], x.get("refused", False)) for x in lines] == [("alpha", False), ("beta", False),
+                                                                        (None, True), (None, True)]
+    matcher = Matcher.for_registry(reg)
+    for flow, line in zip((own, other, unowned, elsewhere), lines, strict=True):
+        assert flows.inspect_flow(reg, matcher, flow).ledger_entry() | {"time": line["time"]} == line
 
 
 def test_a_connect_to_an_unowned_host_is_refused_only_when_it_would_be_dialled(tctx, addon, tmp_path):

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from harness import cli
+from harness import arguments, cli
 from harness.core.evidence import UsageError
 from harness.core.findings import Finding
 from harness.drive.hermes.patched import patched_copy, targets
@@ -92,6 +92,21 @@ def test_patch_check_exits_2_with_one_line_on_bad_input(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and "missing.patch is not readable" in err, err
     assert not (tmp_path / "out").exists()  # nothing half-written
+
+
+def test_patch_check_audits_both_installs_with_the_tenant_that_leaves_settings_unset(tmp_path, capsys):
+    """`--unset` is run's: both audits have the second tenant leave the setting unset; an unknown one is exit 2."""
+    argv = ["patch-check", "x.patch", "--scenario", "gateway", "--platforms", "mattermost"]
+    opts = arguments.patch_check_options(arguments.parser().parse_args([*argv, "--unset",
+                                                                              "mattermost.allowed_users"]))
+    assert opts.unset == ["mattermost.allowed_users"] and "mattermost" in opts.service_names()
+    assert arguments.patch_check_options(arguments.parser().parse_args(argv)).unset == []
+    planted = arguments.patch_check_options(arguments.parser().parse_args([*argv, "--plant", "signal-account"]))
+    assert planted.plants == ["signal-account"]
+    assert cli.main([*argv, "--unset", "mattermost.nothing", "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err and "unknown setting 'mattermost.nothing' for --unset" in err, err
+    assert not (tmp_path / "out").exists()
 
 
 def _leak(victim: str, recipient: str, tool: str, phase: str = "lookups", canary: str = "tool_memory",

@@ -19,7 +19,7 @@ from harness.core.registry import mint
 from harness.detect.engine.matcher import matcher_for
 from harness.drive import services
 from harness.drive.hermes.agent import hermetic_env
-from harness.drive.phases import attachments
+from harness.drive.phases import attachments, messaging
 from harness.drive.plants import apply
 from harness.drive.platforms.signal import MEDIA_FILE, SignalStub, lead, media_text
 from harness.drive.surface import PlantContext
@@ -145,3 +145,19 @@ def test_the_media_plant_puts_the_donors_canary_in_the_targets_file(tmp_path):
     home.mkdir()
     assert apply("signal-media", PlantContext(reg["default"], reg["alpha"], home, "", "")) == {"request_leak"}
     assert (home / MEDIA_FILE).read_bytes() == media_text(reg["default"].canaries["signal_file"])
+
+
+def test_a_sign_in_with_the_tenants_own_account_is_no_finding_and_another_tenants_is_a_wrong_key(tmp_path):
+    """Signal is keyless (no credential in the registry): a sign-in is judged by the account it names."""
+    reg = _registry(tmp_path)
+    stubs = {(t.name, "signal"): SignalStub(t) for t in reg}
+    ctx = SimpleNamespace(registry=reg, scenario="gateway", service_stubs=stubs, services=lambda: ["signal"])
+    d, a = reg["default"], reg["alpha"]
+    stubs["default", "signal"].signed_in(d.canaries["signal_account"])  # the near miss: its own
+    stubs["alpha", "signal"].signed_in(a.canaries["signal_account"])
+    stubs["alpha", "signal"].signed_in(d.canaries["signal_account"])
+    stubs["alpha", "signal"].signed_in("+15550000000")
+    found = messaging._tokens(ctx)
+    assert [(f.kind, f.victim, f.seen_in, f.canary, f.detail) for f in found] == [
+        ("wrong_key", "default", "alpha", "signal_account", "alpha's signal bot signed in with another tenant's token"),
+        ("wrong_key", "alpha", "alpha", "signal_account", "alpha's signal bot signed in with an unknown's token")]

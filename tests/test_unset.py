@@ -67,7 +67,7 @@ def _ctx(tmp_path: Path, unset: list[str]) -> SimpleNamespace:
     steps: list[tuple[str, str, bool, str]] = []
     ctx = SimpleNamespace(
         registry=reg, sandbox=Sandbox(tmp_path / "sandbox"), scenario="gateway", findings=[], timeline=[],
-        steps=steps, opts=SimpleNamespace(unset=unset), stubs={},
+        steps=steps, opts=SimpleNamespace(unset=unset, plants=[]), stubs={},
         service_stubs={(t.name, "mattermost"): MattermostStub(t) for t in reg}, services=lambda: ["mattermost"],
         record=lambda r, phase, snapshot=True: steps.append((r.tenant, r.driver, r.ok, r.detail)),
         matcher=lambda: SimpleNamespace(redact_text=str))
@@ -124,3 +124,24 @@ def test_a_home_channel_left_unset_owes_no_delivery_but_a_delivery_elsewhere_is_
     attachments.judge_cron(ctx, "mattermost")
     assert [(t, ok) for t, _, ok, _ in ctx.steps] == [("beta", False)]  # alpha owes none; beta's never came
     assert [(f.kind, f.victim, f.seen_in) for f in ctx.findings] == [("profile_bleed", "alpha", "default")]
+
+
+def test_a_plant_that_gives_a_bot_another_tenants_account_relaxes_that_bot_alone(tmp_path):
+    """`signal-account` puts the first tenant's Signal account in the second's `.env`: a Hermes that refuses a
+    second bot on one account refuses the second tenant's, so that tenant need not sign in or answer on Signal.
+    Near misses: another tenant, another platform, the same run without the plant."""
+    reg = mint(NAMES, tmp_path / "work", {n: {"listen": 42000 + i} for i, n in enumerate(NAMES)})
+    services.mint(reg, ["signal", "mattermost"])
+
+    def ctx(planted: list[str]) -> SimpleNamespace:
+        c = SimpleNamespace(registry=reg, opts=SimpleNamespace(unset=[], plants=planted))
+        c.unset_by = lambda tenant: Context.unset_by(c, tenant)  # type: ignore[arg-type]
+        return c
+
+    with_plant, without = ctx(["signal-account"]), ctx([])
+    assert all(Context.relaxed(with_plant, "alpha", "signal", w) for w in ("sign-in", "answered", "home"))
+    assert not Context.relaxed(with_plant, "alpha", "signal", "strangers")
+    assert not Context.relaxed(with_plant, "default", "signal", "sign-in")
+    assert not Context.relaxed(with_plant, "alpha", "mattermost", "sign-in")
+    assert not Context.relaxed(without, "alpha", "signal", "sign-in")
+    assert RunOptions(scenario="gateway", plants=["signal-account"]).scenario_options().plants == ["signal-account"]

@@ -8,21 +8,20 @@ is current and the request is routed when the inspection sees it. See docs/addon
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 import urllib.parse
 from pathlib import Path
 from typing import Any
 
 from mitmproxy import ctx, exceptions, http, tcp
-from mitmproxy.net.http import url as mitmproxy_url
+from mitmproxy.net.http.url import hostport
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from harness.capture.watched import RegistryFile
 from harness.core import registry
 from harness.core.protocol import FLOW_HEADER, REFUSED_CONNECTION
 from harness.detect import routes
-from harness.detect.routes import Endpoint
+from harness.detect.routes import Endpoint, is_loopback
 
 log = logging.getLogger("tenancy")
 EGRESS_CHOICES = ("flag", "block")
@@ -161,16 +160,6 @@ class Routing:
         return endpoint if reg is not None and reg is self.tenants.registry else None
 
 
-def is_loopback(host: str) -> bool:
-    """Whether `host` (an address or a name) is this machine's loopback."""
-    if host.lower().rstrip(".") == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
 def address(upstream: str) -> tuple[str, int]:
     """(host, port) an upstream URL is dialled at."""
     url = urllib.parse.urlsplit(upstream)
@@ -188,9 +177,10 @@ def block(flow: http.HTTPFlow) -> None:
 
 
 def route_to(request: http.Request, upstream: str) -> None:
-    """Send a forward-mode request to its tenant's provider, keeping the Host (and port) it was addressed to."""
+    """Send a forward-mode request to its tenant's provider, keeping the Host it was addressed to (with its port:
+    a loopback one may be a reverse listener's, `routes.endpoint_of`)."""
     url = urllib.parse.urlsplit(upstream)
-    host_header = request.host_header or mitmproxy_url.hostport(request.scheme, request.host, request.port)
+    host_header = request.host_header or hostport(request.scheme, request.host, request.port)
     request.scheme = url.scheme or "http"
     request.host = url.hostname or "127.0.0.1"
     request.port = url.port or (443 if request.scheme == "https" else 80)

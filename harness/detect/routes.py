@@ -11,6 +11,7 @@ tenant's; it goes to the `fallback` tenant's stub (the first that routes the hos
 from __future__ import annotations
 
 import functools
+import ipaddress
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
@@ -24,8 +25,6 @@ from harness.core.registry import PROVIDER, Registry, Tenant
 from harness.detect.decode import Headers, decode_body, first_values
 from harness.detect.engine.matcher import Matcher
 
-#: The hosts of a loopback URL: a forward request to one names a reverse listener of the proxy by its port.
-LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 #: How much of a request's (decoded) body is searched for the credential that claims a shared host.
 CLAIM_BYTES = 64 * 1024
 
@@ -38,6 +37,7 @@ class Route:
     topology: str  # "reverse" or "forward"
     listen_port: int | None = None
     host: str | None = None
+    port: int | None = None  # a forward request's port: a loopback one may be a reverse listener's (`endpoint_of`)
 
     def __str__(self) -> str:
         return f"listen:{self.listen_port}" if self.listen_port is not None else f"host:{self.host}"
@@ -69,6 +69,10 @@ def endpoint_of(registry: Registry, route: Route) -> Endpoint:
     """The tenant and service `route` belongs to in `registry`; on a shared host, not yet `claimed`."""
     if route.listen_port is not None:
         found = registry.endpoint(listen_port=route.listen_port)
+    elif route.host and route.port is not None and is_loopback(route.host):
+        # a reverse listener asked through the regular one: a client that proxies even loopback (Telegram's
+        # adapter decides by api.telegram.org whether to use HTTPS_PROXY, whatever its base URL)
+        found = registry.endpoint(listen_port=route.port)
     else:
         found = registry.endpoint(host=route.host) if route.host else None
     if found:
@@ -121,28 +125,32 @@ def route_of(flow: Flow) -> Route:
     if not isinstance(flow, http.HTTPFlow):
         address = flow.server_conn.address
         return Route("forward", host=str(address[0]).lower().rstrip(".") if address else None)
-    host = pretty_host(flow.request).lower().rstrip(".")
-    if host in LOOPBACK:  # a client that sends a loopback URL through the proxy too (Telegram's adapter, whose proxy
-        return Route("forward", listen_port=addressed_port(flow.request), host=host)  # skips NO_PROXY)
-    return Route("forward", host=host)
+    host, port = authority(flow.request)
+    return Route("forward", host=host.lower().rstrip("."), port=port)
 
 
-def addressed_port(request: http.Request) -> int:
-    """The port a forward request was addressed to: its Host header's (kept when the request is routed on to a stub,
-    so a saved flow still names it), else its own."""
-    if request.host_header:
-        port = url.parse_authority(request.host_header, check=False)[1]
-        if port:
-            return port
-    return request.port
+def is_loopback(host: str) -> bool:
+    """Whether `host` (an address or a name) is this machine's loopback."""
+    if host.lower().rstrip(".") == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def pretty_host(request: http.Request) -> str:
     """`request.pretty_host`, remembered for each Host header: parsing one costs as much as parsing a
     256 KiB body's JSON does in a busy proxy, and a proxy sees the same few hosts over and over."""
-    return _pretty_host(request.host_header, request.host)
+    return authority(request)[0]
+
+
+def authority(request: http.Request) -> tuple[str, int | None]:
+    """The host and port a request was addressed to: its Host header's (which routing a forward request to its
+    upstream keeps), else its own; no port when the Host header names none."""
+    return _authority(request.host_header, request.host, request.port)
 
 
 @functools.lru_cache(maxsize=1024)
-def _pretty_host(host_header: str | None, host: str) -> str:
-    return url.parse_authority(host_header, check=False)[0] if host_header else host
+def _authority(host_header: str | None, host: str, port: int) -> tuple[str, int | None]:
+    return url.parse_authority(host_header, check=False) if host_header else (host, port)

@@ -43,6 +43,7 @@ class ScenarioOptions:
     tools: list[str] = field(default_factory=lambda: list(TOOL_GROUPS))  # battery groups; [] = env probe only
     services: list[str] = field(default_factory=lambda: list(DEFAULT_SERVICES))  # services besides the provider
     unset: list[str] = field(default_factory=list)  # settings the second tenant (`launch:`: the launch) leaves unset
+    plants: list[str] = field(default_factory=list)  # the run's plants (what their target need not show: `relaxed`)
 
 
 @dataclass
@@ -195,8 +196,12 @@ class Context:
 
     def relaxed(self, tenant: str, service: str, what: str) -> bool:
         """Whether `tenant` need not show `what` (`surface.RELAXES`) at `service`: a setting it leaves unset there
-        made that happen."""
-        return any(s.split(".", 1)[0] == service and what in UNSETTABLE[s].relaxes for s in self.unset_by(tenant))
+        made that happen, or a plant of the service's in its home (the plants' target is the second tenant)."""
+        planted = (self.registry.names()[1] == tenant
+                   and any(what in plant.relaxes for name, plant in SERVICES[service].plants.items()
+                           if name in self.opts.plants))
+        return planted or any(s.split(".", 1)[0] == service and what in UNSETTABLE[s].relaxes
+                              for s in self.unset_by(tenant))
 
     def extra_config(self, tenant: str) -> dict[str, Any]:
         if tenant == self.sandbox.launch and self.gateway_port:

@@ -137,6 +137,9 @@ class Plant:
     expects: frozenset[str]
     through_service: bool = True
     alone: bool = False  # needs an audit of its own: another plant of its service would take away what it needs
+    #: What the target need not show at the plant's service (`RELAXES`): a messaging bot given another tenant's
+    #: account is refused by a Hermes that refuses a second bot on one account, and that is no shortfall.
+    relaxes: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -266,11 +269,11 @@ def set_env(home: Path, name: str, value: str) -> None:
     path.write_text("\n".join([*lines, f"{name}={value}"]) + "\n")
 
 
-def credential_plant(credential: str, credential_env: str) -> Plant:
+def credential_plant(credential: str, credential_env: str, relaxes: frozenset[str] = frozenset()) -> Plant:
     """The donor's credential under the target's credential variable (its `.env`): a `wrong_key` at the
     service."""
     return Plant(lambda c: set_env(c.target_home, credential_env, c.donor.canaries[credential]),
-                 frozenset({"wrong_key"}))
+                 frozenset({"wrong_key"}), relaxes=relaxes)
 
 
 def merged(base: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:

@@ -266,10 +266,12 @@ def _judge(ctx: Context, m: Message, turns: dict[str, int], since: float, second
                                          f"{m.tenant}'s agent reply was posted at {other}'s server"))
 
 
-def _own(t: Tenant, platform: str) -> tuple[str, ...]:
-    """What `t`'s bot on `platform` may sign in with: its credentials there, or on a platform whose protocol carries
-    none (`keyless`) the identity its calls name."""
-    return t.credentials(platform) or (t.canaries[SERVICES[platform].credential],)
+def _signs_in_with(t: Tenant, platform: str, credential: str) -> tuple[str, ...]:
+    """What `t`'s bot may sign in with on `platform`: its credentials there, or, on a keyless platform (Signal:
+    no credential in the registry), the canary of the platform's credential kind (its account)."""
+    return t.credentials(platform) or tuple(v for v in (t.canaries.get(credential),) if v)
+
+
 
 
 def _finding(ctx: Context, m: Message, kind: str, seen_in: str, canary: str, evidence: str, detail: str) -> Finding:
@@ -286,8 +288,9 @@ def _tokens(ctx: Context) -> list[Finding]:
         credential = SERVICES[platform].credential
         for t in ctx.registry:
             for token in stub_of(ctx, t.name, platform).challenges:
-                if token not in _own(t, platform):
-                    owner: Tenant | None = next((o for o in ctx.registry if token in _own(o, platform)), None)
+                if token not in _signs_in_with(t, platform, credential):
+                    owner: Tenant | None = next(
+                        (o for o in ctx.registry if token in _signs_in_with(o, platform, credential)), None)
                     found.append(Finding(
                         "wrong_key", owner.name if owner else t.name, t.name, credential, "request",
                         f"gateway:{platform} {t.name}'s sign-in", "plain",
@@ -296,12 +299,6 @@ def _tokens(ctx: Context) -> list[Finding]:
                         detail=f"{t.name}'s {platform} bot signed in with "
                                f"{'another tenant' if owner else 'an unknown'}'s token"))
     return found
-
-
-def _own(t: Tenant, platform: str) -> tuple[str, ...]:
-    """What `t`'s bot on `platform` may sign in with: its credentials there, or on a platform whose protocol carries
-    none (`keyless`) the identity its calls name."""
-    return t.credentials(platform) or (t.canaries[SERVICES[platform].credential],)
 
 
 def _unknown(ctx: Context) -> None:
