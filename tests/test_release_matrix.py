@@ -199,7 +199,10 @@ def test_matrix_json_has_one_line_per_cell_and_row_and_parses_back(tmp_path):
 
 
 @pytest.mark.parametrize(("path", "releases"), [("docs/matrix/matrix.json", 4), ("docs/matrix/cron/matrix.json", 3),
-                                               ("docs/matrix/services/matrix.json", 7)])
+                                               ("docs/matrix/services/matrix.json", 7),
+                                               *((f"docs/matrix/messaging/{name}.json", 3) for name in (
+                                                   "platforms", "webhooks", "webhooks-launch-unset",
+                                                   "allowlists-unset"))])
 def test_the_committed_matrix_is_a_complete_matrix_in_the_written_layout(path, releases):
     text = (Path(__file__).parent.parent / path).read_text()
     doc = json.loads(text)
