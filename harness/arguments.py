@@ -162,6 +162,8 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     mx.add_argument("--phases", help="multi-profile phases, as for run (all: every phase, cron included)")
     mx.add_argument("--services", help="services besides the providers, as for run ('none': the providers only)")
     mx.add_argument("--platforms", help="messaging platforms, as for run")
+    mx.add_argument("--unset", help="settings the second tenant (launch:SERVICE.NAME: the launch profile) leaves "
+                    "unset in every run, as for run")
     mx.add_argument("--shard", help="I/N: run only this share of the release x scenario x run cells")
     mx.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
     mx.add_argument("--out", type=Path, required=True, help="matrix folder: matrix.json/.md/.html, evidence per run")
@@ -301,7 +303,7 @@ def matrix_options(a: argparse.Namespace) -> MatrixOptions:
     """`matrix`'s options from its arguments (UsageError for a malformed release, scenario or shard)."""
     return MatrixOptions(releases=parse_releases(a.hermes), scenarios=parse_scenarios(a.scenario), runs=a.runs,
                          out=a.out, tools=parse_tools(a.tools), phases=phases(a.phases),
-                         services=services_of(a),
+                         services=services_of(a), unset=unset_of(a),
                          shard=parse_shard(a.shard) if a.shard else None,
                          timeout=a.timeout, force=a.force, quiet=a.quiet, sign_key=a.sign_key)
 

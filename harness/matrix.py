@@ -148,7 +148,8 @@ def _cells(audit: Audit, opts: MatrixOptions, rel: Release, scenario: str, runs:
         return
     run_opts = RunOptions(scenario=scenario, tenants=default_tenants(scenario), hermes_python=rel.python,
                           out=opts.out / rel.version / scenario, quiet=True, timeout=opts.timeout, tools=opts.tools,
-                          phases=list(opts.phases), services=opts.services, sign_key=opts.sign_key)
+                          phases=list(opts.phases), services=opts.services, unset=list(opts.unset),
+                          sign_key=opts.sign_key)
     for run, got in run_audits(audit, run_opts, runs, failed=(HermesError, ProxyError, EvidenceError)):
         if isinstance(got, Exception):
             yield Cell(rel.version, scenario, run, NA, f"the run failed: {got}")
@@ -217,6 +218,7 @@ def repeat(audit: Audit, opts: RunOptions, runs: int) -> tuple[dict[str, Any], l
         progress(opts.quiet, f"run {i}/{runs}: {result.verdict.status}")
     release = results[0].versions.get("hermes-agent", "?")
     cells = [cell_of(r, release, opts.scenario, i, root) for i, r in enumerate(results, 1)]
-    doc = matrix.document(plan_of([release], [opts.scenario], runs, opts.tools, opts.phases, opts.services), cells)
+    doc = matrix.document(plan_of([release], [opts.scenario], runs, opts.tools, opts.phases, opts.services,
+                                  opts.unset), cells)
     write_matrix(root, doc)
     return doc, results

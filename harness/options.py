@@ -140,6 +140,7 @@ class MatrixOptions:
     tools: list[str] | None = None
     phases: list[str] = field(default_factory=list)  # none: each scenario's default phases
     services: list[str] | None = None  # None: every service
+    unset: list[str] = field(default_factory=list)  # settings a tenant leaves unset in every run (`RunOptions.unset`)
     shard: tuple[int, int] | None = None
     timeout: float = 180.0
     force: bool = False
@@ -148,18 +149,20 @@ class MatrixOptions:
 
     @property
     def plan(self) -> Plan:
-        return plan_of(list(self.releases), self.scenarios, self.runs, self.tools, self.phases, self.services)
+        return plan_of(list(self.releases), self.scenarios, self.runs, self.tools, self.phases, self.services,
+                       self.unset)
 
 
 def plan_of(releases: list[str], scenarios: list[str], runs: int, tools: list[str] | None,
-            phases: list[str], services: list[str] | None = None) -> Plan:
+            phases: list[str], services: list[str] | None = None, unset: list[str] | None = None) -> Plan:
     """The plan of these runs. Phases are recorded in run order, each once, and the default as None, so that
-    two spellings of the same runs merge; services in their table's order, every one as None."""
+    two spellings of the same runs merge; services in their table's order, every one as None; the settings left
+    unset sorted, each once."""
     ordered = tuple(p for p in KNOWN_PHASES if p in phases)
     chosen = None if services is None else tuple(s for s in SERVICES if s in services)
     return Plan(tuple(releases), tuple(scenarios), runs, None if tools is None else tuple(tools),
                 None if not ordered or ordered == DEFAULT_PHASES else ordered,
-                None if chosen == DEFAULT_SERVICES else chosen)
+                None if chosen == DEFAULT_SERVICES else chosen, tuple(sorted(set(unset or ()))))
 
 
 def parse_releases(spec: str) -> dict[str, Path | None]:
@@ -208,6 +211,6 @@ def check_matrix_options(opts: MatrixOptions) -> None:
         raise UsageError("--runs must be at least 1")
     for scenario in opts.scenarios:
         check_options(RunOptions(scenario=scenario, tenants=default_tenants(scenario), tools=opts.tools,
-                                 phases=list(opts.phases), services=opts.services))
+                                 phases=list(opts.phases), services=opts.services, unset=list(opts.unset)))
     if opts.sign_key is not None:
         dsse.signing_key(opts.sign_key)  # a key that cannot sign is one line before anything runs

@@ -4,6 +4,11 @@ cannot run (one line naming Hermes' extra), and the platform coverage, a row for
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -12,6 +17,7 @@ from harness.arguments import services_of
 from harness.core.findings import Finding
 from harness.detect.tools import platform_table
 from harness.drive.context import Context
+from harness.drive.hermes import features
 from harness.drive.hermes.features import Features
 from harness.drive.platforms import OUT_OF_SCOPE
 from harness.drive.services import DEFAULT_SERVICES, PLATFORMS, SERVICES, unavailable
@@ -83,3 +89,29 @@ def test_a_platform_is_driven_failed_or_a_leak_by_its_own_steps_and_findings():
     assert platform_table(states, ok, [leak])[ONE] == "leak"
     elsewhere = Finding("profile_bleed", "alpha", "beta", "message", "rpc", "gateway", service="web")
     assert platform_table(states, ok, [elsewhere])[ONE] == "driven"  # the near miss: another service's finding
+
+
+def _probe_tree(root, files: dict[str, str]) -> dict:
+    """The feature probe's report for a release made of `files` (path -> source): a tree of packages on its own."""
+    for path, text in files.items():
+        for parent in Path(path).parents:
+            if parent != Path("."):
+                (root / parent).mkdir(parents=True, exist_ok=True)
+                (root / parent / "__init__.py").touch()
+        (root / path).write_text(text)
+    probes = {name: SERVICES[name].coverage.probe for name in ("ntfy", "signal", "email")}
+    done = subprocess.run([sys.executable, "-c", features._probe_script(probes)], capture_output=True, text=True,
+                          timeout=60, cwd=root, env={"PYTHONPATH": str(root), "PATH": os.environ["PATH"]})
+    assert done.returncode == 0, done.stderr[-2000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_platform_adapter_is_found_where_its_release_keeps_it(tmp_path):
+    """A plug-in's adapter (plugins/platforms/NAME/adapter.py) and one of the gateway's own modules
+    (gateway/platforms/NAME.py, where releases before 0.18 kept Telegram, Slack and email) are both the platform's;
+    the near misses: an adapter without what the plug-in drives, and another module beside the adapter's."""
+    got = _probe_tree(tmp_path, {"plugins/platforms/ntfy/adapter.py": "'/json'",
+                                 "gateway/platforms/email.py": "IMAP4_SSL",
+                                 "gateway/platforms/signal.py": "no event stream",
+                                 "gateway/platforms/signal_stream.py": "/api/v1/events"})
+    assert sorted(got["services"]) == ["email", "ntfy"]

@@ -199,7 +199,10 @@ def test_matrix_json_has_one_line_per_cell_and_row_and_parses_back(tmp_path):
 
 
 @pytest.mark.parametrize(("path", "releases"), [("docs/matrix/matrix.json", 4), ("docs/matrix/cron/matrix.json", 3),
-                                               ("docs/matrix/services/matrix.json", 7)])
+                                               ("docs/matrix/services/matrix.json", 7),
+                                               *((f"docs/matrix/messaging/{name}.json", 3) for name in (
+                                                   "platforms", "webhooks", "webhooks-launch-unset",
+                                                   "allowlists-unset"))])
 def test_the_committed_matrix_is_a_complete_matrix_in_the_written_layout(path, releases):
     text = (Path(__file__).parent.parent / path).read_text()
     doc = json.loads(text)
@@ -320,6 +323,9 @@ def one_line_exit_2(tmp_path: Path, *args: str) -> str:
     (["matrix", "--hermes", "0.19.0", "--runs", "0", "--out", "m"], "--runs"),
     (["matrix", "--hermes", "0.19.0", "--tools", "nope", "--out", "m"], "unknown tool group"),
     (["matrix", "--hermes", "0.19.0", "--phases", "nope", "--out", "m"], "unknown phase 'nope'"),
+    (["matrix", "--hermes", "0.19.0", "--unset", "nope.x", "--out", "m"], "unknown setting 'nope.x' for --unset"),
+    (["matrix", "--hermes", "0.19.0", "--scenario", "gateway", "--unset", "slack.token", "--out", "m"],
+     "the run does not drive 'slack'"),
     (["matrix", "--hermes", "0.19.0", "--out", "/proc/m"], "cannot create a writable folder"),
     (["matrix", "--hermes", "0.19.0", "--out", "file"], "not a directory"),
     (["merge", "nothing", "--out", "m"], "cannot read"),
@@ -369,7 +375,7 @@ def test_run_runs_n_reports_seen_k_of_n_per_incident_and_class(tmp_path, monkeyp
     assert incident["documented"] == ["F8"] and incident["cells"]["0.19.0"]["seen"] == 2
     assert doc["rows"][0]["fingerprint"] == LEAK.fingerprint() and doc["rows"][0]["cells"]["0.19.0"]["seen"] == 2
     assert doc["plan"] == {"releases": ["0.19.0"], "scenarios": ["oneshot"], "runs": 3, "tools": None, "phases": None,
-                           "services": None}
+                           "services": None, "unset": []}
     assert [c["evidence"] for c in doc["cells"]] == ["run-1", "run-2", "run-3"]
     assert cli.main(["run", "--runs", "3", "--out", str(tmp_path / "rate")]) == 2  # holds a matrix: --force
 
@@ -405,6 +411,47 @@ def test_matrix_phases_reach_every_run_and_the_plan(tmp_path, monkeypatch):
                      "--quiet"]) == 0
     assert ran == [("serve", [])]  # no --phases: the scenario's default
     assert json.loads((tmp_path / "d" / "matrix.json").read_text())["plan"]["phases"] is None
+
+
+def test_matrix_platforms_and_unset_settings_reach_every_run_and_the_plan(tmp_path, monkeypatch):
+    """`--platforms` and `--unset` are every run's, as for `run`, and the plan's (so shards of other settings do not
+    merge); the heading of matrix.md says them."""
+    ran = []
+
+    def fake_run_audit(opts):
+        ran.append((opts.services, opts.unset))
+        opts.out.mkdir(parents=True)
+        return AuditResult(Verdict([]), ["default", "alpha"], opts.scenario, {"hermes-agent": "0.19.0"},
+                           timeline=[{"ok": True}], out=opts.out)
+
+    monkeypatch.setattr(cli, "run_audit", fake_run_audit)
+    monkeypatch.setattr(runner, "prepare_release", lambda v, *_: runner.Release(v, Path(sys.executable), Features()))
+    out = tmp_path / "m"
+    assert cli.main(["matrix", "--hermes", "0.18.2,0.19.0", "--scenario", "gateway", "--services", "none",
+                     "--platforms", "slack,mattermost", "--unset", "slack.allowed_users,launch:mattermost.token",
+                     "--out", str(out), "--quiet"]) == 0
+    assert ran == [(["slack", "mattermost"], ["slack.allowed_users", "launch:mattermost.token"])] * 2
+    plan = json.loads((out / "matrix.json").read_text())["plan"]
+    assert plan["services"] == ["mattermost", "slack"]
+    assert plan["unset"] == ["launch:mattermost.token", "slack.allowed_users"]
+    assert "; services mattermost, slack; unset launch:mattermost.token, slack.allowed_users" in \
+        (out / "matrix.md").read_text()
+    ran.clear()
+    assert cli.main(["matrix", "--hermes", "0.19.0", "--scenario", "gateway", "--out", str(tmp_path / "d"),
+                     "--quiet"]) == 0
+    assert ran == [(None, [])]  # neither: the default services, every tenant sets every setting
+    assert json.loads((tmp_path / "d" / "matrix.json").read_text())["plan"]["unset"] == []
+
+
+def test_a_matrix_of_other_unset_settings_is_another_plan_and_an_old_shard_merges():
+    plan, cells = recorded()
+    by_key = {c.key: c for c in cells}
+    old, new = (matrix.document(plan, [by_key[k] for k in matrix.shard_keys(plan, i, 2)], f"{i}/2") for i in (1, 2))
+    del old["plan"]["unset"]  # a shard written before --unset: nothing left unset
+    assert matrix.merge([("old", old), ("new", new)]) == matrix.document(plan, cells)
+    other = matrix.document(replace(plan, unset=("slack.allowed_users",)), [])
+    with pytest.raises(MatrixError, match="another plan"):
+        matrix.merge([("new", new), ("other", other)])
 
 
 def test_phases_spelt_otherwise_make_the_same_plan_and_an_old_shard_merges():

@@ -145,7 +145,8 @@ class Plant:
 @dataclass(frozen=True)
 class Coverage:
     """How a release is asked whether it has the service (`probe`: a Python expression in the feature probe's
-    child, over its helpers `has(module)`, `imports(module)` (it imports) and `source_has(module, text)`), and why
+    child, over its helpers `has(module)`, `imports(module)` (it imports), `source_has(module, text)` and
+    `adapter_has(platform, text)`: a platform adapter's source, wherever the release keeps it), and why
     the service is `n/a` without it (`lacks`: for a messaging platform, name Hermes' extra that brings its SDK) or in
     the forward topology (`forward`; "" when it can be audited there)."""
 

@@ -109,6 +109,7 @@ class Plan:
     tools: tuple[str, ...] | None = None  # battery groups (None: every group)
     phases: tuple[str, ...] | None = None  # multi-profile phases (None: each scenario's default)
     services: tuple[str, ...] | None = None  # services besides the provider (None: every one)
+    unset: tuple[str, ...] = ()  # settings a tenant leaves unset in every run (`--unset`; none: every tenant sets all)
 
     def cell_keys(self) -> list[tuple[str, str, int]]:
         """Every cell of the plan in a fixed order: releases by version, scenarios as given, runs 1..N."""
@@ -119,7 +120,7 @@ class Plan:
         return {"releases": sorted(self.releases, key=release_key), "scenarios": list(self.scenarios),
                 "runs": self.runs, "tools": None if self.tools is None else list(self.tools),
                 "phases": None if self.phases is None else list(self.phases),
-                "services": None if self.services is None else list(self.services)}
+                "services": None if self.services is None else list(self.services), "unset": list(self.unset)}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Plan:
@@ -128,7 +129,8 @@ class Plan:
             services = data.get("services", ())  # a matrix from before the services stubbed none
             return cls(tuple(data["releases"]), tuple(data["scenarios"]), int(data["runs"]),
                        None if tools is None else tuple(tools), None if phases is None else tuple(phases),
-                       None if services is None else tuple(services))
+                       None if services is None else tuple(services),
+                       tuple(data.get("unset", ())))  # a matrix from before --unset left nothing unset
         except (KeyError, TypeError, ValueError) as exc:
             raise MatrixError(f"matrix: malformed plan ({type(exc).__name__}: {exc})") from None
 

@@ -27,9 +27,11 @@ def _heading(doc: dict[str, Any]) -> str:
     plan = doc["plan"]
     tools = "every tool group" if plan["tools"] is None else (", ".join(plan["tools"]) or "the env probe only")
     phases = f"; phases {', '.join(plan['phases'])}" if plan.get("phases") else ""
+    services = "" if plan.get("services") is None else f"; services {', '.join(plan['services']) or 'none'}"
+    unset = f"; unset {', '.join(plan['unset'])}" if plan.get("unset") else ""
     shard = f"; shard {doc['shard']} only" if doc["shard"] else ""
     return (f"releases {', '.join(_releases(doc))}; scenarios {', '.join(plan['scenarios'])}; "
-            f"{plan['runs']} run(s) each; {tools}{phases}{shard}")
+            f"{plan['runs']} run(s) each; {tools}{phases}{services}{unset}{shard}")
 
 
 def _who(row: dict[str, Any]) -> str:

@@ -45,6 +45,9 @@ def source_has(mod, text):
         return bool(spec and spec.origin and text in open(spec.origin, encoding="utf-8").read())
     except (ImportError, OSError, ValueError):
         return False
+def adapter_has(name, text):
+    # a platform's adapter where the release keeps it: plugins/platforms/NAME/adapter.py, or gateway/platforms/NAME.py
+    return source_has(f"plugins.platforms.{name}.adapter", text) or source_has(f"gateway.platforms.{name}", text)
 def dist():
     spec = importlib.util.find_spec("hermes_cli")
     dirs = (spec.submodule_search_locations or []) if spec else []

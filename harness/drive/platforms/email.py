@@ -377,8 +377,8 @@ SERVICE = ServiceSpec(
                 Unset("address", env=("EMAIL_ADDRESS",), relaxes=_EVERYTHING),
                 Unset("servers", env=("EMAIL_IMAP_HOST", "EMAIL_IMAP_PORT", "EMAIL_SMTP_HOST", "EMAIL_SMTP_PORT"),
                       relaxes=_EVERYTHING)),
-    coverage=Coverage('source_has("plugins.platforms.email.adapter", "IMAP4_SSL")',
-                      "no email platform adapter (plugins/platforms/email)",
+    coverage=Coverage('adapter_has("email", "IMAP4_SSL")',
+                      "no email platform adapter",
                       forward="Hermes' email adapter opens raw IMAP and SMTP sockets, which no proxy variable applies "
                               "to: its servers are a reverse listener of the proxy"),
     battery=Battery("email"),  # no tools: the gateway door's `messaging` phase drives it

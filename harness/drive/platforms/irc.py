@@ -209,8 +209,8 @@ SERVICE = ServiceSpec(
                 Unset("home_channel", env=("IRC_HOME_CHANNEL",), relaxes=frozenset({"home"})),
                 Unset("password", env=("IRC_SERVER_PASSWORD",), relaxes=_EVERYTHING),
                 Unset("server", env=("IRC_SERVER", "IRC_PORT"), relaxes=_EVERYTHING)),
-    coverage=Coverage('source_has("plugins.platforms.irc.adapter", "RPL_WELCOME")',
-                      "no IRC platform adapter (plugins/platforms/irc)",
+    coverage=Coverage('adapter_has("irc", "RPL_WELCOME")',
+                      "no IRC platform adapter",
                       forward="Hermes' IRC adapter opens a raw socket, which no proxy variable applies to: its "
                               "server is a reverse listener of the proxy"),
     battery=Battery("irc"),  # no tools: the gateway door's `messaging` phase drives it

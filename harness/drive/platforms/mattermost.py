@@ -196,8 +196,8 @@ SERVICE = ServiceSpec(
                 Unset("home_channel", env=("MATTERMOST_HOME_CHANNEL",), relaxes=frozenset({"home"})),
                 Unset("token", env=("MATTERMOST_TOKEN",), relaxes=frozenset({"sign-in", "answered", "home"})),
                 Unset("url", env=("MATTERMOST_URL",), relaxes=frozenset({"sign-in", "answered", "home"}))),
-    coverage=Coverage('source_has("plugins.platforms.mattermost.adapter", "authentication_challenge")',
-                      "no Mattermost platform adapter (plugins/platforms/mattermost)",
+    coverage=Coverage('adapter_has("mattermost", "authentication_challenge")',
+                      "no Mattermost platform adapter",
                       forward="Hermes' Mattermost adapter gives aiohttp no proxy (trust_env off), so it ignores "
                               "HTTPS_PROXY"),
     battery=Battery("mattermost"),  # no tools: the gateway door's `messaging` phase drives it

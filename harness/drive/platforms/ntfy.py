@@ -121,8 +121,8 @@ SERVICE = ServiceSpec(
     identity=("ntfy_user", "ntfy_topic"), data=("ntfy_post", "ntfy_file"), passive=True,
     configure=configure, by_default=False, doors=("gateway",),  # only `hermes gateway run` starts the bots
     messaging=Messaging("ntfy_user", "ntfy_topic", "ntfy_post", "ntfy_file", MEDIA_FILE, "ntfy", attachments="none"),
-    coverage=Coverage('source_has("plugins.platforms.ntfy.adapter", "/json")',
-                      "no ntfy platform adapter (plugins/platforms/ntfy)"),
+    coverage=Coverage('adapter_has("ntfy", "/json")',
+                      "no ntfy platform adapter"),
     battery=Battery("ntfy"),  # no tools: the gateway door's `messaging` phase drives it
     plants={"ntfy-key": credential_plant("ntfy_key", "NTFY_TOKEN")},
 )

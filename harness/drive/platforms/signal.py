@@ -193,8 +193,8 @@ SERVICE = ServiceSpec(
     configure=configure, by_default=False, doors=("gateway",),  # only `hermes gateway run` starts the bots
     messaging=Messaging("signal_user", "signal_group", "signal_post", "signal_file", MEDIA_FILE, "signal",
                         attachments="path"),
-    coverage=Coverage('source_has("gateway.platforms.signal", "/api/v1/events")',
-                      "no Signal adapter (gateway/platforms/signal.py)"),
+    coverage=Coverage('adapter_has("signal", "/api/v1/events")',
+                      "no Signal platform adapter (its /api/v1/events stream)"),
     battery=Battery("signal"),  # no tools: the gateway door's `messaging` phase drives it
     # The donor's account in the target's SIGNAL_ACCOUNT: the target's bot streams and sends as the donor's
     # account at its own daemon (Hermes 0.19.0 refuses no second bot on an account: the adapter holds no token).

@@ -392,7 +392,7 @@ SERVICE = ServiceSpec(
     fixed=FixedHost(HOST, ("slack_bot_key", "slack_app_key")),
     shapes={kind: _prefixed(prefix) for kind, prefix in (("slack_bot_key", "xoxb-"), ("slack_app_key", "xapp-1-"),
                                                          ("slack_user", "U"), ("slack_channel", "C"))},
-    coverage=Coverage('has("slack_bolt") and source_has("plugins.platforms.slack.adapter", "AsyncSocketModeHandler")',
+    coverage=Coverage('has("slack_bolt") and adapter_has("slack", "AsyncSocketModeHandler")',
                       "no Slack platform adapter, or not its SDK (Hermes' `messaging` extra: slack-bolt, slack-sdk)"),
     battery=Battery("slack"),  # no tools: the gateway door's `messaging` phase drives it
     plants={"slack-app": Plant(_app, frozenset({"profile_bleed"}))},

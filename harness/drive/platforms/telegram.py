@@ -374,9 +374,9 @@ SERVICE = ServiceSpec(
                       relaxes=frozenset({"answered", "strangers"})),
                 Unset("home_channel", env=("TELEGRAM_HOME_CHANNEL",), relaxes=frozenset({"home"})),
                 Unset("token", env=("TELEGRAM_BOT_TOKEN",), relaxes=frozenset({"sign-in", "answered", "home"}))),
-    coverage=Coverage('imports("telegram") and source_has("plugins.platforms.telegram.adapter", "base_file_url")',
-                      "no python-telegram-bot for its adapter (plugins/platforms/telegram): Hermes' extra "
-                      "hermes-agent[messaging]"),
+    coverage=Coverage('imports("telegram") and adapter_has("telegram", "base_file_url")',
+                      "no Telegram platform adapter with a base URL setting, or not python-telegram-bot for it "
+                      "(Hermes' extra hermes-agent[messaging])"),
     battery=Battery("telegram"),  # no tools: the gateway door's `messaging` phase drives it
     plants={"telegram-server": Plant(_server, frozenset({"wrong_key"})),
             "telegram-media": Plant(_media, frozenset({"request_leak"}), alone=True)},
