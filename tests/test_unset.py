@@ -134,7 +134,8 @@ def test_a_plant_that_gives_a_bot_another_tenants_account_relaxes_that_bot_alone
     services.mint(reg, ["signal", "mattermost"])
 
     def ctx(planted: list[str]) -> SimpleNamespace:
-        c = SimpleNamespace(registry=reg, opts=SimpleNamespace(unset=[], plants=planted))
+        c = SimpleNamespace(registry=reg, opts=SimpleNamespace(unset=[], plants=planted),
+                            sandbox=SimpleNamespace(launch="default"))
         c.unset_by = lambda tenant: Context.unset_by(c, tenant)  # type: ignore[arg-type]
         return c
 

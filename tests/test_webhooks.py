@@ -44,7 +44,7 @@ def _ctx(tmp_path: Path, platforms: tuple[str, ...] = ("mattermost",), unset: tu
     steps: list[tuple[str, str, bool, str]] = []
     ctx = SimpleNamespace(
         registry=reg, registry_path=tmp_path / "registry.yaml", sandbox=Sandbox(tmp_path / "sandbox"),
-        scenario="gateway", findings=[], steps=steps, opts=SimpleNamespace(unset=list(unset), timeout=10.0),
+        scenario="gateway", findings=[], steps=steps, opts=SimpleNamespace(unset=list(unset), timeout=10.0, plants=[]),
         stubs={n: SimpleNamespace(snapshot=list) for n in NAMES}, services=lambda: list(platforms),
         service_stubs={(t.name, p): MattermostStub(t) for t in reg for p in platforms},
         record=lambda r, phase, snapshot=True: steps.append((r.tenant, r.driver, r.ok, r.detail)))
