@@ -18,7 +18,7 @@ _WEBHOOK = ("a webhook platform: a multiplexed gateway lets only the launch prof
 #: The adapters of a release that no plug-in drives, and why (the platform coverage's `out of scope: <reason>`).
 OUT_OF_SCOPE: dict[str, str] = {
     "local": "not a platform: the CLI's own session",
-    "api_server": "a front door of its own (--scenario api_server), not a bot",
+    "api_server": "a front door of its own, not a bot: its row is the front-door coverage's `api_server`",
     "webhook": "not a bot of each profile: one listener of the launch profile serves every profile's routes (a "
                "secondary profile that enables it is skipped whole); the `webhooks` phase drives it as a way in (its "
                "front-door coverage row)",
