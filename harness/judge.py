@@ -57,10 +57,11 @@ def venv_warnings(record: RunRecord, base: baselines.AnyBaseline | None) -> list
                                                "other versions"]
     made_with = getattr(base, "made_with", None) or {}
     if made_with.get("installed") and venv.get("installed"):
-        # a distribution only the SDK of a service, or a door, this run did not drive brings cannot have changed it
-        unused = frozenset(p for name, spec in SERVICES.items() if record.services.get(name) != "on"
-                           for p in spec.packages) | frozenset(
-            p for name, door in DOORS.items() if record.doors.get(name) != "on" for p in door.packages)
+        # a distribution only the SDKs of services, or doors, this run did not drive bring cannot have changed it
+        declared = [(spec.packages, record.services.get(name) == "on") for name, spec in SERVICES.items()]
+        declared += [(door.packages, record.doors.get(name) == "on") for name, door in DOORS.items()]
+        used = frozenset(p for packages, on in declared if on for p in packages)
+        unused = frozenset(p for packages, _ in declared for p in packages) - used
         differs = differences(venv["installed"], made_with["installed"], "the Hermes venv", ignore=TOOLS | unused,
                               against=("the one that made the baseline", "baseline"))
         lines += [differs] if differs else []
@@ -122,7 +123,7 @@ def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *
         ran={(ph.scenario, ph.name) for ph in record.phases} | {(scenario, "end")},  # files: at the end
         warnings=[*venv_warnings(record, base), *(f"service {name} was not audited, {state}"  # asked, not offered
                                                   for name, state in record.services.items()
-                                                  if state.startswith("n/a"))],
+                                                  if state.startswith("n/a")), *refusals(rec)],
         tenants=registry.names(), scenario=scenario,
         versions=release_versions(record.hermes_agent or "?", record.hermes_venv), timeline=record.turns,
         seconds=seconds,
@@ -130,6 +131,15 @@ def evaluate(out: Path, record: RunRecord, base: baselines.AnyBaseline | None, *
         coverage=rec.coverage.table(record.tools, kept, OUT_OF_SCOPE, allowed, left_out(record)),
         services=service_coverage, doors=door_coverage, platforms=platform_coverage, unset=record.unset,
         policy=policy.to_dict())
+
+
+def refusals(rec: Reconciliation) -> list[str]:
+    """A line naming the hosts no tenant routes that the proxy refused requests to (nothing was dialled; one that
+    carried a canary is also an `egress` finding)."""
+    if not rec.refused:
+        return []
+    hosts = ", ".join(f"{host} ({n})" for host, n in sorted(rec.refused.items()))
+    return [f"the proxy refused {rec.refused.total()} request(s) to hosts no tenant routes, nothing dialled: {hosts}"]
 
 
 def left_out(record: RunRecord) -> dict[str, str]:

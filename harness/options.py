@@ -78,6 +78,8 @@ def check_options(opts: RunOptions) -> None:
                              f"{', '.join(doors)} or all)")
         if p in plants.DOOR_PLANTS and opts.scenario not in (plants.DOOR_PLANTS[p][0], ALL):
             raise UsageError(f"plant {p!r} needs --scenario {plants.DOOR_PLANTS[p][0]} or all")
+        if lacking := set(plants.DOOR_PLANTS.get(p, ("", ()))[1]) - set(opts.phases or DEFAULT_PHASES):
+            raise UsageError(f"plant {p!r} needs --phases {','.join(sorted(lacking))}")
         if p in plants.SCENARIO and p not in plants.DOOR_PLANTS and not doors and not backend_offers_every_tool(
                 opts.scenario):
             choices = ", ".join(n for n, d in DOORS.items() if d.backend)

@@ -149,17 +149,18 @@ class AuditSession:
         return self.start_proxy(wait=wait)
 
     def mint(self, names: Sequence[str] | None = None) -> Registry:
-        """Bind the listeners (one per tenant and proxied service in the reverse topology, else one) and a socket
-        per provider stub, then mint the tenants with those routes, upstreams and homes and every service's
+        """Bind the listeners (one per tenant and proxied service in the reverse topology, and the regular one) and
+        a socket per provider stub, then mint the tenants with those routes, upstreams and homes and every service's
         canaries, and save the registry. Everything is bound first, so the registry names ports nobody else can
         take before mitmdump and the stubs serve them. `names`: other tenants than the session's (a fresh
         registry; the listeners bound before stay held until the session ends)."""
         if names is not None:
             self.names = list(names)
-        proxied = [s for s in self.service_names if SERVICES[s].proxied]
-        ends = [(n, s) for n in self.names for s in (PROVIDER, *proxied)] if self.topology == "reverse" else [("", "")]
+        proxied = [s for s in self.service_names if services.listens(s)]
+        ends = [(n, s) for n in self.names for s in (PROVIDER, *proxied)] if self.topology == "reverse" else []
         listeners = {end: self._bind() for end in ends}
-        self.listeners = list(listeners.values())  # those of an earlier mint stay closed by the stack
+        # the regular listener: the forward topology's, and in the reverse one where every other request goes
+        self.listeners = [*listeners.values(), self._bind()]  # those of an earlier mint stay closed by the stack
         self._routes = {end: {"listen": port_of(sock)} for end, sock in listeners.items()}
         self._stub_socks = {n: self._bind() for n in self.names}
         registry = mint(self.names, self.sandbox.root / "work", {n: self.route(n, PROVIDER) for n in self.names},
@@ -198,7 +199,7 @@ class AuditSession:
                 if isinstance(stub, StubProvider):  # a model: its text answers are derived from what it is asked
                     stub.deriver = deriver
                 stub.start()
-                services.attach(registry, name, t.name, self.route(t.name, name) if SERVICES[name].proxied else None,
+                services.attach(registry, name, t.name, self.route(t.name, name) if services.listens(name) else None,
                                 stub.url)
         self.folder.subfolder(SERVICE_RECORDS)
         registry.save(self.registry_path)

@@ -125,9 +125,11 @@ def reverse_flow(tenant: str, body: dict | bytes | None = None, *, key: str | No
 
 
 def forward_flow(host: str, body: dict | None = None, *, key: str | None = None) -> http.HTTPFlow:
+    """A forward request as its `request` hook sees it: no server connection yet (lazy strategy)."""
     hdrs = {"content-type": "application/json"} | ({"authorization": f"Bearer {key}"} if key else {})
     f = tflow.tflow(req=http.Request.make("POST", f"https://{host}/v1/chat/completions",
                                           json.dumps(body or {}).encode(), hdrs))
+    f.server_conn.timestamp_start = f.server_conn.timestamp_tcp_setup = None
     return f
 
 
@@ -329,10 +331,11 @@ def sse(*pieces: str) -> bytes:
     return b"".join(f"data: {json.dumps(e)}\n\n".encode() for e in events) + b"data: [DONE]\n\n"
 
 
-def stream_through(addon, f: http.HTTPFlow, body: bytes, chunk: int = 7) -> list[bytes]:
+def stream_through(addon, f: http.HTTPFlow, body: bytes, chunk: int = 7,
+                   content_type: str = "text/event-stream") -> list[bytes]:
     """What the proxy core does with a streamed response: headers hook, chunks via .stream, response hook."""
     addon.request(f)
-    f.response = http.Response.make(200, b"", {"content-type": "text/event-stream"})
+    f.response = http.Response.make(200, b"", {"content-type": content_type})
     f.response.data.content = None
     addon.responseheaders(f)
     assert callable(f.response.stream)
@@ -353,6 +356,32 @@ def test_sse_is_passed_through_chunk_by_chunk_and_inspected_reassembled(tctx, ad
     assert finding["kind"] == "response_leak" and finding["canary"] == "workdir"
     assert finding["location"].startswith(f"flow:{f.id}:response.sse.choices[0].delta.content@")
     assert f.metadata["tenancy"]["streamed"] is True
+
+
+def test_ndjson_is_passed_through_line_by_line_and_inspected_whole_at_the_end(tctx, addon, reg):
+    """A long-lived NDJSON response (ntfy's subscription) reaches the client chunk by chunk, as SSE does: held
+    until it ended, the bot would never see a message. Another tenant's canary in it is a `response_leak` (the
+    whole body inspected at the end); the tenant's own is not (the near miss)."""
+    secret, own = reg["beta"].canaries["workdir"], reg["alpha"].canaries["workdir"]
+    body = b"".join(json.dumps(e).encode() + b"\n" for e in (
+        {"event": "open"}, {"event": "message", "message": f"cwd {own}"}, {"event": "message", "message": secret}))
+    f = reverse_flow("alpha", None, key=reg["alpha"].key)
+    out = stream_through(addon, f, body, content_type="application/x-ndjson")
+    assert b"".join(out) == body and all(len(c) <= 7 for c in out)
+    assert f.response.raw_content == body and f.response.stream is False
+    (finding,) = f.metadata["tenancy"]["findings"]
+    assert finding["kind"] == "response_leak" and finding["canary"] == "workdir"
+    near = reverse_flow("alpha", None, key=reg["alpha"].key)
+    stream_through(addon, near, body.replace(secret.encode(), b"x"), content_type="application/x-ndjson")
+    assert kinds(near) == []
+
+
+def test_a_plain_json_response_is_not_streamed(tctx, addon, reg):
+    f = reverse_flow("alpha", None, key=reg["alpha"].key)
+    addon.request(f)
+    f.response = http.Response.make(200, b"{}", {"content-type": "application/json"})
+    addon.responseheaders(f)
+    assert not f.response.stream
 
 
 def test_sse_with_lone_surrogates_is_inspected_not_crashed(tctx, addon, reg, tmp_path):
@@ -445,6 +474,62 @@ def test_forward_routes_to_the_tenants_upstream(tctx, addon, reg, tmp_path):
     assert f.request.host == "delta.test" and kinds(f) == ["wrong_key"]  # no upstream: left alone
 
 
+@pytest.fixture
+def shared(reg: Registry, regfile: Path, tctx, addon) -> Registry:
+    """gamma and delta each have a `chat` service on chat.example, shared by credential (`chat_key`), and a
+    websocket host of their own (`chat_ws`)."""
+    from harness.core.registry import Service
+
+    for port, name in enumerate(("gamma", "delta"), 29101):
+        t = reg[name]
+        t.canaries["chat_key"] = f"chatkey-{name}-{t.key[-18:]}"
+        t.services["chat"] = Service("chat", {"host": "chat.example", "by": "credential"}, f"http://127.0.0.1:{port}",
+                                     "chat_key")
+        t.services["chat_ws"] = Service("chat_ws", {"host": f"gateway.{name}.chat.test"},
+                                        f"http://127.0.0.1:{port}", "chat_key")
+    reg.save(regfile)
+    addon.routing.tenants.refresh()
+    return reg
+
+
+def chat_flow(path: str, headers: dict | None = None, body: bytes = b"", host: str = "chat.example",
+              method: str = "POST") -> http.HTTPFlow:
+    f = tflow.tflow(req=http.Request.make(method, f"https://{host}{path}", body, headers or {}))
+    f.server_conn.timestamp_start = None
+    return f
+
+
+def test_a_shared_host_goes_to_the_stub_of_the_tenant_whose_credential_the_request_carries(shared, addon, tmp_path):
+    gamma, delta = shared["gamma"].canaries["chat_key"], shared["delta"].canaries["chat_key"]
+    by_header = run(addon, chat_flow("/api/chat.postMessage", {"authorization": f"Bot {delta}"}))
+    by_path = run(addon, chat_flow(f"/bot{gamma}/sendMessage"))
+    by_form = run(addon, chat_flow("/api/auth.test", {"content-type": "application/x-www-form-urlencoded"},
+                                   f"token={delta}&x=1".encode()))
+    header_first = run(addon, chat_flow(f"/bot{gamma}/getMe", {"authorization": f"Bearer {delta}"}))
+    unclaimed = run(addon, chat_flow("/api/chat.postMessage", body=b"hello"))
+    own_host = run(addon, chat_flow("/socket", host="gateway.delta.chat.test", method="GET"))  # a tenant's own host
+    ports = [f.request.port for f in (by_header, by_path, by_form, header_first, unclaimed, own_host)]
+    assert ports == [29102, 29101, 29102, 29102, 29101, 29102]  # unclaimed: the first tenant's stub answers it
+    lines = ledger(tmp_path)
+    assert [(x["tenant"], x["service"], x["bearer"]) for x in lines] == [
+        ("delta", "chat", "own"), ("gamma", "chat", "own"), ("delta", "chat", "own"), ("delta", "chat", "own"),
+        (None, "chat", "none"), ("delta", "chat_ws", "none")]
+    assert [[f["kind"] for f in x["findings"]] for x in lines] == [[], [], [], ["request_leak"], [], []]
+    assert lines[3]["findings"][0]["victim"] == "gamma"  # gamma's token in the path of delta's request
+    matcher = Matcher.for_registry(shared)
+    for flow, line in zip((by_header, by_path, by_form, header_first, unclaimed, own_host), lines, strict=True):
+        assert flows.inspect_flow(shared, matcher, flow).ledger_entry() | {"time": line["time"]} == line
+
+
+def test_a_connect_to_a_shared_host_is_never_refused(shared, tctx, addon):
+    tctx.configure(addon, tenancy_egress="block")
+    eager_strategy(tctx, addon)
+    connect = tflow.tflow(req=http.Request.make("CONNECT", "http://chat.example:443/"))
+    connect.request.host, connect.request.port = "chat.example", 443
+    addon.http_connect(connect)
+    assert connect.response is None
+
+
 def test_egress_flag_records_and_lets_through(tctx, addon, reg):
     f = forward_flow("api.openai.com", {"k": reg["gamma"].canaries["memory"]})
     addon.request(f)
@@ -456,21 +541,69 @@ def test_egress_flag_records_and_lets_through(tctx, addon, reg):
     assert egress["victim"] is None and egress["seen_in"] is None and "api.openai.com" in egress["detail"]
 
 
-def test_egress_block_answers_403_without_an_upstream(tctx, addon, tmp_path):
+def test_egress_block_answers_403_without_an_upstream(tctx, addon, reg, tmp_path):
+    """Refused, a request that carries nothing of a tenant's is recorded (`refused` in the ledger), not a
+    finding; one carrying a canary is egress and its leak. Reconciled from the saved flow: the same."""
     tctx.configure(addon, tenancy_egress="block")
     f = forward_flow("evil.example")
     addon.request(f)
     assert f.response.status_code == 403 and b"egress to evil.example blocked" in f.response.content
     addon.response(f)
-    assert kinds(f) == ["egress"] and ledger(tmp_path)[0]["status"] == 403
-    connect = tflow.tflow(req=http.Request.make("CONNECT", "http://evil.example:443/"))
-    connect.request.host, connect.request.port = "evil.example", 443
-    addon.http_connect(connect)
-    assert connect.response.status_code == 403
-    assert [[x["kind"] for x in line["findings"]] for line in ledger(tmp_path)] == [["egress"], ["egress"]]
+    assert kinds(f) == [] and not f.marked and ledger(tmp_path)[0]["status"] == 403
+    assert ledger(tmp_path)[0]["refused"] is True and ledger(tmp_path)[0]["tenant"] is None
+    carrying = run(addon, forward_flow("evil.example", {"k": reg["gamma"].canaries["memory"]}))
+    assert carrying.response.status_code == 403 and kinds(carrying) == ["egress", "request_leak"] and carrying.marked
+    assert "(refused)" in carrying.metadata["tenancy"]["findings"][0]["detail"]
+    matcher = Matcher.for_registry(reg)
+    for flow, line in zip((f, carrying), ledger(tmp_path), strict=True):
+        assert flows.inspect_flow(reg, matcher, flow).ledger_entry() | {"time": line["time"]} == line
+    answered = forward_flow("evil.example")  # near miss: a 403 the proxy did not make (an upstream's) is no refusal
+    respond(answered, "{}")
+    answered.response.status_code = 403
+    assert "refused" not in flows.inspect_flow(reg, matcher, answered).ledger_entry()
+
+
+def test_a_connect_to_an_unowned_host_is_refused_only_when_it_would_be_dialled(tctx, addon, tmp_path):
+    """With the lazy strategy nothing is dialled at a CONNECT: the request inside is read and refused. With the
+    eager one (which dials at once) the CONNECT itself is refused."""
+    tctx.configure(addon, tenancy_egress="block")
+    lazy = tflow.tflow(req=http.Request.make("CONNECT", "http://evil.example:443/"))
+    lazy.request.host, lazy.request.port = "evil.example", 443
+    addon.http_connect(lazy)
+    assert lazy.response is None
+    eager_strategy(tctx, addon)
+    eager = tflow.tflow(req=http.Request.make("CONNECT", "http://evil.example:443/"))
+    eager.request.host, eager.request.port = "evil.example", 443
+    eager.server_conn.timestamp_start = None
+    addon.http_connect(eager)
+    assert eager.response.status_code == 403
+    assert [(line["refused"], line["findings"]) for line in ledger(tmp_path)] == [(True, [])]
     ok = tflow.tflow(req=http.Request.make("CONNECT", "http://gamma.test:443/"))
     addon.http_connect(ok)
     assert ok.response is None
+
+
+def eager_strategy(tctx, addon) -> None:
+    """mitmproxy's `connection_strategy` (its proxy server's option, which the test context lacks), set to eager."""
+    tctx.options.add_option("connection_strategy", str, "lazy", "", choices=("eager", "lazy"))
+    tctx.configure(addon, connection_strategy="eager")
+
+
+@pytest.mark.parametrize(("address", "refused"), [
+    (("93.184.215.14", 443), True), (("evil.example", 80), True), (("127.0.0.1", 29001), False),
+    (("::1", 8080), False), (("localhost", 80), False), (("127.0.0.2", 80), False)])
+def test_block_refuses_any_connection_that_would_leave_the_machine(tctx, addon, address, refused):
+    """`server_connect`: whatever would dial outside loopback (a raw TCP stream or TLS the proxy does not read,
+    after a CONNECT) is refused before it is dialled; loopback (every stub) is not."""
+    from mitmproxy.connection import Server
+    from mitmproxy.proxy.server_hooks import ServerConnectionHookData
+
+    data = ServerConnectionHookData(Server(address=address), tflow.tclient_conn())
+    addon.server_connect(data)
+    assert data.server.error is None  # egress `flag`: nothing is refused
+    tctx.configure(addon, tenancy_egress="block")
+    addon.server_connect(data)
+    assert (data.server.error is not None) == refused
 
 
 # --- routing decides once, inspection reads it ------------------------------------------------------------
@@ -489,10 +622,8 @@ def test_routing_resolves_each_flow_once_and_hands_it_on(tctx, addon, reg, tmp_p
             return real(*args)
         return count
 
-    for name in ("route_of", "endpoint_of"):
-        counter = counted(name, getattr(routes, name))
-        for module in (routes, flows):
-            monkeypatch.setattr(module, name, counter)
+    for module, name in ((routes, "route_of"), (routes, "endpoint_of"), (flows, "endpoint_of")):
+        monkeypatch.setattr(module, name, counted(name, getattr(routes, name)))
     json_turn = run(addon, reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key))
     streamed = reverse_flow("alpha", main_turn(reg, "alpha", stream=True), key=reg["alpha"].key)
     stream_through(addon, streamed, sse("hello"))
@@ -503,6 +634,7 @@ def test_routing_resolves_each_flow_once_and_hands_it_on(tctx, addon, reg, tmp_p
     addon.error(failed)
     tctx.configure(addon, tenancy_egress="block")
     blocked = run(addon, forward_flow("evil.example"))
+    eager_strategy(tctx, addon)  # a CONNECT is refused when it would be dialled
     connect = tflow.tflow(req=http.Request.make("CONNECT", "http://evil.example:443/"))
     connect.request.host, connect.request.port = "evil.example", 443
     addon.http_connect(connect)

@@ -62,7 +62,8 @@ def test_the_own_attachment_is_a_step_and_a_reply_without_it_a_failed_one(tmp_pa
     _post(beta, "c", "probe done for tenant beta", ctx.registry["beta"].canaries["mattermost_key"])
     beta.posts[-1]["time"] = until + 5
     attachments.judge_media(ctx, since, until, 1.0)
-    assert ctx.steps == [("default", "media", True, "messaging"), ("alpha", "media", False, "messaging")]
+    assert ctx.steps == [("default", "mattermost media", True, "messaging"),
+                         ("alpha", "mattermost media", False, "messaging")]
     assert ctx.findings == []
 
 
@@ -77,7 +78,7 @@ def test_cron_output_in_its_home_channel_is_a_step_and_at_another_server_a_profi
     _post(ctx.service_stubs[("default", "mattermost")], d.canaries["mattermost_channel"],
           "probe done for tenant default", d.canaries["mattermost_key"])  # a reply to a message: not cron output
     attachments.judge_cron(ctx, "mattermost")
-    assert ctx.steps == [("default", "cron-delivery", True, "messaging")] and ctx.findings == []
+    assert ctx.steps == [("default", "mattermost cron-delivery", True, "messaging")] and ctx.findings == []
     beta = ctx.registry["beta"]
     _post(ctx.service_stubs[("beta", "mattermost")], beta.canaries["mattermost_channel"], output,
           beta.canaries["mattermost_key"])
@@ -93,7 +94,7 @@ def test_a_cron_job_posted_outside_its_home_channel_is_a_failed_step(tmp_path):
     _post(ctx.service_stubs[("default", "mattermost")], ctx.registry["alpha"].canaries["mattermost_channel"],
           "Cronjob Response: x\nprobe done for tenant default", d.canaries["mattermost_key"])
     attachments.judge_cron(ctx, "mattermost")
-    assert ctx.steps == [("default", "cron-delivery", False, "messaging")]
+    assert ctx.steps == [("default", "mattermost cron-delivery", False, "messaging")]
 
 
 def test_the_media_plant_puts_the_donors_canary_in_the_targets_file(tmp_path):

@@ -61,6 +61,9 @@ SMOKES = {
         r"^json +%T +%T +%T +%T +%Nx +%T$",
         r"^sse +%T +%T +%T +%T +%Nx +%T$")),
     "loop": Smoke("loop", ("--smoke",), (r"^json +%N +%N +%N$", r"^sse +%N +%N +%N$")),
+    "websocket": Smoke("websocket", ("--smoke",), (
+        r"^hooks: %N s \(%N us/message; the end of the connection %T s of it\); without them: %T s$",
+        r"^proxy, 100 messages each way: with the addon %N s, plain mitmdump %N s \(%Nx")),
     "proxy": Smoke("proxy", ("--smoke", "--workers", "1"), (
         r"^addon: 1 scan worker\(s\) each",
         r"^json +1KiB +1 +addon-fwd +%N +%N +%N$",

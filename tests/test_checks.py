@@ -76,10 +76,11 @@ def leak(victim: str, canary: str, location: str = "flow:f1:request.body@3") -> 
 
 
 def test_the_checks_are_registered_in_their_order():
-    """The key and model checks before the leak scan (which leaves out what they reported), the identity check
-    after it (it renames its leaks); the stream after the headers and body (it reports only what they did not)."""
+    """The key and model checks before the leak scan (which leaves out what they reported), egress after it (a
+    refused request is egress only with a canary), the identity check after it (it renames its leaks); the stream
+    after the headers and body (it reports only what they did not)."""
     assert [c.__name__ for c in REQUEST_CHECKS] == [
-        "check_egress", "check_key", "check_model", "check_request_leaks", "check_identity"]
+        "check_key", "check_model", "check_request_leaks", "check_egress", "check_identity"]
     assert [c.__name__ for c in RESPONSE_CHECKS] == ["check_response_leaks", "check_stream_leaks"]
 
 
@@ -129,10 +130,65 @@ def test_a_listener_of_no_tenant_runs_no_check(reg, monkeypatch):
 
 def test_egress(reg):
     unowned = facts(reg, Route("forward", host="api.example.com"), {"q": 1})
-    assert run(check_egress, unowned) == [("egress", None, None)]
+    assert run(check_egress, unowned) == [("egress", None, None)]  # it went out (`tenancy_egress=flag`)
     owned = facts(reg, Route("forward", host="BETA.test."), {"q": 1})  # near miss: beta's host, spelled otherwise
     assert owned.tenant is reg["beta"] and run(check_egress, owned) == []
     assert run(check_egress, alpha(reg, {"q": 1})) == []  # and a reverse listener is never egress
+
+
+def refused(reg: Registry, body: dict) -> RequestFacts:
+    raw = RawRequest("f1", "POST", CHAT, [], json.dumps(body).encode(), refused=True)
+    return request_facts(reg, matcher_for(reg), raw, endpoint_of(reg, Route("forward", host="api.example.com")))
+
+
+def test_a_refused_request_is_egress_only_when_it_carries_a_canary(reg):
+    """Refused (nothing dialled), a request that holds nothing of a tenant's is a safety record, not a finding;
+    one carrying a tenant's canary is egress (and the leak the scan found before it)."""
+    clean = refused(reg, {"q": "hello"})
+    assert run(check_egress, clean) == []
+    carrying = refused(reg, {"q": reg["alpha"].canaries["soul"]})
+    report = carrying.report()
+    check_request_leaks(carrying, report)
+    assert run(check_egress, carrying, report) == [("egress", None, None), ("request_leak", "alpha", "soul")]
+    assert "(refused)" in report.findings[0].detail
+    near = refused(reg, {"q": reg["alpha"].canaries["soul"][:-1]})  # one character short: no canary, no egress
+    report = near.report()
+    check_request_leaks(near, report)
+    assert run(check_egress, near, report) == []
+
+
+def test_the_credential_a_refused_request_presents_is_recorded_not_a_leak(reg):
+    """A tenant's key addressed to a provider the audit does not stub (Hermes checking a saved key against the
+    provider's /v1/models), refused: it never left, and it is the request's credential, not data it carries.
+    The same key in the body is data on its way out; let through, the presented key did leave."""
+    key = reg["alpha"].key
+    raw = RawRequest("f1", "GET", "/v1/models", bearer(key), b"", refused=True)
+    presented = request_facts(reg, matcher_for(reg), raw, endpoint_of(reg, Route("forward", host="api.example.com")))
+    report = presented.report()
+    for check in checks.SCAN_CHECKS:
+        check(presented, report)
+    assert report.findings == [] and report.bearer_tenant == "alpha"
+    in_body = refused(reg, {"q": key})
+    report = in_body.report()
+    for check in checks.SCAN_CHECKS:
+        check(in_body, report)
+    assert [(f.kind, f.victim, f.canary) for f in report.findings] == [("egress", None, None),
+                                                                        ("request_leak", "alpha", "key")]
+    let_through = request_facts(reg, matcher_for(reg), RawRequest("f1", "GET", "/v1/models", bearer(key), b""),
+                                endpoint_of(reg, Route("forward", host="api.example.com")))
+    report = let_through.report()
+    for check in checks.SCAN_CHECKS:
+        check(let_through, report)
+    assert [(f.kind, f.victim, f.canary) for f in report.findings] == [("egress", None, None),
+                                                                        ("request_leak", "alpha", "key")]
+
+
+def test_a_host_the_tenants_share_is_never_egress(reg):
+    reg["alpha"].route = {"host": "chat.example", "by": "credential"}
+    reg["beta"].route = {"host": "chat.example", "by": "credential"}
+    unclaimed = facts(reg, Route("forward", host="chat.example"), {"q": 1})  # carries no tenant's credential
+    assert unclaimed.tenant is None and unclaimed.endpoint.fallback is reg["alpha"]
+    assert run(check_egress, unclaimed) == []
 
 
 def test_key(reg):
@@ -149,6 +205,23 @@ def test_key_at_a_service_that_needs_a_credential(tmp_path):
     memory = Route("reverse", listen_port=reg["alpha"].services["memory"].listen)
     assert run(check_key, facts(reg, memory, {"q": 1})) == [("wrong_key", "alpha", "memory_key")]
     assert run(check_key, facts(reg, memory, method="GET", path="/")) == []  # near miss: a GET probe needs none
+
+
+def test_key_in_the_path(reg):
+    """A credential the path carries (a Bot API's `/bot<TOKEN>/method`, a `?key=`) is the one the request presents:
+    another tenant's is one `wrong_key` at the path (its scan leaves it out), the tenant's own is nothing."""
+    theirs = alpha(reg, main_turn(reg), path=f"/v1beta/models/m:generate?key={reg['beta'].key}")
+    report = theirs.report()
+    for check in REQUEST_CHECKS:
+        check(theirs, report)
+    assert [(f.kind, f.victim, f.canary, f.location) for f in report.findings] == [
+        ("wrong_key", "beta", "key", "flow:f1:request.path")]
+    assert theirs.held_in == "path" and theirs.bearer_state == "foreign"
+    assert run(check_key, alpha(reg, main_turn(reg), path=f"/bot{reg['alpha'].key}/x")) == []  # its own
+    near = reg["beta"].key[:-1] + ("x" if reg["beta"].key[-1] != "x" else "y")  # one character changed: nobody's
+    assert run(check_key, alpha(reg, main_turn(reg), path=f"/bot{near}/x")) == [("wrong_key", "alpha", "key")]
+    soul = alpha(reg, main_turn(reg), path=f"/bot{reg['beta'].canaries['soul']}/x", headers=bearer(reg["alpha"].key))
+    assert run(check_key, soul) == [] and run(check_request_leaks, soul) == [("request_leak", "beta", "soul")]
 
 
 def test_model(reg):

@@ -83,6 +83,23 @@ CASES = [
                  scenario="gateway", phase="messaging"),
      dict(kind="wrong_key", victim="alpha", seen_in="beta", canary="mattermost_key", service="mattermost",
           scenario="gateway", phase="messaging")),
+    ("F40", dict(kind="profile_bleed", victim="alpha", canary="allowed_channels", channel="rpc", service="signal",
+                 scenario="gateway", phase="messaging"),
+     dict(kind="profile_bleed", victim="alpha", canary="cron_delivery", channel="rpc", service="signal",
+          scenario="gateway", phase="messaging")),
+    ("F41", dict(kind="profile_bleed", victim="alpha", canary="reactions", channel="rpc", service="signal",
+                 scenario="gateway", phase="messaging"),
+     dict(kind="profile_bleed", victim="alpha", canary="reactions", channel="rpc", service="mattermost",
+          scenario="gateway", phase="messaging")),
+    ("F42", dict(kind="wrong_key", canary="signal_account", service="signal", scenario="gateway", phase="messaging"),
+     dict(kind="wrong_key", canary="signal_user", service="signal", scenario="gateway", phase="messaging")),
+    ("F55", dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway",
+                 phase="messaging-connect:ntfy", location="gateway:messaging-connect:ntfy"),
+     dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway",
+          phase="messaging-connect:signal", location="gateway:messaging-connect:signal")),
+    ("F56", dict(kind="wrong_key", victim="alpha", seen_in="default", canary="ntfy_key", service="ntfy",
+                 scenario="gateway", phase="messaging"),
+     dict(kind="wrong_key", canary="ntfy_key", service="ntfy", scenario="gateway", phase="messaging")),
     ("F33", dict(kind="route_auth", victim="alpha", seen_in=None, canary="model", channel="response",
                  scenario="dashboard", phase="route-auth", location="dashboard:GET /api/model/info?profile=alpha"),
      dict(kind="text_leak", victim="alpha", seen_in=None, canary="model", channel="rpc", scenario="dashboard",
@@ -94,6 +111,8 @@ CASES = [
     ("F35", dict(kind="profile_bleed", victim="default", seen_in="alpha", canary="toolsets",
                  location="tui:alpha:tools"),
      dict(kind="profile_bleed", victim="alpha", seen_in="beta", canary="toolsets", location="tui:beta:tools")),
+    ("F43", dict(kind="profile_bleed", canary="allowed_channels", channel="rpc", service="slack"),
+     dict(kind="profile_bleed", canary="message", channel="rpc", service="slack")),  # the slack-app plant's
     ("F58", dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="allowed_users_fallback",
                  channel="rpc", service="mattermost", scenario="gateway", phase="messaging",
                  location="gateway:mattermost direct message to alpha's bot"),
@@ -101,6 +120,28 @@ CASES = [
           service="mattermost", scenario="gateway", phase="messaging",
           location="gateway:mattermost direct message to alpha's bot")),
 ]
+
+
+def test_a_telegram_bots_refusal_of_its_own_users_is_f36_besides_f25():
+    """A refused near miss of the phase on Telegram (its step `telegram:messaging`) is the intake filter's (F36), and
+    may be F25's; on Mattermost only F25's. Telegram's allowlist crossings and uploads are F25's and F31's."""
+    refused = dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway", phase="messaging")
+    assert crossing(**refused, location="telegram:messaging") == ["F25", "F36"]
+    assert crossing(**refused, location="mattermost:messaging") == ["F25"]  # near miss: another platform's
+    assert crossing(**{**refused, "phase": "cron"}, location="gateway-cron:cron") == ["F6"]
+    assert crossing("profile_bleed", "alpha", "default", "allowed_users", channel="rpc", service="telegram") == ["F25"]
+    assert crossing("request_leak", "alpha", "beta", "telegram_file", service="telegram", scenario="gateway",
+                    phase="messaging") == ["F31"]
+
+
+def test_the_slack_bots_crossings_are_f25_and_f31_as_mattermosts_are():
+    """The launch bot's allowlist taken over (F25) and another profile's file uploaded to the issued URL (F31)."""
+    assert crossing("profile_bleed", victim="alpha", seen_in="default", canary="allowed_users", channel="rpc",
+                    service="slack") == ["F25"]
+    assert crossing("request_leak", victim="alpha", seen_in="beta", canary="slack_file", service="slack_issued",
+                    scenario="gateway", phase="messaging") == ["F31"]
+    assert crossing("wrong_identity", victim="alpha", seen_in="beta", canary="slack_user", service="slack_issued",
+                    scenario="gateway", phase="messaging") == []
 
 
 def test_the_honcho_signature_takes_its_record_in_a_prompt_but_not_another_record():
@@ -141,8 +182,21 @@ def test_a_clause_reads_as_the_docs_write_it():
     assert Clause(("tool terminal",), ("env_leak",), ("key*",), ("tui",), ("turns",), "launch -> other").text() == \
         "tool terminal (env_leak; canary key*; in tui; phase turns; launch -> other)"
     assert Clause(("service web", "tool web_*")).text() == "service web or tool web_*"
+    assert Clause(("shortfall",), phases=("messaging",), at=("telegram:*",)).text() == \
+        "shortfall (phase messaging; at telegram:*)"
 
 
 def test_the_docs_list_every_signature_as_the_code_has_it():
     rows = dict(re.findall(r"^\| (F\d+) \| (.+) \|$", DOC.read_text(encoding="utf-8"), flags=re.MULTILINE))
     assert rows == {n: text(n) for n in SIGNATURES}
+
+
+def test_a_services_key_of_another_profile_in_the_gateways_messaging_phase_is_f25():
+    """After the first secondary turn the process environment holds that profile's `.env` (F25): the memory and
+    auxiliary clients then send its keys for whichever profile runs, in any direction; elsewhere such a key is
+    F12's or F14's (the launch profile's key only)."""
+    taken = crossing("wrong_key", victim="beta", seen_in="alpha", canary="memory_key", service="memory",
+                     scenario="gateway", phase="messaging")
+    assert "F25" in taken and "F12" not in taken
+    assert "F25" not in crossing("wrong_key", victim="beta", seen_in="alpha", canary="memory_key", service="memory",
+                                 scenario="gateway", phase="turns")  # the near miss: another phase

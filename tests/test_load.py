@@ -19,8 +19,8 @@ import pytest
 
 from harness.core.registry import Registry
 from harness.detect.decode import MAX_BODY
-from harness.detect.flows import route_of
 from harness.detect.reconcile import read_flows
+from harness.detect.routes import route_of
 from harness.session import AuditSession, tenant_names
 
 TENANTS, CONCURRENT = 8, 20

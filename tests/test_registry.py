@@ -247,11 +247,66 @@ def test_tenant_not_a_mapping() -> None:
     assert error_of(doc) == "registry: tenant 'bob': must be a mapping"
 
 
-@pytest.mark.parametrize("route", [{"listen": "41001"}, {}, {"listen": 1, "host": "h"}, "41001", {"port": 1}])
+ROUTE_FORMS = ("{listen: PORT}, {host: HOSTNAME} or {host: HOSTNAME, by: credential | [KIND, ...]}")
+
+
+@pytest.mark.parametrize("route", [
+    {"listen": "41001"}, {}, {"listen": 1, "host": "h"}, "41001", {"port": 1},
+    {"host": "slack.com", "by": "token"}, {"host": "slack.com", "by": []}, {"host": "slack.com", "by": ["Bad Kind"]},
+    {"host": "", "by": "credential"}, {"listen": 1, "by": "credential"}, {"host": "h", "by": "credential", "x": 1},
+])
 def test_bad_route(route: Any) -> None:
     doc = good_doc()
     doc["tenants"]["alice"]["route"] = route
-    assert error_of(doc) == "registry: tenant 'alice': field 'route' must be {listen: PORT} or {host: HOSTNAME}"
+    assert error_of(doc) == f"registry: tenant 'alice': field 'route' must be {ROUTE_FORMS}"
+
+
+def shared_doc() -> dict[str, Any]:
+    """alice and bob both reach their `chat` service at chat.example by the credential they carry; carol's
+    gateway has a host of its own."""
+    doc = good_doc()
+    doc["tenants"]["carol"] = {"key": "sk-carol-00000000003", "model": "model-carol-0000003",
+                               "route": {"listen": 41003}, "canaries": {"chat_key": "chatkey-carol-0000003"},
+                               "services": {"chat": {"route": {"host": "gateway.carol.chat.test"},
+                                                     "credential": "chat_key"}}}
+    for name in ("alice", "bob"):
+        doc["tenants"][name]["canaries"] |= {"chat_key": f"chatkey-{name}-000000{len(name)}",
+                                             "chat_app": f"chatapp-{name}-000000{len(name)}"}
+        doc["tenants"][name]["services"] = {"chat": {"route": {"host": "chat.example", "by": "credential"},
+                                                     "upstream": f"http://127.0.0.1:4200{len(name)}",
+                                                     "credential": "chat_key"}}
+    return doc
+
+
+def test_a_host_shared_by_credential_is_valid_and_no_single_tenants() -> None:
+    r = parse(yaml.safe_dump(shared_doc()))
+    assert r.endpoint(host="chat.example") is None  # no tenant's by itself
+    assert [(t.name, s, kinds) for t, s, kinds in r.sharing("CHAT.example.")] == [
+        ("alice", "chat", ("chat_key",)), ("bob", "chat", ("chat_key",))]
+    assert r.endpoint(host="gateway.carol.chat.test") == (r["carol"], "chat")  # a tenant's own host, by host
+    doc = shared_doc()
+    doc["tenants"]["bob"]["services"]["chat"]["route"]["by"] = ["chat_key", "chat_app"]  # several tokens
+    assert [kinds for _, _, kinds in parse(yaml.safe_dump(doc)).sharing("chat.example")] == [
+        ("chat_key",), ("chat_key", "chat_app")]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    (lambda d: d["tenants"]["bob"]["services"]["chat"]["route"].pop("by"),
+     "registry: two tenants or services share the host 'chat.example' (a shared host needs `by` on every route)"),
+    (lambda d: d["tenants"]["bob"].update(services={"mail": d["tenants"]["bob"]["services"]["chat"]}),
+     "registry: host 'chat.example' is shared by two services (a shared host is one's)"),
+    (lambda d: d["tenants"]["bob"]["services"]["chat"]["route"].update(by=["chat_token"]),
+     "registry: tenant 'bob': service 'chat': route by ['chat_token'] names no canary the tenant has "
+     "('chat_token')"),
+    (lambda d: d["tenants"]["bob"]["services"]["chat"].pop("credential"),
+     "registry: tenant 'bob': service 'chat': route by 'credential' names no canary the tenant has"),
+    (lambda d: d["tenants"]["bob"].update(route={"host": "chat.example", "by": "credential"}),
+     "registry: host 'chat.example' is shared by two services (a shared host is one's)"),
+])
+def test_a_malformed_shared_host_is_one_line(change: Any, message: str) -> None:
+    doc = shared_doc()
+    change(doc)
+    assert error_of(doc) == message
 
 
 def test_canaries_not_a_mapping() -> None:

@@ -66,7 +66,8 @@ def test_services_round_trip_through_the_registry_file(tmp_path):
     (lambda s: s.update(credential="nope_key"), "service 'web' names canary 'nope_key', which the tenant does not"),
     (lambda s: s.update(identity="web_key"), "service 'web': field 'identity' must be a list of canary kinds"),
     (lambda s: s.update(route={"listen": 42000}), "two tenants or services share a listen port"),
-    (lambda s: s.update(route={"port": 1}), "service 'web': field 'route' must be {listen: PORT} or {host: HOSTNAME}"),
+    (lambda s: s.update(route={"port": 1}), "service 'web': field 'route' must be {listen: PORT}, {host: HOSTNAME} "
+                                            "or {host: HOSTNAME, by: credential | [KIND, ...]}"),
 ])
 def test_a_bad_service_is_one_line_naming_it(tmp_path, change, message):
     doc = registry_with_services(tmp_path).to_dict()

@@ -89,3 +89,19 @@ def test_the_record_of_the_venv_that_runs_the_tests_names_its_committed_lock():
     assert found["lock"]["file"] == f"hermes-{install.PIN}.txt" and found["lock"]["committed"]
     assert found["lock"]["differs"] is None
     assert (python.parent / "rg").exists(), "the pinned ripgrep's rg is in the venv's bin/ (install.PROGRAMS)"
+
+
+def test_a_distribution_two_services_bring_is_compared_while_either_is_driven(monkeypatch):
+    """The SDKs of one Hermes extra serve several services (the messaging extra: Telegram, Slack, Discord): a
+    distribution they share is left out only when none of them ran."""
+    import dataclasses
+
+    from harness import judge
+
+    for name in ("web", "aux"):
+        monkeypatch.setitem(judge.SERVICES, name, dataclasses.replace(judge.SERVICES[name], packages=("shared-sdk",)))
+    base = Baseline(Path("b.json"), made_with={"installed": dict(PINNED)})
+    with_sdk = {**PINNED, "shared-sdk": "1.0"}
+    assert venv_warnings(record(with_sdk, lock(), services={"web": "not driven", "aux": "not driven"}), base) == []
+    [line] = venv_warnings(record(with_sdk, lock(), services={"web": "not driven", "aux": "on"}), base)
+    assert "shared-sdk 1.0" in line

@@ -13,6 +13,7 @@ from typing import IO, Any
 
 import mitmproxy.types
 from mitmproxy import command, http
+from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from harness.capture.inspection import Inspection
 from harness.capture.routing import Routing
@@ -70,6 +71,9 @@ class Tenancy:
         self.routing.http_connect(flow)
         return self.inspection.http_connect(flow, self.routing.release(flow))
 
+    def server_connect(self, data: ServerConnectionHookData) -> None:
+        self.routing.server_connect(data)
+
     def request(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         endpoint = self.routing.request(flow)
         return None if endpoint is None else self.inspection.request(flow, endpoint)
@@ -82,6 +86,12 @@ class Tenancy:
 
     def error(self, flow: http.HTTPFlow) -> Awaitable[None] | None:
         return self.inspection.finish(flow, self.routing.release(flow))
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        self.inspection.websocket_message(flow)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        self.inspection.websocket_end(flow)
 
     @command.command("tenancy.findings")
     def findings_cmd(self) -> Sequence[str]:

@@ -1,7 +1,8 @@
 """The inspection part of the tenancy addon: inspect, record and flag every tenant flow of a tenancy audit.
 
 Thin glue over `harness.detect.flows` (the detection core the offline reconciler uses too), which runs the
-checks of `harness.detect.checks` in order. A flow with a finding is marked, commented, logged at WARNING and
+checks of `harness.detect.checks` in order; a websocket's messages go to `harness.detect.websocket` as they pass,
+and the flow is recorded when its connection ends. A flow with a finding is marked, commented, logged at WARNING and
 carries its findings in `flow.metadata["tenancy"]`; every flow is one line of the JSONL ledger. It reads the
 registry `Routing` loads and keeps current, and runs after it in every hook, on the endpoint routing decided
 for the flow (`harness.capture.addon.Tenancy` composes the two). See docs/addon.md.
@@ -13,6 +14,7 @@ import json
 import logging
 import os
 from collections.abc import Awaitable, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,6 +31,7 @@ from harness.core.registry import Registry
 from harness.detect import flows
 from harness.detect.engine.matcher import Matcher
 from harness.detect.routes import Endpoint
+from harness.detect.websocket import Message, WebsocketScan
 
 log = logging.getLogger("tenancy")
 MARK = ":warning:"
@@ -39,10 +42,14 @@ POOLED_BYTES = 16 * 1024
 #: (0.3 ms each way on 2 vCPUs), which only a loop with other flows to serve meanwhile wins back.
 BUSY = 1
 MAX_WORKERS = 64
+#: Response types passed to the client chunk by chunk (a long-lived stream: SSE, and NDJSON such as ntfy's
+#: subscription); each is kept whole too, and inspected when it ends.
+STREAMED_TYPES = ("text/event-stream", "application/x-ndjson")
 
 
 class _StreamTap:
-    """`response.stream` for SSE: every chunk goes to the client at once; a copy is kept for inspection."""
+    """`response.stream` for a streamed type (`STREAMED_TYPES`): every chunk goes to the client at once; a copy
+    is kept for inspection."""
 
     def __init__(self) -> None:
         self.data = bytearray()
@@ -50,6 +57,18 @@ class _StreamTap:
     def __call__(self, chunk: bytes) -> bytes:
         self.data += chunk
         return chunk
+
+
+@dataclass
+class _Socket:
+    """A websocket connection in flight: its upgrade flow's report (written to the ledger when the connection
+    ends), the scan its messages are fed to, and the findings logged so far."""
+
+    flow: http.HTTPFlow
+    report: flows.FlowReport
+    scan: WebsocketScan
+    matcher: Matcher
+    logged: set[tuple[Any, ...]] = field(default_factory=set)
 
 
 class Inspection:
@@ -66,6 +85,8 @@ class Inspection:
         self._ledger_failed = False  # once a line could not be written, nothing more is recorded
         #: The report of every request in flight, reused by `finish` while the request is unchanged.
         self._inflight: dict[str, tuple[_RequestState, flows.RequestReport]] = {}
+        #: Every websocket connection in flight, by its flow's id.
+        self._sockets: dict[str, _Socket] = {}
         self.pool = Pool(0)
         self._running = False  # the pool is used only once mitmproxy runs its event loop
 
@@ -115,6 +136,8 @@ class Inspection:
         self._running = True
 
     def done(self) -> None:
+        for flow_id in list(self._sockets):  # still open when the proxy stops: recorded as they are
+            self._end(flow_id)
         self._stop_pool()
         if self.ledger:
             self.ledger.close()
@@ -150,9 +173,7 @@ class Inspection:
             return None
         _, report = flows.request_in_path(reg, matcher, raw, endpoint)
         self._requested(flow, matcher, report)
-        tenant = endpoint.tenant.name if endpoint.tenant else None
-        return self._scan_request(flow, reg, matcher, flows.RequestScan(raw, endpoint.route, tenant, endpoint.service,
-                                                                         report))
+        return self._scan_request(flow, reg, matcher, flows.RequestScan.of(raw, endpoint, report))
 
     async def _scan_request(self, flow: http.HTTPFlow, reg: Registry, matcher: Matcher,
                             job: flows.RequestScan) -> None:
@@ -173,13 +194,17 @@ class Inspection:
     def responseheaders(self, flow: http.HTTPFlow) -> None:
         if self.tenants.registry is None or flow.response is None or flow.response.stream:
             return
-        if "text/event-stream" in flow.response.headers.get("content-type", "").lower():
+        content_type = flow.response.headers.get("content-type", "").lower()
+        if any(t in content_type for t in STREAMED_TYPES):
             flow.response.stream = _StreamTap()
 
     def finish(self, flow: http.HTTPFlow, endpoint: Endpoint | None) -> Awaitable[None] | None:
         """Inspect the finished flow (response or error), flag it and write its ledger line. `endpoint` is whose
         routing decided the flow is; it is read when routing answered the request itself (no request report).
         A long response is scanned in the pool (awaitable)."""
+        if flow.id in self._sockets:  # an error after the upgrade: the connection is over
+            self._end(flow.id)
+            return None
         inflight = self._inflight.pop(flow.id, None)
         reg, matcher = self.tenants.registry, self.tenants.matcher
         if reg is None or matcher is None or "tenancy" not in flow.metadata:
@@ -207,18 +232,71 @@ class Inspection:
         self._conclude(flow, flows.flow_report(flow, request, await self.pool.run(*tenants, scan)))
 
     def _conclude(self, flow: http.HTTPFlow, report: flows.FlowReport) -> None:
-        """Label the flow's report, put it in the flow's metadata, flag the flow and write its ledger line."""
+        """Label the flow's report, put it in the flow's metadata, flag the flow and write its ledger line; a flow
+        upgraded to a websocket is recorded when the connection ends (`websocket_end`)."""
         report.label(flow.metadata["tenancy"].get("scenario"), flow.metadata["tenancy"].get("phase"))
         entry = report.ledger_entry()
         flow.metadata["tenancy"] = {k: v for k, v in entry.items() if k not in ("time", "flow")}
-        if report.findings:
-            self.findings += report.findings
-            flow.marked = MARK
-            first = report.findings[0].summary()
-            more = f" (+{len(report.findings) - 1} more)" if len(report.findings) > 1 else ""
-            flow.comment = f"tenancy: {first}{more}"
-            for finding in report.findings:
+        self._flag(flow, report.findings)
+        reg, matcher = self.tenants.registry, self.tenants.matcher
+        if flow.websocket is not None and reg is not None and matcher is not None:
+            scan = flows.websocket_scan(reg, matcher, flow, report.request)
+            self._sockets[flow.id] = _Socket(flow, report, scan, matcher, {f.identity() for f in report.findings})
+            return
+        self.findings += report.findings
+        self._record(flow, entry)
+
+    def _flag(self, flow: http.HTTPFlow, found: list[Finding], logged: set[tuple[Any, ...]] | None = None) -> None:
+        """Mark a flow with findings, comment it with the first of those in its metadata, and log each of `found`
+        not in `logged` (which then holds it too)."""
+        if not found:
+            return
+        every = flow.metadata["tenancy"]["findings"]
+        flow.marked = MARK
+        flow.comment = f"tenancy: {Finding.from_dict(every[0]).summary()}" + (
+            f" (+{len(every) - 1} more)" if len(every) > 1 else "")
+        for finding in found:
+            if logged is None or finding.identity() not in logged:
                 log.warning(f"tenancy: {finding.summary()}")
+                if logged is not None:
+                    logged.add(finding.identity())
+
+    def websocket_message(self, flow: http.HTTPFlow) -> None:
+        """Check the message that just passed with the stream before it; flag the flow at once if it leaks."""
+        sock = self._sockets.get(flow.id)
+        if sock is None or flow.websocket is None or not flow.websocket.messages:
+            return
+        message = flow.websocket.messages[-1]
+        found = sock.scan.feed(Message(message.from_client, message.content))
+        if found:
+            meta = flow.metadata["tenancy"]
+            found = [f.labelled(meta.get("scenario"), meta.get("phase")) for f in found]
+            meta["findings"] = [*meta["findings"], *(f.to_dict() for f in found)]
+            meta["flagged"] = True
+            self._flag(flow, found, sock.logged)
+
+    def websocket_end(self, flow: http.HTTPFlow) -> None:
+        if flow.id in self._sockets:
+            self._end(flow.id)
+
+    def _end(self, flow_id: str) -> None:
+        """A websocket connection is over (or the proxy stops): its streams are scanned whole, and the flow is
+        flagged and written to the ledger with every finding of its upgrade and its messages. Under a registry
+        reloaded meanwhile, every message is checked again against it (as `reconcile` would)."""
+        sock = self._sockets.pop(flow_id)
+        flow, report = sock.flow, sock.report
+        reg, matcher = self.tenants.registry, self.tenants.matcher
+        if matcher is sock.matcher or reg is None or matcher is None:
+            report.websocket = sock.scan.finish()
+        else:
+            report.websocket = flows.websocket_report(reg, matcher, flow, report.request)
+        report.label(report.scenario, report.phase)
+        entry = report.ledger_entry()
+        flow.metadata["tenancy"] = {k: v for k, v in entry.items() if k not in ("time", "flow")}
+        self._flag(flow, report.findings, sock.logged)
+        self.findings += report.findings
+        if report.websocket.not_inspected:
+            log.warning(f"tenancy: {flow_id}: " + "; ".join(n.summary() for n in report.websocket.not_inspected))
         self._record(flow, entry)
 
     def _record(self, flow: http.HTTPFlow, entry: dict[str, Any]) -> None:

@@ -4,10 +4,13 @@ The harness binds the listeners and starts `harness.capture.mitmdump_main` on th
 `mitmdump -s addons/tenancy.py`); `spawn` returns at once, `wait_ready` waits until every listener is served.
 
 Reverse topology: one `reverse:<stub>@127.0.0.1:<port>` listener per tenant and service (the listener names
-the tenant and the service). Forward topology: one regular listener; children reach
-`https://<tenant>.llm.test` (a service: `https://<service>.<tenant>.llm.test`) through `HTTPS_PROXY`, TLS is
-terminated with the CA in `certs/` (installed: in the user's data folder, see `core.places`), and the addon
-routes each host to its stub.
+the tenant and the service), and one regular listener every other request of a child goes to (`child_env`: its
+proxy variables, loopback excepted), where a host the registry routes (a platform's fixed host, shared by
+credential) reaches its stub and any other is refused and recorded. Forward topology: that regular listener
+alone; children reach `https://<tenant>.llm.test` (a service: `https://<service>.<tenant>.llm.test`) through
+`HTTPS_PROXY`. TLS is terminated with the CA in `certs/` (installed: in the user's data folder, see
+`core.places`), and the addon routes each host to its stub. Nothing is dialled outside loopback
+(`tenancy_egress=block`, `connection_strategy=lazy`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,8 @@ from harness.core.registry import PROVIDER, Registry
 
 CERTS = certs_dir()
 FORWARD_DOMAIN = "llm.test"
+#: What a child reaches without the proxy in the reverse topology (`NO_PROXY`): loopback, the reverse listeners.
+LOOPBACK = "127.0.0.1,localhost,::1"
 
 
 class ProxyError(RuntimeError):
@@ -98,8 +103,11 @@ class Proxy:
     out: Path
     procs: ProcessSet
     topology: str = "reverse"
-    egress: str = "flag"
+    egress: str = "block"
     confdir: Path = CERTS
+    #: The regular (forward) listener's port: the forward topology's only one, the reverse topology's for every
+    #: request to a host that is not a reverse listener (0: bound by `spawn`, or none when the caller hands
+    #: `listeners` without one).
     forward_port: int = 0
     #: Listening sockets bound by the caller, one per port of `ports()` (else `spawn` binds them); mitmdump
     #: gets them and the proxy keeps no copy.
@@ -115,8 +123,9 @@ class Proxy:
 
     def __post_init__(self) -> None:
         self.log_path = self.out / "mitmdump.log"
-        if self.topology == "forward" and self.listeners and not self.forward_port:
-            self.forward_port = port_of(self.listeners[0])
+        if self.listeners and not self.forward_port:  # the one the registry does not name, if any
+            extra = [port_of(s) for s in self.listeners if port_of(s) not in self.registry.listen_ports()]
+            self.forward_port = extra[0] if self.topology == "forward" or len(extra) == 1 else 0
 
     @property
     def flows_path(self) -> Path:
@@ -141,17 +150,17 @@ class Proxy:
             argv += ["--set", f"tenancy_phase_file={self.phase_file}"]
         if self.topology == "reverse":
             for t in self.registry:
-                upstreams = {PROVIDER: t.upstream} | {s.name: s.upstream for s in t.services.values()}
                 for service, route in t.routes():
-                    argv += ["--mode", f"reverse:{upstreams[service]}@127.0.0.1:{route['listen']}"]
-        else:
+                    if route.get("listen") is not None:
+                        argv += ["--mode", f"reverse:{t.upstream_of(service)}@127.0.0.1:{route['listen']}"]
+        if self.forward_port:  # lazy: nothing is dialled before a request is routed (or refused)
             argv += ["--mode", f"regular@127.0.0.1:{self.forward_port}", "--set", "connection_strategy=lazy"]
         return argv
 
     def ports(self) -> list[int]:
-        if self.topology == "reverse":
-            return self.registry.listen_ports()
-        return [self.forward_port]
+        """The ports mitmdump serves: every reverse listener of the registry (reverse topology) and the regular one."""
+        reverse = self.registry.listen_ports() if self.topology == "reverse" else []
+        return reverse + ([self.forward_port] if self.forward_port or not self.listeners else [])
 
     def start(self, timeout: float = 30.0) -> Proxy:
         """Start mitmdump and wait until it serves every listener."""
@@ -198,6 +207,8 @@ class Proxy:
             for sock in socks:
                 sock.close()
             raise ProxyError(f"mitmdump cannot listen on 127.0.0.1 port {port} ({exc.strerror})") from None
+        if not self.forward_port:  # the regular listener, on the port the kernel picked
+            self.forward_port = port_of(socks[-1])
         return socks
 
     def wait_ready(self, timeout: float = 30.0) -> None:
@@ -247,10 +258,11 @@ class Proxy:
         return self.service_url(tenant, PROVIDER) + "/v1"
 
     def service_url(self, tenant: str, service: str) -> str:
-        """A tenant's service through the proxy (its provider: `base_url` without the `/v1`)."""
+        """A tenant's service through the proxy (its provider: `base_url` without the `/v1`): its reverse listener,
+        else its host (through the regular listener)."""
         t = self.registry[tenant]
         route = t.route if service == PROVIDER else t.services[service].route or {}
-        if self.topology == "reverse":
+        if route.get("listen") is not None:
             return f"http://127.0.0.1:{route['listen']}"
         return f"https://{route['host']}"
 
@@ -258,16 +270,19 @@ class Proxy:
         """Extra environment for every Hermes child. It trusts this project's CA and no other (in both
         topologies): every connection a child may make is to a stub through this proxy, on loopback, so no
         public root has anything to verify. (certifi's roots would also cost Hermes some 20 ms of CPU for each
-        HTTP client it builds, dozens a turn.) In the forward topology every connection goes through the proxy."""
+        HTTP client it builds, dozens a turn.) Its proxy variables name the regular listener: in the forward
+        topology for every connection, in the reverse one for all but loopback (the reverse listeners), so a
+        request to any other host reaches the proxy, which routes it to a stub or refuses and records it."""
         bundle = self.out / "ca-bundle.pem"
         if not bundle.exists():
             write_private(bundle, (self.confdir / "mitmproxy-ca-cert.pem").read_bytes())
         trust = {"SSL_CERT_FILE": str(bundle), "REQUESTS_CA_BUNDLE": str(bundle)}
-        if self.topology == "reverse":
+        if not self.forward_port:
             return trust
         url = f"http://127.0.0.1:{self.forward_port}"
+        direct = "" if self.topology == "forward" else LOOPBACK
         return {"HTTPS_PROXY": url, "HTTP_PROXY": url, "https_proxy": url, "http_proxy": url,
-                "NO_PROXY": "", "no_proxy": "", **trust}
+                "NO_PROXY": direct, "no_proxy": direct, **trust}
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGINT (mitmdump flushes and closes the flow file), then SIGKILL if it hangs."""

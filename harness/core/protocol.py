@@ -7,6 +7,8 @@ import re
 
 #: The addon stamps every request it forwards with the flow id; a stub request without it bypassed the proxy.
 FLOW_HEADER = "x-tenancy-flow"
+#: How the addon's error of a connection it refused before dialling begins (saved with the flow: a raw stream).
+REFUSED_CONNECTION = "tenancy-audit: refused"
 #: Paths Hermes probes to detect a local server; they are not provider calls.
 LOCAL_PROBES = frozenset({"/api/tags", "/v1/props", "/props", "/version", "/api/v1/models"})
 #: The lines that frame the environment probe's output in a tool result.

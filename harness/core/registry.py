@@ -186,6 +186,15 @@ class Tenant:
         kind = self.services[service].credential
         return self.canaries.get(kind) if kind else None
 
+    def credentials(self, service: str) -> tuple[str, ...]:
+        """Every credential `service` accepts from this tenant: its `credential` first, then, on a host the tenants
+        share, the other secrets its route's `by` names (a platform's bot token and app token)."""
+        own = self.credential(service)
+        route = self.route if service == PROVIDER else self.services[service].route or {}
+        by = route.get("by")
+        extra = [self.canaries.get(k) for k in by if is_secret_kind(k)] if isinstance(by, list) else []
+        return tuple(dict.fromkeys(v for v in (own, *extra) if v))
+
     def upstream_of(self, service: str) -> str:
         """Where the proxy sends `service`'s requests of this tenant ("" when unknown)."""
         return self.upstream if service == PROVIDER else self.services[service].upstream
@@ -216,14 +225,33 @@ class Registry:
         return list(self.tenants)
 
     def endpoint(self, *, listen_port: int | None = None, host: str | None = None) -> tuple[Tenant, str] | None:
-        """(tenant, service) of a reverse listener's port or a forward request's host, if any tenant's."""
+        """(tenant, service) of a reverse listener's port or a forward request's host, if one tenant's (a host
+        every tenant shares is no one's by itself: `sharing`)."""
         host = host.lower().rstrip(".") if host else None
         for t in self:
             for service, route in t.routes():
                 if (listen_port is not None and route.get("listen") == listen_port) or (
-                        host and (route.get("host") or "").lower() == host):
+                        host and "by" not in route and (route.get("host") or "").lower() == host):
                     return t, service
         return None
+
+    def sharing(self, host: str) -> list[tuple[Tenant, str, tuple[str, ...]]]:
+        """(tenant, service, the canary kinds that name the tenant there) of every route `{host: HOST, by: ...}`
+        of `host`, in registry order: a host fixed in a platform's SDK, which every tenant of one service reaches,
+        each request told apart by the credential it carries (docs/contracts.md)."""
+        host = host.lower().rstrip(".")
+        return [(t, service, self.claim_kinds(t, service, route)) for t in self for service, route in t.routes()
+                if "by" in route and (route.get("host") or "").lower() == host]
+
+    @staticmethod
+    def claim_kinds(tenant: Tenant, service: str, route: dict[str, Any]) -> tuple[str, ...]:
+        """The canary kinds a shared route's `by` names: `credential`, the service's credential kind (the
+        provider's: `key`); else the list it gives."""
+        by = route["by"]
+        if by != "credential":
+            return tuple(by)
+        kind = "key" if service == PROVIDER else tenant.services[service].credential
+        return (kind,) if kind else ()
 
     def by_listen_port(self, port: int) -> Tenant | None:
         found = self.endpoint(listen_port=port)
@@ -326,9 +354,30 @@ class Registry:
         ports = self.listen_ports()
         if len(ports) != len(set(ports)):
             raise RegistryError("registry: two tenants or services share a listen port")
-        hosts = [r["host"].lower() for t in self for _, r in t.routes() if isinstance(r.get("host"), str)]
-        if len(hosts) != len(set(hosts)):
-            raise RegistryError("registry: two tenants or services share a host")
+        self._validate_hosts()
+
+    def _validate_hosts(self) -> None:
+        """A host is one route's, or shared (`by`) by the routes of one service (so one per tenant), each naming
+        canaries its tenant has."""
+        hosts: dict[str, list[tuple[Tenant, str, dict[str, Any]]]] = {}
+        for t in self:
+            for service, route in t.routes():
+                if isinstance(route.get("host"), str):
+                    hosts.setdefault(route["host"].lower().rstrip("."), []).append((t, service, route))
+        for host, routes in hosts.items():
+            shared = [r for r in routes if "by" in r[2]]
+            if len(routes) > 1 and len(shared) != len(routes):
+                raise RegistryError(f"registry: two tenants or services share the host {host!r} "
+                                    "(a shared host needs `by` on every route)")
+            if len({service for _, service, _ in shared}) > 1:
+                raise RegistryError(f"registry: host {host!r} is shared by two services (a shared host is one's)")
+            for t, service, route in shared:
+                kinds = self.claim_kinds(t, service, route)
+                missing = [k for k in kinds if k not in t.all_canaries()]
+                if not kinds or missing:
+                    raise RegistryError(f"registry: tenant {t.name!r}: service {service!r}: route by "
+                                        f"{route['by']!r} names no canary the tenant has"
+                                        + (f" ({missing[0]!r})" if missing else ""))
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": VERSION, "tenants": {t.name: t.to_dict() for t in self}}

@@ -119,11 +119,17 @@ def _derived(spec: Any, where: str) -> dict[str, Derived]:
 
 
 def _route(route: Any, where: str) -> dict[str, Any]:
-    if not isinstance(route, dict) or len(route) != 1 or not (
-        (isinstance(route.get("listen"), int) and not isinstance(route.get("listen"), bool))
-        or isinstance(route.get("host"), str)
-    ):
-        raise RegistryError(f"{where}: field 'route' must be {{listen: PORT}} or {{host: HOSTNAME}}")
+    """`{listen: PORT}`, `{host: HOSTNAME}`, or a host every tenant of a service shares, each request told apart by
+    the credential it carries: `{host: HOSTNAME, by: credential}` or `{host: HOSTNAME, by: [KIND, ...]}`."""
+    listen = isinstance(route, dict) and set(route) == {"listen"} and isinstance(route["listen"], int) \
+        and not isinstance(route["listen"], bool)
+    by = route.get("by", "credential") if isinstance(route, dict) else None
+    host = isinstance(route, dict) and set(route) in ({"host"}, {"host", "by"}) and isinstance(route["host"], str) \
+        and bool(route["host"]) and (by == "credential" or (
+            isinstance(by, list) and bool(by) and all(isinstance(k, str) and KIND.match(k) for k in by)))
+    if not (listen or host):
+        raise RegistryError(f"{where}: field 'route' must be {{listen: PORT}}, {{host: HOSTNAME}} or "
+                            "{host: HOSTNAME, by: credential | [KIND, ...]}")
     return dict(route)
 
 

@@ -3,13 +3,15 @@
 `RequestFacts` or `ResponseFacts`, worked out once) and adds what it finds to the message's report.
 
 The order matters: the leak scan leaves out a canary that the key or the model check has already reported at
-that part of the request (it is that finding, not a leak besides); the identity check renames the leaks the
-scan found; the stream check reports only canaries the headers and body did not already show.
+that part of the request (it is that finding, not a leak besides); the egress check reads whether a refused
+request carried a canary (its leaks); the identity check renames the leaks the scan found; the stream check
+reports only canaries the headers and body did not already show.
 """
 
 from __future__ import annotations
 
 import json
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
@@ -44,6 +46,7 @@ class RawRequest:
     path: str
     headers: Headers
     body: bytes | None
+    refused: bool = False  # answered by the proxy without dialling anything (`tenancy_egress=block`)
 
 
 @dataclass(frozen=True)
@@ -108,8 +111,11 @@ def request_facts(registry: Registry, matcher: Matcher, raw: RawRequest, endpoin
     decoded = decode_body(raw.body, first.get("content-encoding", ""), first.get("transfer-encoding", ""))
     doc = parse_json(decoded)
     model = doc.get("model") if isinstance(doc, dict) and isinstance(doc.get("model"), str) else None
-    bearer, held_in = credential_of(first, doc)
-    expected = tenant.credential(service) if tenant is not None else None
+    bearer, held_in = credential_of(first, doc, raw.path, decoded.data, registry)
+    if bearer is None and (in_path := credential_in_path(registry, raw.path)):
+        bearer, held_in = in_path, "path"
+    accepted = tenant.credentials(service) if tenant is not None else ()  # several on a shared host's route
+    expected = bearer if bearer in accepted else next(iter(accepted), None)
     if tenant is not None and bearer is not None and bearer == expected:  # the usual case (a value has one owner)
         owner: Tenant | None = tenant
     else:
@@ -128,14 +134,41 @@ def request_kind(path: str, doc: Any, service: str = PROVIDER) -> str:
     return "main" if isinstance(doc, dict) and doc.get("tools") else "aux"
 
 
-def credential_of(first: dict[str, str], doc: Any) -> tuple[str | None, str]:
-    """The credential a request presents and where: a key header (`bearer_of`), else a top-level
-    `api_key` field of a JSON body (as Tavily's API takes it)."""
+def credential_of(first: dict[str, str], doc: Any, path: str = "", body: bytes = b"",
+                  registry: Registry | None = None) -> tuple[str | None, str]:
+    """The credential a request presents and where: a key header (`bearer_of`), else a top-level `api_key` or
+    `token` field of a JSON body (as Tavily's API takes it), a `token` field of the query or a form body (Slack's
+    Web API), or a path segment `bot<TOKEN>` whose token is a secret of `registry` (Telegram's Bot API)."""
     bearer = bearer_of(first)
     if bearer:
         return bearer, next(f"headers.{n}" for n in KEY_HEADERS if first.get(n, "").strip())
-    value = doc.get("api_key") if isinstance(doc, dict) else None
-    return (value, "body.api_key") if isinstance(value, str) and value else (None, "headers.authorization")
+    for name in ("api_key", "token"):
+        value = doc.get(name) if isinstance(doc, dict) else None
+        if isinstance(value, str) and value:
+            return value, f"body.{name}"
+    target = urllib.parse.urlsplit(path)
+    form = body.decode("utf-8", "replace") if "form-urlencoded" in first.get("content-type", "") else ""
+    for where, fields in (("path.token", target.query), ("body.token", form)):
+        value = next(iter(urllib.parse.parse_qs(fields).get("token", [])), "")
+        if value:
+            return value, where
+    for segment in target.path.split("/"):
+        if segment.startswith("bot") and registry is not None and registry.owner_of_key(segment[3:]):
+            return segment[3:], "path.bot"
+    return None, "headers.authorization"
+
+
+def credential_in_path(registry: Registry, path: str) -> str | None:
+    """A tenant's credential for one of its services that the request's path carries (a Bot API takes its token
+    there: `/bot<TOKEN>/getMe`), the first in the path; None when the path holds none. Only credentials count:
+    another canary in a path is a leak, which the path's scan reports."""
+    found = [(at, value) for t in registry for value in _credentials(t) if (at := path.find(value)) >= 0]
+    return min(found)[1] if found else None
+
+
+def _credentials(t: Tenant) -> set[str]:
+    """Every credential a tenant presents to a service: its provider key and each service's."""
+    return {t.key, *(value for s in t.services if (value := t.credential(s)))}
 
 
 def _bearer_state(tenant: Tenant | None, bearer: str | None, owner: Tenant | None, expected: str | None) -> str:
@@ -154,14 +187,18 @@ def _bearer_state(tenant: Tenant | None, bearer: str | None, owner: Tenant | Non
 
 
 def check_egress(req: RequestFacts, report: RequestReport) -> None:
-    """`egress`: a forward request for a host no tenant owns."""
+    """`egress`: a forward request for a host no tenant owns that went out (`tenancy_egress=flag`), or that the
+    proxy refused but that carried a tenant's canary (its `request_leak`s, found before). A refused request
+    carrying none left nothing and held nothing of a tenant's: a safety record (`refused`), not a finding."""
     route = req.endpoint.route
-    if req.tenant is not None or route.topology != "forward":
+    if req.endpoint.owned or route.topology != "forward":
         return
-    report.findings.append(Finding(
+    if req.raw.refused and not any(f.kind == "request_leak" for f in report.findings):
+        return
+    report.findings.insert(0, Finding(
         kind="egress", victim=None, seen_in=None, canary=None, channel="request", location=req.where,
         evidence=req.matcher.redact_text(f"{req.raw.method} {route.host}{req.raw.path}")[:200],
-        detail=f"host {route.host!r} is owned by no tenant",
+        detail=f"host {route.host!r} is owned by no tenant" + (" (refused)" if req.raw.refused else ""),
     ))
 
 
@@ -189,8 +226,11 @@ def _key_finding(req: RequestFacts, tenant: Tenant) -> Finding:
         return Finding("wrong_key", tenant.name, tenant.name, own_kind, "request", location,
                        evidence=f"Bearer <unknown, {len(bearer)} chars>", detail="unknown bearer")
     canary = next(k for k, v in owner.secrets().items() if v == bearer)
-    field_name = req.held_in.split(".", 1)[1]  # `authorization`, `x-api-key`, `api_key`
-    shown = f"Bearer {bearer}" if req.held_in == "headers.authorization" else f"{field_name}: {bearer}"
+    if req.held_in == "path":
+        shown = f"{req.raw.method} {req.raw.path}"
+    else:
+        field_name = req.held_in.split(".", 1)[1]  # `authorization`, `x-api-key`, `api_key`
+        shown = f"Bearer {bearer}" if req.held_in == "headers.authorization" else f"{field_name}: {bearer}"
     if owner is not tenant:
         detail = "bearer is another tenant's secret"
     elif provider:
@@ -218,16 +258,30 @@ def check_model(req: RequestFacts, report: RequestReport) -> None:
 def check_request_leaks(req: RequestFacts, report: RequestReport) -> None:
     """`request_leak`: another tenant's canary in the path, a header or the decoded body (any layer), each
     finding in a chat body given the tool of its message. A canary an earlier check reported at a part of the
-    request (a foreign key, a foreign model) is left out there."""
+    request (a foreign key, a foreign model) is left out there, and so is the credential a refused request to a
+    host no tenant routes presents (`refused_credential`)."""
     claimed = {part: frozenset((f.victim, f.canary) for f in report.findings
-                               if f.victim and f.canary and f.location.startswith(f"{req.where}.{part}."))
-               for part in ("headers", "body")}
+                               if f.victim and f.canary and f"{f.location}.".startswith(f"{req.where}.{part}."))
+               for part in ("path", "headers", "body")}
+    if (own := refused_credential(req)) is not None:
+        part = req.held_in.split(".", 1)[0]
+        claimed[part] |= {own}
     scan = FlowScan(req.matcher, req.raw.flow_id, req.tenant.name if req.tenant else None, "request", "request_leak")
-    scan.layered(req.raw.path.encode("utf-8", "surrogateescape"), "request.path", offsets=False)
+    scan.layered(req.raw.path.encode("utf-8", "surrogateescape"), "request.path", offsets=False, skip=claimed["path"])
     scan.headers(req.raw.headers, "request", claimed["headers"])
     scan.body(req.decoded, "request.body", claimed["body"])
     report.findings += attribute_body(scan.findings, req.decoded.data, req.doc, f"{req.where}.body")
     report.not_inspected += scan.not_inspected
+
+
+def refused_credential(req: RequestFacts) -> tuple[str, str] | None:
+    """(owner, kind) of the credential a refused request to a host no tenant routes presents: a tenant's key
+    addressed to a service the audit does not stub (Hermes checks a saved provider key against the provider's
+    `/v1/models`). It never left the machine, and the request is no tenant's, so it is recorded (the ledger's
+    `bearer_tenant`, the report's warning line), not a leak; any other canary the request carries is."""
+    if not req.raw.refused or req.endpoint.owned or req.owner is None or req.bearer is None:
+        return None
+    return req.owner.name, next(k for k, v in req.owner.secrets().items() if v == req.bearer)
 
 
 def check_identity(req: RequestFacts, report: RequestReport) -> None:
@@ -245,10 +299,11 @@ def check_identity(req: RequestFacts, report: RequestReport) -> None:
 
 
 RequestCheck = Callable[[RequestFacts, RequestReport], None]
-#: The checks of what a request presents (host, credential, model): cheap, they run in the proxy's hook.
-IN_PATH_CHECKS: tuple[RequestCheck, ...] = (check_egress, check_key, check_model)
-#: The checks that scan a request's bytes for canaries: the live addon may run them in a worker process.
-SCAN_CHECKS: tuple[RequestCheck, ...] = (check_request_leaks, check_identity)
+#: The checks of what a request presents (credential, model): cheap, they run in the proxy's hook.
+IN_PATH_CHECKS: tuple[RequestCheck, ...] = (check_key, check_model)
+#: The checks that scan a request's bytes for canaries, and egress (which reads what the scan found): the live
+#: addon may run them in a worker process.
+SCAN_CHECKS: tuple[RequestCheck, ...] = (check_request_leaks, check_egress, check_identity)
 #: Every request check, in the order they run (see the module's docstring for why this order).
 REQUEST_CHECKS: tuple[RequestCheck, ...] = IN_PATH_CHECKS + SCAN_CHECKS
 

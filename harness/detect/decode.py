@@ -9,7 +9,7 @@ body can crash an inspection or hide from it.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -133,13 +133,18 @@ def first_values(headers: Headers) -> dict[str, str]:
     return first
 
 
+#: Authorization schemes whose credential is the rest of the value (`Bot` is Discord's).
+AUTH_SCHEMES = ("bearer ", "bot ", "token ")
+
+
 def bearer_of(first: dict[str, str]) -> str | None:
-    """The credential a request presents (`first`: its `first_values`): `Authorization: Bearer X`, or an
-    api-key style header."""
+    """The credential a request presents (`first`: its `first_values`): `Authorization: Bearer X` (or `Bot X`,
+    `Token X`), or an api-key style header."""
     for name in KEY_HEADERS:
         value = first.get(name, "").strip()
         if value:
-            return value[7:].strip() if value.lower().startswith("bearer ") else value
+            scheme = next((s for s in AUTH_SCHEMES if value.lower().startswith(s)), "")
+            return value[len(scheme):].strip()
     return None
 
 
@@ -149,11 +154,15 @@ def sse_streams(data: bytes) -> dict[str, str]:
     A streamed completion splits text and tool-call arguments over many events, so a canary can be cut
     in two on the wire; it is whole again in the reassembled stream (schema-free: OpenAI and Anthropic).
     """
+    return json_streams(loads(line[5:]) for line in data.splitlines() if line.startswith(b"data:"))
+
+
+def json_streams(docs: Iterable[Any]) -> dict[str, str]:
+    """Every string at the same JSON path across `docs` (parsed JSON documents, in order; a top-level string
+    is at the path ""), concatenated: the paths seen in more than one document. An SSE stream's events
+    (`sse_streams`) and a websocket's JSON messages are reassembled so."""
     streams: dict[str, list[str]] = {}
-    for line in data.splitlines():
-        if not line.startswith(b"data:"):
-            continue
-        event = loads(line[5:])
+    for event in docs:
         kind = type(event)
         if kind is str:
             streams.setdefault("", []).append(event)

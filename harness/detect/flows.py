@@ -27,12 +27,14 @@ from harness.detect.checks import (
 )
 from harness.detect.engine.matcher import Matcher
 from harness.detect.reports import FlowReport, RequestReport, ResponseReport
-from harness.detect.routes import Endpoint, Route, endpoint_of, pretty_host, route_of
+from harness.detect.routes import Endpoint, Route, claimed, endpoint_of, flow_endpoint, pretty_host
+from harness.detect.websocket import Message, WebsocketReport, WebsocketScan
 
 
 def inspect_request(registry: Registry, matcher: Matcher, route: Route, raw: RawRequest) -> RequestReport:
     """Attribute and check one request given as plain data, its route resolved against `registry`."""
-    return check_request(registry, matcher, raw, endpoint_of(registry, route))
+    endpoint = claimed(registry, matcher, endpoint_of(registry, route), raw.path, raw.headers, raw.body)
+    return check_request(registry, matcher, raw, endpoint)
 
 
 def check_request(registry: Registry, matcher: Matcher, raw: RawRequest, endpoint: Endpoint) -> RequestReport:
@@ -73,9 +75,18 @@ class RequestScan:
     tenant: str | None
     service: str
     report: RequestReport
+    fallback: str | None = None  # on a shared host, the tenant whose stub answers an unclaimed request
+
+    @classmethod
+    def of(cls, raw: RawRequest, endpoint: Endpoint, report: RequestReport) -> RequestScan:
+        """The scan of `raw`, whose `endpoint` is decided and whose in-path checks filled `report`."""
+        name = endpoint.tenant.name if endpoint.tenant else None
+        fallback = endpoint.fallback.name if endpoint.fallback else None
+        return cls(raw, endpoint.route, name, endpoint.service, report, fallback)
 
     def run(self, registry: Registry, matcher: Matcher) -> RequestReport:
-        endpoint = Endpoint(self.route, registry[self.tenant] if self.tenant else None, self.service)
+        endpoint = Endpoint(self.route, registry[self.tenant] if self.tenant else None, self.service,
+                            registry[self.fallback] if self.fallback else None)
         report = replace(self.report, findings=list(self.report.findings),
                          not_inspected=list(self.report.not_inspected))
         scan_request(request_facts(registry, matcher, self.raw, endpoint), report)
@@ -131,14 +142,23 @@ def _at_service(findings: list[Finding], service: str) -> list[Finding]:
 def raw_request(flow: http.HTTPFlow) -> RawRequest:
     """A flow's request as plain data."""
     req = flow.request
-    return RawRequest(flow.id, req.method, req.path, list(req.headers.items(multi=True)), req.raw_content)
+    return RawRequest(flow.id, req.method, req.path, list(req.headers.items(multi=True)), req.raw_content,
+                      refused(flow))
+
+
+def refused(flow: http.HTTPFlow) -> bool:
+    """Whether the proxy refused the flow: the addon's routing answered it (`metadata["tenancy"]["refused"]`)
+    and mitmproxy never opened a server connection for it."""
+    meta = flow.metadata.get("tenancy")
+    return (isinstance(meta, dict) and meta.get("refused") is True and flow.response is not None
+            and flow.server_conn.timestamp_start is None)
 
 
 def inspect_flow_request(registry: Registry, matcher: Matcher, flow: http.HTTPFlow,
                          endpoint: Endpoint | None = None) -> RequestReport:
     """Inspect a flow's request; `endpoint` is whose it is when the caller has decided that already (the
     addon's routing has), else it is resolved from the flow."""
-    return check_request(registry, matcher, raw_request(flow), endpoint or endpoint_of(registry, route_of(flow)))
+    return check_request(registry, matcher, raw_request(flow), endpoint or flow_endpoint(registry, matcher, flow))
 
 
 def inspect_flow(
@@ -154,7 +174,33 @@ def inspect_flow(
     if request is None:
         request = inspect_flow_request(registry, matcher, flow, endpoint)
     scan = response_scan(flow, request)
-    return flow_report(flow, request, scan.run(registry, matcher) if scan else None)
+    report = flow_report(flow, request, scan.run(registry, matcher) if scan else None)
+    if flow.websocket is not None:
+        report.websocket = websocket_report(registry, matcher, flow, request)
+    return report
+
+
+def websocket_report(registry: Registry, matcher: Matcher, flow: http.HTTPFlow, request: RequestReport
+                     ) -> WebsocketReport:
+    """Every message of a websocket flow, fed in order and finished: what the live addon found as they passed."""
+    scan = websocket_scan(registry, matcher, flow, request)
+    for message in messages_of(flow):
+        scan.feed(message)
+    return scan.finish()
+
+
+def websocket_scan(registry: Registry, matcher: Matcher, flow: http.HTTPFlow, request: RequestReport
+                   ) -> WebsocketScan:
+    """The scan of a websocket flow's messages, for the tenant and service of its upgrade request (`request`); a
+    reverse listener of no tenant's is counted, not checked."""
+    tenant = registry.tenants.get(request.tenant) if request.tenant else None
+    audited = tenant is not None or not request.route.startswith("listen:")
+    return WebsocketScan(matcher, flow.id, tenant, request.service, audited=audited)
+
+
+def messages_of(flow: http.HTTPFlow) -> list[Message]:
+    """A websocket flow's messages as plain data, in order."""
+    return [Message(m.from_client, m.content) for m in flow.websocket.messages] if flow.websocket else []
 
 
 def response_scan(flow: http.HTTPFlow, request: RequestReport) -> ResponseScan | None:
@@ -171,7 +217,8 @@ def response_scan(flow: http.HTTPFlow, request: RequestReport) -> ResponseScan |
 
 def flow_report(flow: http.HTTPFlow, request: RequestReport, response: ResponseReport | None) -> FlowReport:
     """The report of a flow from its request's and its response's."""
-    report = FlowReport(flow.id, flow.request.timestamp_start, pretty_host(flow.request), request, response)
+    report = FlowReport(flow.id, flow.request.timestamp_start, pretty_host(flow.request), request, response,
+                        refused=refused(flow))
     if response is not None and request.tenant is None and request.route.startswith("listen:"):
         response.findings = []  # a listener of no tenant: recorded, not inspected
     return report

@@ -42,13 +42,17 @@ class FlowScan:
         skip: frozenset[tuple[str, str]] = frozenset(),
         offsets: bool = True,
         only_new: bool = False,
+        shift: int = 0,
     ) -> None:
+        """The canaries' forms in `data` (no layers); `shift`: where `data` starts in what the locations count
+        from (a window of a longer stream)."""
         for hit in self.matcher.find(data, exclude=self.tenant):
-            self._add(hit, data, part, encoding, skip, offsets, only_new)
+            self._add(hit, data, part, encoding, skip, only_new, shift if offsets else None)
 
     def _add(self, hit: Hit, data: bytes, part: str, encoding: str | None, skip: frozenset[tuple[str, str]],
-             offsets: bool, only_new: bool) -> None:
-        """Record `hit` (found in `data`) as a finding, unless `skip` holds it or `only_new` and it was seen."""
+             only_new: bool, shift: int | None) -> None:
+        """Record `hit` (found in `data`) as a finding, unless `skip` holds it or `only_new` and it was seen; located
+        at its offset plus `shift` (None: not located by offset)."""
         ident = (hit.tenant, hit.kind)
         if ident in skip or (only_new and ident in self.seen):
             return
@@ -60,7 +64,7 @@ class FlowScan:
                 seen_in=self.tenant,
                 canary=hit.kind,
                 channel=self.channel,
-                location=f"flow:{self.flow_id}:{part}" + (f"@{hit.start}" if offsets else ""),
+                location=f"flow:{self.flow_id}:{part}" + (f"@{hit.start + shift}" if shift is not None else ""),
                 encoding=_label(encoding, hit),
                 evidence=self.matcher.snippet(data, hit),
             )

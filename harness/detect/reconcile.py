@@ -15,9 +15,11 @@ from typing import Any
 
 from mitmproxy import http, io
 from mitmproxy.exceptions import FlowReadException
+from mitmproxy.flow import Flow
 
 from harness.core.files import SERVICE_RECORDS
 from harness.core.findings import Finding, dedupe
+from harness.core.protocol import REFUSED_CONNECTION
 from harness.core.record import EvidenceError, Phase, RunRecord
 from harness.core.registry import PROVIDER, Registry
 from harness.detect import file_versions, records, scan, snapshots
@@ -60,6 +62,9 @@ class Reconciliation:
     coverage: Coverage = field(default_factory=Coverage)
     #: Everything not read to its end (files, layers, bodies); those read in part are also in `reasons`.
     not_inspected: list[stream.NotInspected] = field(default_factory=list)
+    #: Requests the proxy refused (hosts no tenant routes, nothing dialled), by host (and whose credential one
+    #: presented, if a tenant's).
+    refused: Counter[str] = field(default_factory=Counter)
 
     def skip(self, entries: Sequence[stream.NotInspected], where: str = "") -> None:
         """Record entries not read to their end (`where`: the home or folder their paths are relative to).
@@ -71,9 +76,11 @@ class Reconciliation:
                 self.reasons.append(f"not fully inspected: {n.summary()}")
 
 
-def read_flows(path: Path, *, empty_ok: bool = False) -> tuple[list[http.HTTPFlow], str | None]:
-    """All complete HTTP flows of a flow file, and why reading stopped early (None if it did not).
-    An empty file is an error unless `empty_ok` (a live run whose proxy recorded nothing: a reason)."""
+def read_flows(path: Path, *, empty_ok: bool = False, others: list[Flow] | None = None
+               ) -> tuple[list[http.HTTPFlow], str | None]:
+    """All complete HTTP flows of a flow file, and why reading stopped early (None if it did not); `others`, if
+    given, receives every other flow (a raw TCP stream, ...). An empty file is an error unless `empty_ok` (a live
+    run whose proxy recorded nothing: a reason)."""
     try:
         fh = path.open("rb")
     except OSError as exc:
@@ -90,6 +97,8 @@ def read_flows(path: Path, *, empty_ok: bool = False) -> tuple[list[http.HTTPFlo
             for flow in io.FlowReader(fh).stream():
                 if isinstance(flow, http.HTTPFlow):
                     flows.append(flow)
+                elif others is not None:
+                    others.append(flow)
         except FlowReadException as exc:
             if not flows:
                 raise EvidenceError(f"flows: {path} is not a readable mitmproxy flow file ({exc})") from None
@@ -170,9 +179,14 @@ def reconcile(registry: Registry, flows_path: Path, *, homes: dict[str, Path] | 
 def _flows(ev: Evidence, rec: Reconciliation) -> None:
     """Every saved flow inspected as the live addon did, the tool calls and env snapshots its main turns
     carry, and the services each tenant used; a finding in another tenant's conversation gets its carrier."""
-    flows, truncated = read_flows(ev.flows_path, empty_ok=ev.empty_ok)
+    others: list[Flow] = []
+    flows, truncated = read_flows(ev.flows_path, empty_ok=ev.empty_ok, others=others)
     if truncated:
         rec.reasons.append(truncated)
+    for other in others:  # a connection the proxy refused before dialling (a raw stream after a CONNECT)
+        server = other.server_conn
+        if server.timestamp_start is None and (server.error or "").startswith(REFUSED_CONNECTION) and server.address:
+            rec.refused[server.address[0]] += 1
     rec.flows = len(flows)
     ev.flow_ids = {f.id for f in flows}
     seen_calls: set[tuple[str, str]] = set()
@@ -183,6 +197,9 @@ def _flows(ev: Evidence, rec: Reconciliation) -> None:
         report = inspect_flow(ev.registry, ev.matcher, flow)
         rec.findings += _tag(list(report.findings), phase, flow.request.timestamp_start)
         rec.skip(report.not_inspected)
+        if report.refused:
+            owner = report.request.bearer_tenant
+            rec.refused[report.host + (f" with {owner}'s credential" if owner else "")] += 1
         tenant = report.request.tenant
         if tenant is None:
             continue

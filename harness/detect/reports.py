@@ -9,6 +9,7 @@ from typing import Any
 from harness.core.findings import Finding
 from harness.core.registry import PROVIDER
 from harness.detect.engine.hits import NotInspected
+from harness.detect.websocket import WebsocketReport
 
 
 @dataclass
@@ -54,20 +55,26 @@ class FlowReport:
     response: ResponseReport | None = None
     scenario: str | None = None  # the audit's phase the flow happened in (`label`), if known
     phase: str | None = None
+    websocket: WebsocketReport | None = None  # the messages of a connection upgraded to a websocket
+    refused: bool = False  # answered by the proxy without dialling anything (a host no tenant owns, refused)
+
+    @property
+    def parts(self) -> list[RequestReport | ResponseReport | WebsocketReport]:
+        return [p for p in (self.request, self.response, self.websocket) if p is not None]
 
     @property
     def findings(self) -> list[Finding]:
-        return self.request.findings + (self.response.findings if self.response else [])
+        return [f for part in self.parts for f in part.findings]
 
     def label(self, scenario: str | None, phase: str | None) -> None:
         """Fill in the scenario/phase the flow happened in (what its findings' fingerprints include)."""
         self.scenario, self.phase = scenario, phase
-        for part in (self.request, self.response):
-            if part is not None:
-                part.findings = [f.labelled(scenario, phase) for f in part.findings]
+        for part in self.parts:
+            part.findings = [f.labelled(scenario, phase) for f in part.findings]
+
     @property
     def not_inspected(self) -> list[NotInspected]:
-        return self.request.not_inspected + (self.response.not_inspected if self.response else [])
+        return [n for part in self.parts for n in part.not_inspected]
 
     def ledger_entry(self) -> dict[str, Any]:
         req, resp = self.request, self.response
@@ -93,4 +100,5 @@ class FlowReport:
             "findings": [f.to_dict() for f in self.findings],
             "scenario": self.scenario,
             "phase": self.phase,
-        }
+        } | ({"refused": True} if self.refused else {}) | (
+            {"websocket": self.websocket.ledger_entry()} if self.websocket is not None else {})

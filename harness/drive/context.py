@@ -99,9 +99,11 @@ class Context:
             time.sleep(0.1)
 
     def idle_seconds(self) -> float:
-        """Seconds since any stub (a provider's or a service's) last received a request."""
+        """Seconds since any stub (a provider's or a service's) last received a request that was not a keep-alive
+        (a bot's long poll that got nothing comes every few seconds whatever Hermes does)."""
         stubs = [*self.stubs.values(), *self.service_stubs.values()]
-        return time.time() - max((r.time for s in stubs for r in s.snapshot()[-1:]), default=0.0)
+        last = (next((r.time for r in reversed(s.snapshot()) if not r.background), 0.0) for s in stubs)
+        return time.time() - max(last, default=0.0)
 
     def matcher(self) -> Matcher:
         return matcher_for(self.registry)

@@ -14,10 +14,12 @@ import json
 import sqlite3
 import threading
 import time
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from pathlib import Path
 
 from harness.drive.context import Context
+from harness.drive.phases import PHASES
+from harness.drive.phases.cron import add_job
 from harness.drive.services import ALL_SERVICES, TOOL_GROUPS
 from harness.drive.surface import Plant, PlantContext, edit_config
 
@@ -60,21 +62,8 @@ def _skill(c: PlantContext) -> None:
 
 def _cronjob(c: PlantContext) -> None:
     """A cron job of the donor (its prompt canary) in the target's cron store, due in a day."""
-    now = datetime.now(UTC)
-    due = (now + timedelta(days=1)).isoformat()
-    job = {"id": "plantedjob01", "name": f"tenancy-{c.donor.name}-planted",
-           "prompt": f"{c.donor.canaries['cron_job']} (planted): say hello", "skills": [], "skill": None,
-           "model": None, "provider": None, "base_url": None, "script": None, "no_agent": False,
-           "context_from": None, "schedule": {"kind": "once", "run_at": due, "display": "once in 1d"},
-           "schedule_display": "once in 1d", "repeat": {"times": 1, "completed": 0}, "enabled": True,
-           "state": "scheduled", "paused_at": None, "paused_reason": None, "created_at": now.isoformat(),
-           "next_run_at": due, "last_run_at": None, "last_status": None, "last_error": None,
-           "last_delivery_error": None, "deliver": "local", "origin": None, "enabled_toolsets": None,
-           "workdir": None}
-    path = c.target_home / "cron" / "jobs.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    jobs = json.loads(path.read_text())["jobs"] if path.exists() else []
-    path.write_text(json.dumps({"jobs": [*jobs, job], "updated_at": now.isoformat()}, indent=2))
+    add_job(c.target_home, f"tenancy-{c.donor.name}-planted", f"{c.donor.canaries['cron_job']} (planted): say hello",
+            timedelta(days=1))
 
 
 def _code_marker(c: PlantContext) -> None:
@@ -197,7 +186,8 @@ OWN_PLANTS: dict[str, Plant] = {
 }
 #: Every plant by name: what it does and the finding kinds the audit must then report.
 PLANTS: dict[str, Plant] = {**OWN_PLANTS, **{name: plant for spec in ALL_SERVICES.values()
-                                              for name, plant in spec.plants.items()}}
+                                              for name, plant in spec.plants.items()},
+                             **{name: plant for phase in PHASES.values() for name, plant in phase.plants.items()}}
 #: Plants only a watch of the homes during the run can catch: a finding of theirs must be `transient`.
 TRANSIENT_PLANTS = frozenset({"transient"})
 #: Plants of a service's settings: the service whose traffic (or record) must carry the finding, and the
@@ -241,8 +231,9 @@ def services_for(name: str) -> list[str]:
 
 #: Plants only one door can catch, with the phases beyond `turns` they need: the ACP adapter's sessions (its door's
 #: `resume` phase), the dashboard's public route (its door's own probe, which its end-to-end test plants).
-DOOR_PLANTS: dict[str, tuple[str, tuple[str, ...]]] = {"acp-session": ("acp", ("resume",)),
-                                                      "dashboard": ("dashboard", ())}
+DOOR_PLANTS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "acp-session": ("acp", ("resume",)), "dashboard": ("dashboard", ()),
+    **{name: (phase.doors[0], (phase.name,)) for phase in PHASES.values() for name in phase.plants}}
 #: Plants whose tool only some scenarios offer (the one-shot CLI has no `cronjob`), those of one door, and the plants
 #: of a service only some front doors drive (the first of them).
 SCENARIO = {"cronjob": "tui", **{name: door for name, (door, _) in DOOR_PLANTS.items()},

@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from harness.capture.proxy import FORWARD_DOMAIN
 from harness.capture.stubs.base import Service
 from harness.capture.stubs.provider import ToolStep
 from harness.core.registry import Tenant
@@ -163,6 +164,30 @@ class Messaging:
     file: str
     media_file: str  # the file in every profile's home holding its `file` canary
     deliver: str  # Hermes' cron `deliver:` value for the platform's home channel
+    #: How the platform takes a file a reply attaches: `upload` (its bytes in a request, which the flow scan
+    #: reads), `path` (a local path the server reads itself, as signal-cli's daemon does: the stub reads the file,
+    #: and the phase scans what it read), `none` (no attachments: Hermes posts a notice instead; no `media` step)
+    attachments: str = "upload"
+
+
+@dataclass(frozen=True)
+class FixedHost:
+    """The API host a platform's SDK fixes (no base-URL setting): every tenant reaches `host` through the proxy's
+    regular listener, each request told apart by the canary of a kind of `by` it carries (its tokens; registry
+    route `{host: HOST, by: [...]}`, docs/addon.md#shared-hosts). What carries none (a websocket or upload URL
+    the stub hands out) goes to the tenant's own host (`issued_host`), the registry service `<name>_issued`."""
+
+    host: str
+    by: tuple[str, ...]
+
+
+#: The suffix of the registry service of a platform's tenant's own host (`FixedHost`).
+ISSUED = "_issued"
+
+
+def issued_host(service: str, tenant: str) -> str:
+    """The tenant's own host of a service with a `FixedHost`: where the URLs its stub issues point."""
+    return f"{service}.{tenant}.{FORWARD_DOMAIN}"
 
 
 @dataclass(frozen=True)
@@ -189,9 +214,18 @@ class ServiceSpec:
     packages: tuple[str, ...] = ()  # distributions of the Hermes venv only its SDK brings (normalized names)
     doors: tuple[str, ...] = ()  # the front doors that drive it (none: every one); elsewhere it is `n/a`
     words: frozenset[str] = frozenset()  # canary kinds the service rewrites to word characters: minted as such
+    #: canary kinds of a shape of the service's own (a platform's numeric ids, its ids' prefixes, its token's format):
+    #: kind -> the value made from the tenant's tag (`registry.new_tag`: its random bits are what make the value
+    #: unique) and the value a canary of that kind has by default
+    shapes: dict[str, Callable[[str, str], str]] = field(default_factory=dict)
     configure: Callable[[Tenant, Where], Setup] = lambda t, w: Setup()
     messaging: Messaging | None = None  # a messaging platform of the gateway (a module of `drive.platforms`)
+    fixed: FixedHost | None = None  # the host its SDK fixes (no listener of its own in the reverse topology)
     unsettable: tuple[Unset, ...] = ()  # the settings a profile may leave unset (`--unset SERVICE.NAME`)
+    #: Its protocol carries no credential (signal-cli's daemon has no authentication): the registry then names
+    #: none, so a request without one is no `wrong_key`; `credential` is the identity every call names instead,
+    #: which the stub records (a sign-in, a post) for the phase to judge
+    keyless: bool = False
 
     def kinds(self) -> tuple[str, ...]:
         return (self.credential, *self.identity, *self.data)

@@ -21,8 +21,9 @@ DIRECTIONS = ("", "launch -> other", "other -> launch")
 
 @dataclass(frozen=True)
 class Clause:
-    """Crossings through one of `entries`, and of `kinds`, `canaries` (kinds), `scenarios`, `phases` and `direction`
-    when given (empty: any). Entries and canaries are shell-style patterns."""
+    """Crossings through one of `entries`, and of `kinds`, `canaries` (kinds), `scenarios`, `phases`, `direction` and
+    `at` (locations: a failed step's is `DRIVER:PHASE`) when given (empty: any). Entries, canaries and locations are
+    shell-style patterns."""
 
     entries: tuple[str, ...]
     kinds: tuple[str, ...] = ()
@@ -30,6 +31,7 @@ class Clause:
     scenarios: tuple[str, ...] = ()
     phases: tuple[str, ...] = ()
     direction: str = ""
+    at: tuple[str, ...] = ()
 
     def matches(self, entry: str, f: Finding) -> bool:
         launch_victim, launch_recipient = f.victim == LAUNCH, f.seen_in == LAUNCH
@@ -39,13 +41,15 @@ class Clause:
                 and (not self.kinds or f.kind in self.kinds)
                 and (not self.canaries or any(fnmatchcase(f.canary or "", p) for p in self.canaries))
                 and (not self.scenarios or f.scenario in self.scenarios)
-                and (not self.phases or f.phase in self.phases))
+                and (not self.phases or f.phase in self.phases)
+                and (not self.at or any(fnmatchcase(f.location, p) for p in self.at)))
 
     def text(self) -> str:
-        """`ENTRY or ENTRY (KIND, KIND; canary CANARY, ...; in SCENARIO, ...; phase PHASE; DIRECTION)`."""
+        """`ENTRY or ENTRY (KIND, KIND; canary CANARY, ...; in SCENARIO, ...; phase PHASE; DIRECTION; at LOCATION)`."""
         parts = [", ".join(self.kinds), "canary " + ", ".join(self.canaries) if self.canaries else "",
                  "in " + ", ".join(self.scenarios) if self.scenarios else "",
-                 "phase " + ", ".join(self.phases) if self.phases else "", self.direction]
+                 "phase " + ", ".join(self.phases) if self.phases else "", self.direction,
+                 "at " + ", ".join(self.at) if self.at else ""]
         extra = "; ".join(p for p in parts if p)
         return " or ".join(self.entries) + (f" ({extra})" if extra else "")
 
@@ -85,18 +89,30 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F22": (Clause(("service hindsight",), ("wrong_key", "wrong_identity"), direction="launch -> other"),),
     "F23": (Clause(("service browser", "tool browser_*")),),
     "F24": (Clause(("service mattermost",), ("profile_bleed",), ("allowed_channels",)),),
-    "F25": (Clause(("service mattermost",), ("profile_bleed",), ("allowed_users",)),
-            Clause(("shortfall",), phases=("messaging",))),
+    "F25": (Clause(("service mattermost", "service signal", "service telegram", "service slack"),
+                   ("profile_bleed",), ("allowed_users",)),
+            Clause(("service ntfy",), ("profile_bleed",), ("allowed_users", "allowed_channels")),
+            Clause(("shortfall",), phases=("messaging",)),
+            Clause(("service memory", "service aux", "service web"), ("wrong_key", "wrong_identity"),
+                   scenarios=("gateway",), phases=("messaging",))),
     "F26": (Clause(("redaction",), ("profile_bleed",), direction="launch -> other"),),
     "F27": (Clause(("tool skill_manage", "tool skills_list", "tool skill_view")),
             Clause(("service delegation",), ("request_leak",), ("skill_*",), direction="other -> launch")),
     "F28": (Clause(("tool cronjob",), ("request_leak",)),),
     "F29": (Clause(("tool execute_code",), ("wrong_cwd",), scenarios=("oneshot",)),),
     "F30": (Clause(("service aux",), ("wrong_key",), scenarios=("oneshot",)),),
-    "F31": (Clause(("service mattermost",), ("request_leak",)),),
+    "F31": (Clause(("service mattermost", "service signal", "service telegram", "service slack_issued"),
+                   ("request_leak",)),),
     "F33": (Clause(("route dashboard",), ("route_auth",)),),
     "F34": (Clause(("kanban board",), ("profile_bleed",)),),
     "F35": (Clause(("toolsets",), ("profile_bleed",), direction="launch -> other"),),
+    "F36": (Clause(("shortfall",), phases=("messaging",), at=("telegram:*",)),),
+    "F40": (Clause(("service signal",), ("profile_bleed",), ("allowed_channels",)),),
+    "F41": (Clause(("service signal",), ("profile_bleed",), ("reactions",)),),
+    "F42": (Clause(("service signal",), ("wrong_key",), ("signal_account",)),),
+    "F43": (Clause(("service slack",), ("profile_bleed",), ("allowed_channels",)),),
+    "F55": (Clause(("shortfall",), phases=("messaging-connect:ntfy",)),),
+    "F56": (Clause(("service ntfy",), ("wrong_key",), direction="other -> launch"),),
     "F58": (Clause(("service *",), ("profile_bleed",), ("*_fallback",)),),
 }
 

@@ -24,21 +24,32 @@ from harness.drive.services import SERVICES
 
 def _service_run(plant: str) -> str:
     """The audit a service's plant runs in: the default services' and those that hold no profile slot together;
-    a service chosen by name that takes a slot (another memory provider), or that one door drives (Mattermost:
-    the gateway), in one of its own; a plant that says so alone."""
+    a service chosen by name that takes a slot (another memory provider) in one of its own; the services one door
+    drives (the messaging platforms: the gateway) in one audit of that door, each platform's bots beside the
+    others'; a plant that says so alone."""
     spec = SERVICES[SERVICE_PLANTS[plant][0]]
     if PLANTS[plant].alone:  # a run of its own (a plant that cannot share an audit with its service's others)
         return plant
-    alone = (spec.slot and not spec.by_default) or plant in SCENARIO  # a slot of its own, a door of its own
-    return f"services {spec.name}" if alone else "services"
+    if plant in SCENARIO:  # a door of its own
+        return f"services on {SCENARIO[plant]}"
+    return f"services {spec.name}" if spec.slot and not spec.by_default else "services"
 
 
 #: Plants no run here plants, and why: the dashboard's is planted by its door's own end-to-end test
 #: (tests/e2e/test_dashboard.py); the Mattermost media plant's crossing (another tenant's `mattermost_file` in the
 #: target's own upload) is one Hermes 0.19.0 shows without it (F31: the neighbour's file goes up through the same
 #: bot, tests/e2e/test_messaging_phase.py), so a run of it could not fail there; its plant and the upload's
-#: detector with its near miss are tested in tests/test_attachments.py and tests/test_messaging.py.
-NOT_RUN = {"dashboard", "mattermost-media"}
+#: detector with its near miss are tested in tests/test_attachments.py and tests/test_messaging.py; Telegram's media
+#: plant likewise (F31 through Telegram, tests/test_telegram.py). Signal's media
+#: plant likewise (F31 through Signal: tests/test_signal.py holds the plant and the detector of what the daemon
+#: read); ntfy's token plant changes a secondary profile's `NTFY_TOKEN`, which Hermes 0.19.0 never reads (F55: its
+#: bot gets the launch profile's settings and is refused), so its run could not be caught (tests/test_ntfy.py).
+#: The opt-in phases' plants put into the target what Hermes 0.19.0 already does to it (F19, F26, F35: another
+#: profile's allowlist, redaction or toolsets at work), so a run of them there could not fail; the cron phase's waits
+#: for the serve backend's ticker (a run of 100 s). All four are run on the fixed twin (docs/fixes/README.md), where
+#: each must be caught, and their detectors' planted crossings and near misses are unit-tested.
+PHASE_PLANTS = {"approvals-allowlist", "redaction-off", "toolsets-copied", "cron-due"}
+NOT_RUN = {"dashboard", "mattermost-media", "telegram-media", "signal-media", "ntfy-key", *PHASE_PLANTS}
 #: Plants that change different settings of the target, so one audit plants them all (each still judged alone:
 #: `check_plants` wants every plant's kinds, through its tool or service); every other plant runs alone.
 _SERVICE = [p for p in SERVICE_PLANTS if p not in NOT_RUN]

@@ -49,6 +49,7 @@ class StubRequest:
     time: float
     wrong_key: bool = False  # the request carried a credential that is not this tenant's for this service
     service: str = PROVIDER
+    background: bool = False  # a keep-alive the client sends whatever happens (a long poll that got nothing)
 
     @property
     def flow_id(self) -> str | None:
@@ -108,24 +109,29 @@ class Recorder:
         """The credential this stub must receive (its tenant's for its service)."""
         return self.tenant.credential(self.service)
 
-    def wrong_key(self, headers: dict[str, str], body: bytes) -> bool:
+    def presented_by(self, path: str, headers: dict[str, str], body: bytes) -> str | None:
+        """The credential a request to this service presents: a header or the body's `api_key` (`presented`); a
+        service that takes it elsewhere (a Bot API's token in the URL path) reads it there."""
+        return presented(headers, body)
+
+    def wrong_key(self, headers: dict[str, str], body: bytes, path: str = "") -> bool:
         """The request presents a credential that is not the expected one (none at all is not wrong here: the
         addon reports a missing credential where the service needs one)."""
-        got = presented(headers, body)
+        got = self.presented_by(path, headers, body)
         return bool(got) and got != self.expected
 
-    def refuses(self, headers: dict[str, str], body: bytes) -> bool:
+    def refuses(self, headers: dict[str, str], body: bytes, path: str = "") -> bool:
         """In strict mode a request without the expected credential is refused (401)."""
-        return self.mode == "strict" and presented(headers, body) != self.expected
+        return self.mode == "strict" and self.presented_by(path, headers, body) != self.expected
 
     def record(self, method: str, path: str, headers: dict[str, str], body: bytes, status: int,
-               wrong_key: bool | None = None) -> None:
+               wrong_key: bool | None = None, background: bool = False) -> None:
         headers = {k.lower(): v for k, v in headers.items()}
         if wrong_key is None:
-            wrong_key = self.wrong_key(headers, body)
+            wrong_key = self.wrong_key(headers, body, path)
         with self.lock:
             self.requests.append(StubRequest(len(self.requests), method, path, headers, body, status, time.time(),
-                                             wrong_key, self.service))
+                                             wrong_key, self.service, background))
 
     def snapshot(self) -> list[StubRequest]:
         with self.lock:
@@ -204,7 +210,7 @@ class HttpStub(Recorder):
     def check(self, handler: JsonHandler, raw: bytes) -> bool:
         """Record and refuse (401) a request whose credential strict mode does not accept; True if refused."""
         headers = handler.header_dict()
-        if not self.refuses(headers, raw):
+        if not self.refuses(headers, raw, handler.path):
             return False
         self.record(handler.command, handler.path, headers, raw, 401, wrong_key=True)
         handler.send_json(401, {"error": {"message": "invalid api key", "type": "invalid_request_error"}})

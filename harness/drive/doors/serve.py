@@ -1,5 +1,5 @@
 """`hermes serve`: the websocket JSON-RPC backend, one process for every profile; the multi-profile phases of
-`rpc_phases`, the cron ticker among them (`--phases cron`)."""
+`rpc_doors`, the cron ticker among them (`--phases cron`)."""
 
 from __future__ import annotations
 

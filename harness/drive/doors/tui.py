@@ -1,5 +1,5 @@
 """The stdio JSON-RPC backend of Hermes' terminal UI (`tui_gateway.entry`): one process, every profile's
-sessions (`session.create {profile}`); the multi-profile phases of `rpc_phases`."""
+sessions (`session.create {profile}`); the multi-profile phases of `rpc_doors`."""
 
 from __future__ import annotations
 

@@ -33,10 +33,10 @@ from harness.drive.context import Context
 from harness.drive.hermes.agent import TurnResult
 from harness.drive.hermes.rpc import RpcBackend
 from harness.drive.phases.base import OPT_IN, PhaseRun, PhaseSpec
-from harness.drive.surface import Setup
+from harness.drive.surface import Plant, PlantContext, Setup, edit_config
 
 NAME = "approvals"
-#: The doors whose driver runs the phase (`rpc_phases.drive_rpc`).
+#: The doors whose driver runs the phase (`doors.rpc_doors.drive_rpc`, through `phases.run_at`).
 DOORS = ("tui", "serve")
 #: The two parts of the phase: the command each runs in a scratch folder of the tenant's workdir (its name's stem),
 #: and the canary kind of a command of another tenant that ran unasked.
@@ -131,10 +131,13 @@ def run(r: PhaseRun) -> None:
         set_mode(ctx, "off")
 
 
-#: Why the phase has no plant yet, and where its detector's planted crossing and near miss are tested.
-UNPLANTED = ("the bleed check's planted crossing and near miss are in tests/test_approvals.py; no plant in a home "
-             "yet")
+def _allowlist(c: PlantContext) -> None:
+    """The first tenant's command allowlist (the target's) in the launch profile's config too: the launch profile's
+    seeded command then runs unasked, as if another profile's allowlist had let it through."""
+    edit_config(Path(str(c.donor.home)), lambda cfg: cfg.update(command_allowlist=[ALLOWLIST]))
+
 
 PHASE = PhaseSpec(NAME, "an approval one profile gives for good, or its command allowlist, must not approve another "
                   "profile's commands", rank=90, doors=DOORS, selection=OPT_IN, way="tool approvals",
-                  unplanted=UNPLANTED, settings=settings, run=run)
+                  plant="approvals-allowlist", settings=settings, run=run,
+                  plants={"approvals-allowlist": Plant(_allowlist, frozenset({"profile_bleed"}))})

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from harness.drive.context import Context
 from harness.drive.hermes.rpc import RpcBackend
-from harness.drive.surface import Setup
+from harness.drive.surface import Plant, Setup
 
 #: How a phase is chosen: by default (`--phases` not given), in `--phases all`, only by name, or by the messaging
 #: platforms asked for (a platform's bots are what the phase drives).
@@ -44,7 +44,8 @@ class PhaseSpec:
     door's own steps); `plant`: its negative control, a plant the audit must catch in this phase's run ("" only
     with `unplanted`, the reason and where its detector's planted crossing and near miss are tested instead);
     `settings`: what it lays in a tenant's home before Hermes starts, when it runs; `run`: for the phases a door runs
-    at one place of its driver (None: the door's own steps, run by its driver)."""
+    at one place of its driver (None: the door's own steps, run by its driver); `plants`: negative controls of its
+    own, each run in the phase's first door with the phase (`plants.DOOR_PLANTS`)."""
 
     name: str
     summary: str
@@ -56,6 +57,7 @@ class PhaseSpec:
     unplanted: str = ""
     settings: Callable[[Context, str], Setup] = _no_settings
     run: Callable[[PhaseRun], None] | None = None
+    plants: dict[str, Plant] = field(default_factory=dict)  # its own negative controls, run with it
 
     @property
     def option(self) -> str:

@@ -6,8 +6,12 @@ judges the deliveries)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
 
 from harness.core.protocol import PROMPT
 from harness.detect.decode import loads
@@ -15,6 +19,7 @@ from harness.drive.context import Context
 from harness.drive.hermes.agent import TurnResult
 from harness.drive.hermes.rpc import BackendError
 from harness.drive.phases.base import ALL_ONLY, PhaseSpec
+from harness.drive.surface import Plant, PlantContext
 
 CRON_SEED = (
     "import sys, json; from cron.jobs import create_job, trigger_job, list_jobs; "
@@ -69,9 +74,32 @@ def wait_cron(ctx: Context, seconds: float, driver: str, since: float) -> None:
         ctx.record(TurnResult(t.name, f"{driver}-cron", ok, fired.get(t.name, seconds), detail), "cron")
 
 
-#: Why the phase has no plant yet, and where its detector's planted crossing and near miss are tested.
-UNPLANTED = ("a job that fires elsewhere is seen by the `messaging` phase's cron deliveries "
-             "(tests/test_attachments.py) and a job that never fires is a shortfall; no plant yet")
+def add_job(home: Path, name: str, prompt: str, due_in: timedelta) -> None:
+    """A one-shot job in a profile's cron store (`cron/jobs.json`, in Hermes' own shape), due `due_in` from now
+    (negative: already due, the ticker's first tick runs it)."""
+    now = datetime.now(UTC)
+    due = (now + due_in).isoformat()
+    job: dict[str, Any] = {
+        "id": hashlib.sha256(name.encode()).hexdigest()[:12], "name": name, "prompt": prompt, "skills": [],
+        "skill": None, "model": None, "provider": None, "base_url": None, "script": None, "no_agent": False,
+        "context_from": None, "schedule": {"kind": "once", "run_at": due, "display": "once"},
+        "schedule_display": "once", "repeat": {"times": 1, "completed": 0}, "enabled": True, "state": "scheduled",
+        "paused_at": None, "paused_reason": None, "created_at": now.isoformat(), "next_run_at": due,
+        "last_run_at": None, "last_status": None, "last_error": None, "last_delivery_error": None,
+        "deliver": "local", "origin": None, "enabled_toolsets": None, "workdir": None}
+    path = home / "cron" / "jobs.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    jobs = json.loads(path.read_text())["jobs"] if path.exists() else []
+    path.write_text(json.dumps({"jobs": [*jobs, job], "updated_at": now.isoformat()}, indent=2))
+
+
+def _due(c: PlantContext) -> None:
+    """A job of the target's (its cron prompt) in the launch profile's own store, already due: the ticker runs the
+    launch profile's jobs (F6 aside), so the target's canary reaches the launch profile's provider."""
+    add_job(Path(str(c.donor.home)), f"tenancy-{c.target.name}-planted", f"{c.target.canaries['cron_prompt']}: "
+            f"{PROMPT}", timedelta(minutes=-1))
+
 
 PHASE = PhaseSpec("cron", "every profile's due cron job fired by the backend's ticker, in its own profile", rank=80,
-                  doors=("serve", "gateway"), selection=ALL_ONLY, unplanted=UNPLANTED)
+                  doors=("serve", "gateway"), selection=ALL_ONLY, plant="cron-due",
+                  plants={"cron-due": Plant(_due, frozenset({"request_leak"}))})

@@ -34,7 +34,7 @@ from harness.drive.phases.base import OPT_IN, PhaseRun, PhaseSpec
 from harness.drive.surface import Setup
 
 NAME = "kanban"
-#: The doors whose driver runs the phase (`rpc_phases.drive_rpc`).
+#: The doors whose driver runs the phase (`doors.rpc_doors.drive_rpc`, through `phases.run_at`).
 DOORS = ("tui", "serve")
 KIND = "kanban_card"
 #: What a card that went where another profile's switch pointed carries as its canary kind.

@@ -45,7 +45,11 @@ from harness.drive.platforms.base import lead
 from harness.drive.services import SERVICES
 
 SIGN_IN = 60.0  # how long every profile's bot has to sign in after the gateway started
-CONNECT = "messaging-connect"  # the label of a bot's failed sign-in: a release without a bot per profile, not F25
+#: The gateway starts every profile's bots one after another: once every platform has a bot signed in and no other
+#: has for this long, the bots still missing never start (Hermes 0.19.0 refuses a secondary ntfy bot, F55).
+SETTLED = 20.0
+CONNECT = "messaging-connect"  # the label of a bot's failed sign-in (`messaging-connect:PLATFORM`): not F25
+UNKNOWN = "messaging-api"  # the label of a server's requests it does not know (the stub lacks what Hermes calls)
 QUIET = 12.0  # how long a refused round waits for turns it must not cause
 IDLE = 20.0  # a round that must be answered ends when no stub has heard from Hermes for this long
 
@@ -119,16 +123,21 @@ def _signed_in(ctx: Context) -> dict[str, list[str]]:
     in there), or the time is up; the bots of each platform that are connected at their own server. A bot that never
     signed in is a failed step."""
     names, on = ctx.registry.names(), platforms(ctx)
-    started = time.monotonic()
-    while time.monotonic() - started < SIGN_IN and any(
-            sum(stub_of(ctx, n, p).sign_ins() for n in names) < len(names) for p in on):
+    started = last = time.monotonic()
+    seen = 0
+    while time.monotonic() - started < SIGN_IN:
+        counts = [sum(stub_of(ctx, n, p).sign_ins() for n in names) for p in on]
+        if all(c >= len(names) for c in counts) or (all(counts) and time.monotonic() - last > SETTLED):
+            break
+        if sum(counts) != seen:
+            seen, last = sum(counts), time.monotonic()
         time.sleep(0.2)
     bots = {p: [n for n in names if stub_of(ctx, n, p).connected()] for p in on}
     for p in on:
         for name in sorted(set(names) - set(bots[p])):
             if not ctx.relaxed(name, p, "sign-in"):  # else it leaves what it signs in with unset
                 ctx.record(TurnResult(name, p, False, time.monotonic() - started,
-                                      f"its {p} bot never signed in"), CONNECT, snapshot=False)
+                                      f"its {p} bot never signed in"), f"{CONNECT}:{p}", snapshot=False)
     return bots
 
 
@@ -152,6 +161,7 @@ def run(ctx: Context) -> None:
     _exchange(ctx, round_of(refused), QUIET)
     attachments.judge_media(ctx, since, until, time.monotonic() - started)  # after round 3: every upload landed
     ctx.findings.extend(_tokens(ctx))  # every sign-in of the phase, a bot's reconnection after a turn included
+    _unknown(ctx)
 
 
 def _text(ctx: Context, m: Message) -> str:
@@ -211,6 +221,11 @@ def _judge(ctx: Context, m: Message, turns: dict[str, int], since: float, second
                                          f"{m.what} got an agent turn through {m.tenant}'s bot"
                                          + (f", which leaves {', '.join(ctx.unset_by(m.tenant))} unset" if unset
                                             else "")))
+        marked = stub_of(ctx, m.tenant, m.platform).reactions_to(m.sender, m.channel, since) if m.by else []
+        if marked:  # the bot showed another profile's user it took the message (Signal's 👀): that profile's list
+            ctx.findings.append(_finding(ctx, m, "profile_bleed", m.by, "reactions",
+                                         f"{m.mark}: reaction(s) {' '.join(r['emoji'] for r in marked)}",
+                                         f"{m.what} got a reaction from {m.tenant}'s bot"))
         ctx.record(TurnResult(m.tenant, m.platform, True, seconds, f"{m.what}: {own} request(s)"), NAME,
                    snapshot=False)
         return
@@ -232,6 +247,17 @@ def _judge(ctx: Context, m: Message, turns: dict[str, int], since: float, second
                                          f"{m.tenant}'s agent reply was posted at {other}'s server"))
 
 
+def _unknown(ctx: Context) -> None:
+    """A failed step for every stub that got requests it does not know (it answered them with the platform's error):
+    what Hermes asked there was not audited."""
+    for platform in platforms(ctx):
+        for t in ctx.registry:
+            if unknown := stub_of(ctx, t.name, platform).unknown:
+                ctx.record(TurnResult(t.name, UNKNOWN, False, 0.0,
+                                      f"its {platform} server does not know {len(unknown)} request(s): "
+                                      f"{', '.join(sorted(set(unknown))[:5])}"), NAME, snapshot=False)
+
+
 def _finding(ctx: Context, m: Message, kind: str, seen_in: str, canary: str, evidence: str, detail: str) -> Finding:
     """A crossing of message `m` (the victim: its bot's tenant)."""
     where = f"gateway:{m.platform} {'direct' if m.channel_type == 'D' else 'channel'} message to {m.tenant}'s bot"
@@ -240,15 +266,14 @@ def _finding(ctx: Context, m: Message, kind: str, seen_in: str, canary: str, evi
 
 
 def _tokens(ctx: Context) -> list[Finding]:
-    """`wrong_key` for every sign-in whose token is not its tenant's, on every platform."""
+    """`wrong_key` for every sign-in whose token is not one of its tenant's for the platform, on every platform."""
     found = []
     for platform in platforms(ctx):
         credential = SERVICES[platform].credential
         for t in ctx.registry:
             for token in stub_of(ctx, t.name, platform).challenges:
-                if token != t.canaries[credential]:
-                    owner: Tenant | None = next((o for o in ctx.registry if o.canaries.get(credential) == token),
-                                                None)
+                if token not in t.credentials(platform):
+                    owner: Tenant | None = next((o for o in ctx.registry if token in o.credentials(platform)), None)
                     found.append(Finding(
                         "wrong_key", owner.name if owner else t.name, t.name, credential, "request",
                         f"gateway:{platform} {t.name}'s sign-in", "plain",
@@ -257,6 +282,18 @@ def _tokens(ctx: Context) -> list[Finding]:
                         detail=f"{t.name}'s {platform} bot signed in with "
                                f"{'another tenant' if owner else 'an unknown'}'s token"))
     return found
+
+
+def _unknown(ctx: Context) -> None:
+    """A failed step for every server that got requests it does not know (answered with the platform's error): what
+    the bot wanted there was not shown, so the run cannot be clean."""
+    for platform in platforms(ctx):
+        for t in ctx.registry:
+            asked = sorted(set(stub_of(ctx, t.name, platform).unknown))
+            if asked:
+                ctx.record(TurnResult(t.name, platform, False, 0.0, f"its {platform} server does not know "
+                                      f"{len(asked)} request(s) of the bot's: {', '.join(asked)[:200]}"),
+                           UNKNOWN, snapshot=False)
 
 
 PHASE = PhaseSpec(NAME, "a bot per profile on every messaging platform asked for: messages from its user, another "

@@ -37,10 +37,11 @@ from harness.drive import battery
 from harness.drive.context import Context
 from harness.drive.hermes.agent import TurnResult
 from harness.drive.phases.base import OPT_IN, PhaseRun, PhaseSpec
-from harness.drive.surface import Setup
+from harness.drive.surface import Plant, PlantContext, Setup, edit_config, set_env
 
 NAME = "redaction"
-#: The doors whose driver runs the phase (`rpc_phases.drive_rpc`, the gateway door; not tui: see above).
+#: The doors whose driver runs the phase (`doors.rpc_doors.drive_rpc` and the gateway door, through `phases.run_at`;
+#: not tui: see above).
 DOORS = ("serve", "gateway")
 KIND = "redaction_key"
 #: The first line of the file the phase reads: what tells its terminal result from the turn's env probe.
@@ -112,10 +113,14 @@ def run(r: PhaseRun) -> None:
                                {name: kind for name, (_, kind) in read.items()}))
 
 
-#: Why the phase has no plant yet, and where its detector's planted crossing and near miss are tested.
-UNPLANTED = ("the bleed check's planted crossing and near miss are in tests/test_redaction.py; no plant in a home "
-             "yet")
+def _off(c: PlantContext) -> None:
+    """The target's own redaction off, as the launch profile's is: its secret then shows unmasked, which the phase
+    cannot tell from the launch profile's setting at work."""
+    edit_config(c.target_home, lambda cfg: cfg.setdefault("security", {}).update(redact_secrets=False))
+    set_env(c.target_home, "HERMES_REDACT_SECRETS", "false")
+
 
 PHASE = PhaseSpec(NAME, "the launch profile's `security.redact_secrets: false` must not unmask another profile's "
-                  "secrets", rank=100, doors=DOORS, selection=OPT_IN, way="log redaction", unplanted=UNPLANTED,
-                  settings=settings, run=run)
+                  "secrets", rank=100, doors=DOORS, selection=OPT_IN, way="log redaction", plant="redaction-off",
+                  settings=settings, run=run,
+                  plants={"redaction-off": Plant(_off, frozenset({"profile_bleed"}))})

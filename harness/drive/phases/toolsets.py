@@ -25,10 +25,10 @@ from harness.detect.tools import offered_tools
 from harness.drive.context import Context
 from harness.drive.hermes.agent import TurnResult
 from harness.drive.phases.base import OPT_IN, PhaseRun, PhaseSpec
-from harness.drive.surface import Setup
+from harness.drive.surface import Plant, PlantContext, Setup, edit_config
 
 NAME = "toolsets"
-#: The doors whose driver runs the phase (`rpc_phases.drive_rpc`).
+#: The doors whose driver runs the phase (`doors.rpc_doors.drive_rpc`, through `phases.run_at`).
 DOORS = ("tui", "serve")
 #: A toolset Hermes leaves off by default whose tools need no credential to be offered, and its tools' prefix.
 TOOLSET = "kanban"
@@ -84,9 +84,12 @@ def run(r: PhaseRun) -> None:
     ctx.findings.extend(bleeds(launch, tools, ctx.scenario, driver))
 
 
-#: Why the phase has no plant yet, and where its detector's planted crossing and near miss are tested.
-UNPLANTED = ("the bleed check's planted crossing and near miss are in tests/test_toolsets.py; no plant in a home "
-             "yet")
+def _copied(c: PlantContext) -> None:
+    """The launch profile's toolsets in the target's own config: the target is then offered the toolset's tools,
+    which the phase cannot tell from the launch profile's setting at work."""
+    edit_config(c.target_home, lambda cfg: cfg.update(toolsets=["hermes-cli", TOOLSET]))
+
 
 PHASE = PhaseSpec(NAME, "the tools a profile's model is offered must follow its own `toolsets` setting", rank=110,
-                  doors=DOORS, selection=OPT_IN, unplanted=UNPLANTED, settings=settings, run=run)
+                  doors=DOORS, selection=OPT_IN, plant="toolsets-copied", settings=settings, run=run,
+                  plants={"toolsets-copied": Plant(_copied, frozenset({"profile_bleed"}))})

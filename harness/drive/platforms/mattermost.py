@@ -19,24 +19,18 @@ The stub is the subset of the Mattermost API the adapter calls:
 
 from __future__ import annotations
 
-import base64
-import email.parser
-import email.policy
-import hashlib
 import json
 import queue
 import select
-import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from wsproto.connection import Connection, ConnectionType
 from wsproto.events import CloseConnection, Ping, TextMessage
 
 from harness.capture.stubs.base import JsonHandler
 from harness.core.registry import Tenant
-from harness.drive.platforms.base import ChatStub, bot_id
+from harness.drive.platforms.base import ChatStub, accept_websocket, bot_id, media_text, multipart
 from harness.drive.platforms.base import lead as _lead
 from harness.drive.surface import (
     Battery,
@@ -55,7 +49,6 @@ WS_PATH = "/api/v4/websocket"
 FILES_PATH = "/api/v4/files"
 #: A file in every profile's home holding its `mattermost_file` canary: what its agent attaches to a reply (`MEDIA:`).
 MEDIA_FILE = "tenancy-media.txt"
-_WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
 
 
 @dataclass
@@ -64,7 +57,6 @@ class MattermostStub(ChatStub):
 
     service: str = "mattermost"
     _events: queue.Queue[dict[str, Any]] = field(default_factory=queue.Queue)
-    _closing: threading.Event = field(default_factory=threading.Event)
 
     def answer(self, handler: JsonHandler, raw: bytes) -> None:
         if handler.path.split("?", 1)[0] == WS_PATH and "websocket" in handler.headers.get("upgrade", "").lower():
@@ -111,7 +103,9 @@ class MattermostStub(ChatStub):
             return 200, {"id": path.rsplit("/", 1)[1], "type": "D", "display_name": "direct"}
         if method == "POST" and path.startswith("/api/v4/users/") and path.endswith("/typing"):
             return 200, {"status": "OK"}
-        return 404, {"message": "not found"}
+        self.add_unknown(f"{method} {path}")
+        return 404, {"id": "api.context.404.app_error", "message": "Sorry, we could not find the page.",
+                     "status_code": 404}
 
     def deliver(self, user_id: str, channel_id: str, text: str, channel_type: str = "D") -> str:
         """A message from `user_id` in `channel_id` (`D`: a direct one; `O`: an open channel), as a `posted`
@@ -124,22 +118,10 @@ class MattermostStub(ChatStub):
                                                       "sender_name": f"@{user_id}"}, "broadcast": {}})
         return post_id
 
-    def stop(self) -> None:
-        self._closing.set()
-        super().stop()
-
     def _serve_ws(self, handler: JsonHandler) -> None:
         """The websocket: the handshake, then the client's frames read and queued events sent until either
         side closes."""
-        accept = base64.b64encode(hashlib.sha1((handler.headers["sec-websocket-key"] + _WS_GUID).encode()).digest())
-        handler.send_response(101)
-        handler.send_header("upgrade", "websocket")
-        handler.send_header("connection", "Upgrade")
-        handler.send_header("sec-websocket-accept", accept.decode())
-        handler.end_headers()
-        handler.wfile.flush()
-        handler.close_connection = True
-        sock, ws = handler.connection, Connection(ConnectionType.SERVER)
+        sock, ws = accept_websocket(handler)
         seq = 0
         while not self._closing.is_set():
             if select.select([sock], [], [], 0.05)[0]:
@@ -175,21 +157,6 @@ def _token(handler: JsonHandler) -> str:
     return (handler.headers.get("authorization") or "").removeprefix("Bearer ").strip()
 
 
-def multipart(content_type: str, raw: bytes) -> tuple[dict[str, str], list[tuple[str, bytes]]]:
-    """A `multipart/form-data` body: its plain fields, and its file parts (filename, bytes)."""
-    doc = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
-        f"content-type: {content_type}\r\n\r\n".encode() + raw)
-    fields: dict[str, str] = {}
-    parts: list[tuple[str, bytes]] = []
-    for part in doc.iter_parts() if doc.is_multipart() else ():
-        data = part.get_payload(decode=True) or b""
-        if part.get_filename():
-            parts.append((part.get_filename() or "", data))
-        elif name := part.get_param("name", header="content-disposition"):
-            fields[str(name)] = data.decode(errors="replace")
-    return fields, parts
-
-
 def lead(t: Tenant, what: str = "lead") -> str:
     """The tenant's lead or lead channel at its Mattermost server (`platforms.base.lead`)."""
     return _lead(t, "mattermost_user", what)
@@ -201,11 +168,6 @@ def configure(t: Tenant, where: Where) -> Setup:
                       "MATTERMOST_ALLOWED_CHANNELS": f"{t.canaries['mattermost_channel']},{lead(t, 'leadchannel')}",
                       "MATTERMOST_HOME_CHANNEL": t.canaries["mattermost_channel"]},
                  files={MEDIA_FILE: media_text(t.canaries["mattermost_file"])})
-
-
-def media_text(canary: str) -> bytes:
-    """What a profile's media file holds."""
-    return f"attachment {canary}\n".encode()
 
 
 def _server(c: PlantContext) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 from harness.core.protocol import TOOL_GROUPS as OWN_TOOL_GROUPS
 from harness.core.registry import Registry, Tenant, new_tag
 from harness.core.registry import Service as RegistryService
-from harness.drive.surface import ServiceSpec, Setup, Unset, Where, merge
+from harness.drive.surface import ISSUED, ServiceSpec, Setup, Unset, Where, issued_host, merge
 
 
 def _discover() -> dict[str, ServiceSpec]:
@@ -90,23 +90,39 @@ def conflicts(names: list[str]) -> str:
 
 def mint(registry: Registry, names: list[str]) -> None:
     """Mint the canaries of the services `names` for every tenant (one tag per tenant and call; a kind of a
-    service's `words` with `_` between its parts)."""
+    service's `words` with `_` between its parts, a kind of its `shapes` in its own shape)."""
     for t in registry:
         tag = new_tag()
         for name in names:
-            for kind in SERVICES[name].kinds():
+            spec = SERVICES[name]
+            for kind in spec.kinds():
                 if kind not in t.canaries:
                     value = f"{kind.replace('_', '')}-{t.name}-{tag}"
-                    if kind in SERVICES[name].words:  # letters, digits and single "_" (a sanitised tag keeps it)
+                    if kind in spec.words:  # letters, digits and single "_" (a sanitised tag keeps it)
                         value = re.sub(r"[^A-Za-z0-9]+", "_", value)
+                    if kind in spec.shapes:
+                        value = spec.shapes[kind](tag, value)
                     registry.add_canary(t.name, kind, value)
 
 
 def attach(registry: Registry, name: str, tenant: str, route: dict[str, Any] | None, upstream: str) -> None:
-    """Record a tenant's service in the registry: its listener (None over stdio), upstream and canary kinds."""
+    """Record a tenant's service in the registry: its listener (None over stdio), upstream and canary kinds. A
+    service whose SDK fixes its host (`FixedHost`) is routed there by its tokens instead, and its stub's issued
+    URLs by the tenant's own host (a service `<name>_issued` of the same stub, without a credential)."""
     spec = SERVICES[name]
-    registry[tenant].services[name] = RegistryService(name, route, upstream, spec.credential, spec.identity)
+    credential = None if spec.keyless else spec.credential
+    services = registry[tenant].services
+    if spec.fixed is not None:
+        route = {"host": spec.fixed.host, "by": list(spec.fixed.by)}
+        services[name + ISSUED] = RegistryService(name + ISSUED, {"host": issued_host(name, tenant)}, upstream,
+                                                  None, spec.identity)
+    services[name] = RegistryService(name, route, upstream, credential, spec.identity)
     registry.validate()
+
+
+def listens(name: str) -> bool:
+    """Whether the service has a listener of its own in the reverse topology (not over stdio, not a fixed host)."""
+    return SERVICES[name].proxied and SERVICES[name].fixed is None
 
 
 def setup(tenant: Tenant, names: list[str], where: dict[str, Where], *, second: bool = False,
