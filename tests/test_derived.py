@@ -46,8 +46,8 @@ def test_a_derived_canary_is_minted_once_per_owner_text_and_model_and_survives_t
     assert new and reg.derive("alpha", "title", "default") == (value, False)
     assert reg.derive("alpha", "title", "alpha")[0] != value  # alpha's own model: another canary
     assert reg["alpha"].canaries["derived_title_via_default"] == value
-    assert reg.provenance("alpha", "derived_title_via_default").to_dict() == {"text": "title", "by": "default"}
-    assert reg.provenance("alpha", "memory") is None
+    assert reg["alpha"].derived["derived_title_via_default"].to_dict() == {"text": "title", "by": "default"}
+    assert "memory" not in reg["alpha"].derived
     reg.save(tmp_path / "registry.yaml")
     again = load(tmp_path / "registry.yaml")
     assert again["alpha"].derived == reg["alpha"].derived and again == reg

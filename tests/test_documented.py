@@ -119,6 +119,12 @@ CASES = [
      dict(kind="route_auth", victim="alpha", seen_in="alpha", canary="allowed_users_fallback", channel="rpc",
           service="mattermost", scenario="gateway", phase="messaging",
           location="gateway:mattermost direct message to alpha's bot")),
+    ("F59", dict(kind="request_leak", victim="alpha", seen_in="default", canary="derived_reply", service="aux"),
+     dict(kind="request_leak", canary="derived_reply", service="aux")),
+    ("F60", dict(kind="request_leak", seen_in="beta", canary="soul", phase="resume"),
+     dict(kind="request_leak", seen_in="beta", canary="soul", phase="turns")),
+    ("F61", dict(kind="wrong_path", canary="relative_note", tool="search_files", scenario="gateway"),
+     dict(kind="request_leak", canary="relative_note", tool="search_files", scenario="gateway")),
 ]
 
 

@@ -117,7 +117,7 @@ def test_every_profile_passes_its_own_variable_to_its_scripts(reg, tmp_path):
         assert (tmp_path / t.name / ".env").read_text() == f"A=1\n{forms.PASSTHROUGH}={t.canaries['passthrough']}\n"
 
 
-@pytest.mark.parametrize("name", ("relative-path", "aux-runtime-model", "code-env"))
+@pytest.mark.parametrize("name", ("relative-path", "aux-runtime-model", "script-env"))
 def test_the_mutants_of_the_forms_fit_the_hermes_under_test(name, hermes_python):
     mutant = next(m for m in MUTANTS if m.name == name)
     patch = mutant.patch(site_packages(hermes_python.parent.parent))

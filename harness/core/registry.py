@@ -306,11 +306,6 @@ class Registry:
             t.derived = {**t.derived, kind: Derived(text, by)}
             return t.canaries[kind], True
 
-    def provenance(self, tenant: str, kind: str) -> Derived | None:
-        """How a derived canary of `tenant` came about (None: not a derived canary)."""
-        t = self.tenants.get(tenant)
-        return t.derived.get(kind) if t else None
-
     def validate(self) -> None:
         owner: dict[str, tuple[str, str]] = {}
         for t in self:

@@ -111,7 +111,7 @@ MUTANTS: tuple[Mutant, ...] = (
            'model = os.getenv("AUXILIARY_VISION_MODEL", "").strip() or None',
            'os.getenv("AUXILIARY_VISION_MODEL", "")', _launch_env("AUXILIARY_VISION_MODEL"),
            "the vision model a profile sets at run time (its environment) is taken from the launch profile's"),
-    Mutant("code-env", "code execution", "tools/code_execution_tool.py", "child_env = _scrub_child_env(os.environ)",
+    Mutant("script-env", "code execution", "tools/code_execution_tool.py", "child_env = _scrub_child_env(os.environ)",
            "os.environ", f"{{**os.environ, **{LAUNCH_DOTENV}}}",
            "a script's environment is built over the launch profile's .env: what a profile passes through is the "
            "launch profile's"),

@@ -114,6 +114,10 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F55": (Clause(("shortfall",), phases=("messaging-connect:ntfy",)),),
     "F56": (Clause(("service ntfy",), ("wrong_key",), direction="other -> launch"),),
     "F58": (Clause(("service *",), ("profile_bleed",), ("*_fallback",)),),
+    "F59": (Clause(("service aux",), ("request_leak",), direction="other -> launch"),),
+    "F60": (Clause(("request",), ("request_leak",), ("soul", "memory", "tool_memory", "derived_memory*"),
+                   ("tui", "serve"), ("resume",), "launch -> other"),),
+    "F61": (Clause(("tool read_file", "tool write_file", "tool patch", "tool search_files"), ("wrong_path",)),),
 }
 
 

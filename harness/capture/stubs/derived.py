@@ -43,7 +43,7 @@ def _has_image(messages: list[Any]) -> bool:
         isinstance(p, dict) and p.get("type") in ("image_url", "input_image") for p in m["content"]) for m in messages)
 
 
-def last_user_text(messages: list[Any]) -> str:
+def _last_user_text(messages: list[Any]) -> str:
     for m in reversed(messages):
         if isinstance(m, dict) and m.get("role") == "user":
             return _text_of(m.get("content"))
@@ -55,7 +55,7 @@ def text_kind(service: str, body: dict[str, Any]) -> str:
     or a main turn's reply (a request offering tools), else a title, a compression checkpoint, a picture's
     description, or other text."""
     messages = [m for m in body.get("messages") or [] if isinstance(m, dict)]
-    asked = last_user_text(messages)
+    asked = _last_user_text(messages)
     everything = " ".join(_text_of(m.get("content")) for m in messages)
     if asked.startswith(REVIEW_PROMPT):
         return "memory"
