@@ -14,8 +14,9 @@ import yaml
 
 from harness.capture.stubs.derived import Deriver, text_kind
 from harness.capture.stubs.provider import StubProvider, answer_for
+from harness.core.derived import derived_kind
 from harness.core.findings import Finding
-from harness.core.registry import Registry, RegistryError, derived_kind, is_secret_kind, mint
+from harness.core.registry import Registry, RegistryError, is_secret_kind, mint
 from harness.core.registry_file import load, parse
 from harness.core.severity import severity
 from harness.detect.engine.matcher import matcher_for

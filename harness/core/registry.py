@@ -26,6 +26,7 @@ from typing import Any
 import ahocorasick_rs
 import yaml
 
+from harness.core.derived import DERIVED_TEXTS, Derived, derived_kind, is_derived_kind
 from harness.core.files import write_private
 from harness.core.protocol import PLACEHOLDER
 
@@ -57,12 +58,6 @@ SECRET_KINDS = frozenset({"key", "api_server_key"})
 
 _NAME = re.compile(r"^[a-z][a-z0-9_-]{0,31}$")
 KIND = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-
-
-#: The kinds of text a model derives from what it was asked (`Derived.text`).
-DERIVED_TEXTS = ("reply", "subagent", "title", "compression", "memory", "vision", "text")
-#: The start of every derived canary's kind.
-DERIVED = "derived_"
 
 
 class RegistryError(ValueError):
@@ -114,27 +109,6 @@ class Service:
         if self.identity:
             out["identity"] = list(self.identity)
         return out
-
-
-@dataclass(frozen=True)
-class Derived:
-    """Where a derived canary came from: the kind of text (`DERIVED_TEXTS`) a model generated from its owner's data,
-    and the tenant whose model (provider, auxiliary or subagent model) generated it."""
-
-    text: str
-    by: str
-
-    def to_dict(self) -> dict[str, str]:
-        return {"text": self.text, "by": self.by}
-
-
-def derived_kind(text: str, owner: str, by: str) -> str:
-    """`derived_TEXT`, or `derived_TEXT_via_BY` when another tenant's model generated it (a kind has no `-`)."""
-    return DERIVED + text + ("" if by == owner else "_via_" + by.replace("-", "_"))
-
-
-def is_derived_kind(kind: str) -> bool:
-    return kind.startswith(DERIVED)
 
 
 @dataclass

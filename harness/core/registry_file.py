@@ -9,12 +9,12 @@ from typing import Any
 
 import yaml
 
+from harness.core.derived import Derived
 from harness.core.registry import (
     KIND,
     MAX_REGISTRY_BYTES,
     PROVIDER,
     READABLE_VERSIONS,
-    Derived,
     Registry,
     RegistryError,
     Service,

@@ -25,8 +25,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.core.derived import is_derived_kind
 from harness.core.findings import Finding
-from harness.core.registry import PROVIDER, is_derived_kind
+from harness.core.registry import PROVIDER
 from harness.core.severity import rank, severity
 from harness.detect.file_versions import database_of
 

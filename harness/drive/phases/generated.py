@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 
-from harness.core.registry import DERIVED
+from harness.core.derived import DERIVED
 from harness.drive.context import Context
 from harness.drive.hermes.agent import TurnResult
 from harness.drive.hermes.rpc import BackendError
