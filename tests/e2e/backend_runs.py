@@ -61,6 +61,7 @@ def check_backend(tenancy_audit: Callable[..., Any], scenario: str) -> None:
     assert others == [], "new findings:\n" + _summaries(others)
     assert ("request_leak", "alpha") in {(f["kind"], f["seen_in"]) for f in planted}, _summaries(planted)
     assert audit.doc["fixed"] == [], f"baseline incidents no longer seen: {audit.doc['fixed']}"
+    check_generated(audit.doc, scenario)
     assert audit.doc["warnings"] == [], audit.doc["warnings"]  # an incident baseline, made with the locked venv
     assert audit.doc["reasons"] == []
     assert audit.code == 1 and audit.verdict == "leak"
@@ -94,5 +95,4 @@ def check_backend(tenancy_audit: Callable[..., Any], scenario: str) -> None:
         assert any(t["ok"] for t in cron), "not even the launch profile's cron job fired"
         order = [t["phase"] for t in audit.doc["timeline"]]  # alone, before any turn (a job shares its stub)
         assert max(i for i, p in enumerate(order) if p == "cron") < order.index("turns"), order
-    check_generated(audit.doc, scenario)
     assert_reproduced(audit)
