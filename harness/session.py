@@ -22,6 +22,7 @@ from typing import Any, Self
 
 from harness.capture.proxy import FORWARD_DOMAIN, Proxy, bind_listener, port_of
 from harness.capture.stubs.base import Service, stop_all
+from harness.capture.stubs.derived import Deriver
 from harness.capture.stubs.provider import StubProvider
 from harness.core.evidence import EvidenceFolder
 from harness.core.files import SERVICE_RECORDS, write_private
@@ -187,13 +188,17 @@ class AuditSession:
         routes and upstreams go into the registry; the registry is saved again."""
         registry = self.require_registry()
         self.stack.callback(lambda: stop_all([*self.stubs.values(), *self.service_stubs.values()]))
+        deriver = Deriver(registry, self.registry_path)
         for t in registry:
             stub = PROVIDER_SERVICE.make(t, self.stub_mode)
             assert isinstance(stub, StubProvider), "the provider's stub is scripted by the battery"
-            stub.fault = self.stub_fault
+            stub.fault, stub.deriver = self.stub_fault, deriver
             self.stubs[t.name] = stub.start(self._stub_socks[t.name])
             for name in self.service_names:
-                stub = self.service_stubs[(t.name, name)] = SERVICES[name].make(t, self.stub_mode).start()
+                stub = self.service_stubs[(t.name, name)] = SERVICES[name].make(t, self.stub_mode)
+                if isinstance(stub, StubProvider):  # a model: its text answers are derived from what it is asked
+                    stub.deriver = deriver
+                stub.start()
                 services.attach(registry, name, t.name, self.route(t.name, name) if services.listens(name) else None,
                                 stub.url)
         self.folder.subfolder(SERVICE_RECORDS)

@@ -246,12 +246,13 @@ def test_loose_files_take_scenario_and_phase_from_the_options(tmp_path, evidence
 
 
 def test_terminal_prints_one_line_per_incident(tmp_path, evidence):
-    """default's memory in alpha's prompt (then re-sent) and in beta's: one entry point, one incident."""
+    """default's memory in alpha's prompt (then re-sent) and in beta's: one entry point, one incident, linked to F60
+    by its copy in beta's request at resume (the launch profile's memory in another profile's resumed prompt)."""
     done = cli_run(tmp_path, "reconcile", str(evidence))
     assert done.returncode == 1
     lines = done.stdout.splitlines()
     [incident] = [line for line in lines if line.startswith("high ")]
-    assert incident.startswith("high     new     default -> alpha (+1) request: request_leak at tui/turns, "
+    assert incident.startswith("high     F60     default -> alpha (+1) request: request_leak at tui/turns, "
                                "1 canary kind(s), first at flow:") and "; spread: request 1 [" in incident
     assert "3 new finding(s) in 2 class(es) under 1 incident(s)" in done.stdout
     assert lines[-1].startswith("what each finding means and how to fix it: ") and lines[-1].endswith("findings.md")

@@ -159,6 +159,12 @@ CASES = [
                  location="gateway:webhook /webhooks/tenancy-default"),
      dict(kind="wrong_identity", victim="beta", seen_in="alpha", canary="mattermost_channel",
           service="mattermost", scenario="gateway", phase="webhooks")),  # between secondaries: either bot's
+    ("F59", dict(kind="request_leak", victim="alpha", seen_in="default", canary="derived_reply", service="aux"),
+     dict(kind="request_leak", canary="derived_reply", service="aux")),
+    ("F60", dict(kind="request_leak", seen_in="beta", canary="soul", phase="resume"),
+     dict(kind="request_leak", seen_in="beta", canary="soul", phase="turns")),
+    ("F61", dict(kind="wrong_path", canary="relative_note", tool="search_files", scenario="gateway"),
+     dict(kind="request_leak", canary="relative_note", tool="search_files", scenario="gateway")),
 ]
 
 

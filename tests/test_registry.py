@@ -416,3 +416,14 @@ def test_load_valid_file(tmp_path: Path) -> None:
     path = tmp_path / "registry.yaml"
     path.write_text(yaml.safe_dump(good_doc()))
     assert load(path).names() == ["alice", "bob"]
+
+
+def test_a_registry_survives_pickling_with_a_lock_of_its_own(tmp_path: Path) -> None:
+    import pickle
+
+    before = minted(tmp_path)
+    before.derive("alice", "reply", "bob")
+    after = pickle.loads(pickle.dumps(before))
+    assert after == before and after.lock is not before.lock
+    with after.lock:  # a usable lock, and the derived canaries' provenance came along
+        assert after["alice"].derived == before["alice"].derived

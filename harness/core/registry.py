@@ -6,12 +6,18 @@ credentials for (an MCP server, a memory provider, a web search API, its auxilia
 `services`: its own listener (`route`; none for a service reached over stdio), its upstream stub, the canary
 kind of the credential it must receive (`credential`) and the canary kinds that identify the tenant to it
 (`identity`). Version 1 (no `services`) is still read.
+
+A *derived* canary is minted while the run goes on, for text a model generates from what it was asked (a title, a
+summary, a reply): one per tenant whose data the request carried, kind `derived_TEXT` (`derived_TEXT_via_OTHER` when
+another tenant's model generated it), with its provenance in the tenant's `derived` (`Derived`). Each has one owner,
+as every canary does: a request that carried two tenants' data gets one of each.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +26,7 @@ from typing import Any
 import ahocorasick_rs
 import yaml
 
+from harness.core.derived import DERIVED_TEXTS, Derived, derived_kind, is_derived_kind
 from harness.core.files import write_private
 from harness.core.protocol import PLACEHOLDER
 
@@ -67,9 +74,9 @@ def is_path_kind(kind: str) -> bool:
 
 def is_secret_kind(kind: str) -> bool:
     """Keys are secrets; so is any canary minted later whose kind ends in `key` (or `key_N`: a second one of
-    that kind, see `Registry.free_kind`)."""
+    that kind, see `Registry.free_kind`); a derived canary never is (its kind may end in a tenant's name)."""
     base = re.sub(r"_\d+$", "", kind)
-    return base in SECRET_KINDS or base.endswith("key")
+    return base in SECRET_KINDS or (base.endswith("key") and not is_derived_kind(base))
 
 
 @dataclass
@@ -116,6 +123,7 @@ class Tenant:
     home: str | None = None
     canaries: dict[str, str] = field(default_factory=dict)
     services: dict[str, Service] = field(default_factory=dict)
+    derived: dict[str, Derived] = field(default_factory=dict)  # derived canary kind -> its provenance
 
     def all_canaries(self) -> dict[str, str]:
         """Every canary by kind name, `key` and `model` included."""
@@ -141,6 +149,8 @@ class Tenant:
         out["canaries"] = dict(self.canaries)
         if self.services:
             out["services"] = {s.name: s.to_dict() for s in self.services.values()}
+        if self.derived:
+            out["derived"] = {kind: d.to_dict() for kind, d in self.derived.items()}
         return out
 
     def credential(self, service: str) -> str | None:
@@ -173,9 +183,17 @@ class Registry:
     """All tenants of one audit; the contract between harness, addon and reconciler."""
 
     tenants: dict[str, Tenant]
+    #: Held while a canary is added or the file written: stubs mint derived canaries while the driver runs.
+    lock: threading.RLock = field(default_factory=threading.RLock, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         self.validate()
+
+    def __getstate__(self) -> dict[str, Any]:  # the addon's scan workers get a copy: without the lock
+        return {"tenants": self.tenants}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.tenants, self.lock = state["tenants"], threading.RLock()
 
     def __iter__(self):
         return iter(self.tenants.values())
@@ -244,14 +262,29 @@ class Registry:
     def add_canary(self, tenant: str, kind: str, value: str) -> None:
         """Mint a canary mid-scenario (re-validates the whole registry); a kind the tenant has is an error
         (its first value would no longer be looked for)."""
-        if kind in self.tenants[tenant].all_canaries():
-            raise RegistryError(f"registry: tenant {tenant!r} already has a canary {kind!r}")
-        self.tenants[tenant].canaries[kind] = value
-        try:
-            self.validate()
-        except RegistryError:
-            del self.tenants[tenant].canaries[kind]
-            raise
+        with self.lock:
+            t = self.tenants[tenant]
+            if kind in t.all_canaries():
+                raise RegistryError(f"registry: tenant {tenant!r} already has a canary {kind!r}")
+            before = t.canaries
+            t.canaries = {**before, kind: value}  # a new mapping: whoever iterates the old one is not disturbed
+            try:
+                self.validate()
+            except RegistryError:
+                t.canaries = before
+                raise
+
+    def derive(self, owner: str, text: str, by: str) -> tuple[str, bool]:
+        """The value of the canary for `text` that `by`'s model derived from `owner`'s data, minted on first use;
+        and whether it was minted now (the file must then be saved for the addon)."""
+        kind = derived_kind(text, owner, by)
+        with self.lock:
+            t = self.tenants[owner]
+            if kind in t.canaries:
+                return t.canaries[kind], False
+            self.add_canary(owner, kind, new_tag())  # short: a title keeps 80 characters
+            t.derived = {**t.derived, kind: Derived(text, by)}
+            return t.canaries[kind], True
 
     def validate(self) -> None:
         owner: dict[str, tuple[str, str]] = {}
@@ -284,6 +317,10 @@ class Registry:
                         f"registry: tenant {name!r}: canary {kind!r} contains tenant {oname!r} canary {okind!r}"
                     )
         for t in self:
+            for kind, d in t.derived.items():
+                if kind not in t.canaries or d.text not in DERIVED_TEXTS or d.by not in self.tenants:
+                    raise RegistryError(f"registry: tenant {t.name!r}: derived canary {kind!r} is not a canary of its "
+                                        f"own, of a known text kind, generated by a tenant of the registry")
             for svc in t.services.values():
                 for kind in (svc.credential, *svc.identity):
                     if kind and kind not in t.canaries:
@@ -322,7 +359,8 @@ class Registry:
 
     def save(self, path: Path) -> None:
         """Write atomically, mode 0600 (the file holds every secret)."""
-        write_private(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False).encode())
+        with self.lock:
+            write_private(Path(path), yaml.safe_dump(self.to_dict(), sort_keys=False).encode())
 
 
 def new_tag() -> str:

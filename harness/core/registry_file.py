@@ -9,6 +9,7 @@ from typing import Any
 
 import yaml
 
+from harness.core.derived import Derived
 from harness.core.registry import (
     KIND,
     MAX_REGISTRY_BYTES,
@@ -20,7 +21,7 @@ from harness.core.registry import (
     Tenant,
 )
 
-_TENANT_FIELDS = {"key", "model", "route", "upstream", "home", "canaries", "services"}
+_TENANT_FIELDS = {"key", "model", "route", "upstream", "home", "canaries", "services", "derived"}
 _SERVICE_FIELDS = {"route", "upstream", "credential", "identity"}
 
 
@@ -103,7 +104,18 @@ def _tenant(name: str, spec: Any) -> Tenant:
         home=spec.get("home"),
         canaries={str(k): v for k, v in canaries.items()},
         services={str(n): _service(str(n), s, where) for n, s in services.items()},
+        derived=_derived(spec.get("derived"), where),
     )
+
+
+def _derived(spec: Any, where: str) -> dict[str, Derived]:
+    """A tenant's derived canaries' provenance (`Registry.validate` checks them against its canaries)."""
+    spec = spec or {}
+    if not isinstance(spec, dict) or not all(
+            isinstance(d, dict) and set(d) == {"text", "by"} and all(isinstance(v, str) for v in d.values())
+            for d in spec.values()):
+        raise RegistryError(f"{where}: field 'derived' must map canary kinds to {{text: TEXT, by: TENANT}}")
+    return {str(kind): Derived(d["text"], d["by"]) for kind, d in spec.items()}
 
 
 def _route(route: Any, where: str) -> dict[str, Any]:

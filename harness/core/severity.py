@@ -31,7 +31,7 @@ _LEAKS = ("critical", "high", "medium")
 #: The severities each finding kind can have (SARIF has one rule per kind and severity).
 POSSIBLE = {"wrong_key": ("critical", "medium"), "wrong_model": ("medium",), "wrong_identity": _LEAKS,
             "request_leak": _LEAKS, "response_leak": _LEAKS, "env_leak": _LEAKS, "wrong_cwd": ("medium",),
-            "wrong_path": ("medium",), "file_leak": _LEAKS, "text_leak": _LEAKS, "egress": ("high",),
+            "wrong_path": _LEAKS, "file_leak": _LEAKS, "text_leak": _LEAKS, "egress": ("high",),
             "route_auth": ("critical", "medium"), "profile_bleed": ("high", "medium"), "bypass": ("low",),
             "shortfall": ("low",)}
 #: How sure a finding of each kind is: canaries carry 48 random bits, so a hit is never a coincidence;
@@ -40,16 +40,17 @@ PRECISION = {"profile_bleed": "high", "shortfall": "high"}
 
 
 def is_secret(canary: str) -> bool:
-    """Keys, API-server keys, saved keys: any canary kind ending in `key` (as the registry defines secrets)."""
-    return canary.endswith("key")
+    """Keys, API-server keys, saved keys: any canary kind ending in `key` (as the registry defines secrets); a derived
+    canary (`derived_TEXT_via_TENANT`) is generated text, never a secret."""
+    return canary.endswith("key") and not canary.startswith("derived_")
 
 
 def canary_severity(canary: str) -> str:
     if is_secret(canary):
         return "critical"
-    if canary in MEDIUM_CANARIES:
+    if canary in MEDIUM_CANARIES or canary.startswith("derived_title"):
         return "medium"
-    return "high"  # memory, soul, transcripts, tool data, and any kind this table does not know
+    return "high"  # memory, soul, transcripts, tool data, text generated from them, any kind this table does not know
 
 
 def severity(f: Finding) -> str:

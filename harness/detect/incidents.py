@@ -5,9 +5,11 @@ an entry point (`entry_point`): a tool (its result, its subprocess's env), a ser
 provider, ...), the provider (a key, a model) or a channel (an RPC reply, a prompt, a file). A *copy*
 (`request_leak`, `response_leak`, `text_leak`, `file_leak`) is spread when an earlier crossing explains it
 (`explains`: same victim, recipient and canary kind, in the same context, through the same entry point when
-the copy names one); a copy nothing explains is a crossing itself. An incident is every crossing through one
-entry point (what a fix changes: that tool, that service's client, ...), with the spread they explain; its
-first hop is its earliest crossing.
+the copy names one); a copy nothing explains is a crossing itself. A derived canary the recipient's own model
+generated from the victim's data (`derived_TEXT_via_RECIPIENT`, `stubs.derived`) is a copy of whatever of the
+victim's had crossed into the recipient before: any crossing between the two explains it. An incident is every
+crossing through one entry point (what a fix changes: that tool, that service's client, ...), with the spread they
+explain; its first hop is its earliest crossing.
 
 Evidence order is each finding's `time` (a flow's start, an RPC frame's, a service record's line; files and
 logs, read at the end of the run, have none). Pure and deterministic: the same findings, in any order, give the
@@ -23,6 +25,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from harness.core.derived import is_derived_kind
 from harness.core.findings import Finding
 from harness.core.registry import PROVIDER
 from harness.core.severity import rank, severity
@@ -90,6 +93,12 @@ def _source(f: Finding) -> tuple[str | None, str | None, str | None]:
     return (f.victim, f.seen_in, f.canary)
 
 
+def _made_there(f: Finding) -> bool:
+    """A derived canary its recipient's model generated from its victim's data (it holds what had crossed)."""
+    return (f.canary is not None and f.seen_in is not None and is_derived_kind(f.canary)
+            and f.canary.endswith("_via_" + f.seen_in.replace("-", "_")))
+
+
 def explains(crossing: Finding, copy: Finding) -> bool:
     """Whether `crossing` explains `copy`: a copy of the same victim, recipient and canary kind; a file or log copy,
     read at the end, by any such crossing through the same entry point when it names a tool; an RPC frame by one
@@ -97,10 +106,14 @@ def explains(crossing: Finding, copy: Finding) -> bool:
     request or response by one of its scenario (any, at a service: its store outlives the backend) not later,
     through the same entry point when it names a tool or service (a later request re-sending a result; through a
     carrier, the same tool too: what an isolation policy allows of a tool stays the tool's)."""
-    if copy.kind not in COPIES or copy.canary is None or _source(crossing) != _source(copy):
+    if copy.kind not in COPIES or copy.canary is None or (crossing.victim, crossing.seen_in) != (
+            copy.victim, copy.seen_in):
         return False
-    through = not (copy.tool or copy.service) or (entry_point(crossing) == entry_point(copy)
-                                                  and own_entry(crossing) == own_entry(copy))
+    made_there = _made_there(copy)
+    if crossing.canary != copy.canary and not made_there:
+        return False
+    through = made_there or not (copy.tool or copy.service) or (entry_point(crossing) == entry_point(copy)
+                                                                and own_entry(crossing) == own_entry(copy))
     if copy.channel in _AT_END:
         return through
     if copy.channel == "rpc":
@@ -213,8 +226,10 @@ def build(findings: Iterable[Finding]) -> list[Incident]:
     found = sorted(findings, key=_order)
     incidents: dict[str, Incident] = {}
     crossed: dict[tuple[str | None, str | None, str | None], list[tuple[Finding, Incident]]] = {}
+    between: dict[tuple[str | None, str | None], list[tuple[Finding, Incident]]] = {}  # by (victim, recipient)
     for f in [f for f in found if not _late(f)] + [f for f in found if _late(f)]:
-        source = next(((c, inc) for c, inc in crossed.get(_source(f), ()) if explains(c, f)), None)
+        candidates = between.get((f.victim, f.seen_in), []) if _made_there(f) else crossed.get(_source(f), [])
+        source = next(((c, inc) for c, inc in candidates if explains(c, f)), None)
         if source is not None:
             source[1].spread.append(f)
             source[1].via.append(source[0])
@@ -223,4 +238,5 @@ def build(findings: Iterable[Finding]) -> list[Incident]:
         incident = incidents.setdefault(entry, Incident(entry))
         incident.crossings.append(f)
         crossed.setdefault(_source(f), []).append((f, incident))
+        between.setdefault((f.victim, f.seen_in), []).append((f, incident))
     return sorted(incidents.values(), key=lambda i: _order(i.first))

@@ -97,8 +97,33 @@ def _message_tool(m: Any, names: dict[str, str]) -> str | None:
     return None
 
 
+def relative_calls(messages: list[Any]) -> dict[str, str]:
+    """tool_call_id -> the relative `path` argument of each call given one (neither absolute nor from `~`): the tool
+    resolves it against a directory of its choosing, the profile's working directory."""
+    out = {}
+    for m in messages:
+        for call in (m.get("tool_calls") or []) if isinstance(m, dict) and m.get("role") == "assistant" else []:
+            fn = call.get("function") if isinstance(call, dict) else None
+            try:
+                args = json.loads(fn.get("arguments") or "{}") if isinstance(fn, dict) else None
+            except ValueError:
+                continue
+            path = args.get("path") if isinstance(args, dict) else None
+            if isinstance(path, str) and path and not path.startswith(("/", "~")) and isinstance(call.get("id"), str):
+                out[call["id"]] = path
+    return out
+
+
+def _resolved_elsewhere(f: Finding, tool: str, path: str) -> Finding:
+    """A tenant's relative path answered with another tenant's data: resolved against a directory not its own. Not a
+    file tool's reach (the tenant named no path of another), so never what the file tools share by design."""
+    return replace(f, kind="wrong_path", tool=tool,
+                   detail=f"{tool} resolved the relative path {path!r} outside the profile's own directories")
+
+
 def attribute_body(findings: list[Finding], data: bytes, doc: Any, prefix: str) -> list[Finding]:
-    """Give every finding at `<prefix>@OFFSET` of a chat request body the tool of the message it sits in."""
+    """Give every finding at `<prefix>@OFFSET` of a chat request body the tool of the message it sits in; a request
+    leak in the result of a call given a relative path is a `wrong_path` (`_resolved_elsewhere`)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("messages"), list):
         return findings
     if not any(f.location.startswith(prefix + "@") for f in findings):
@@ -107,15 +132,20 @@ def attribute_body(findings: list[Finding], data: bytes, doc: Any, prefix: str) 
     spans = message_spans(data)
     if len(spans) != len(messages):
         return findings
-    names = call_names(messages)
+    names, relative = call_names(messages), relative_calls(messages)
     out = []
     for f in findings:
-        tool = None
+        tool, path = None, None
         if f.location.startswith(prefix + "@"):
             offset = int(f.location.rsplit("@", 1)[1])
             idx = next((n for n, (a, b) in enumerate(spans) if a <= offset < b), None)
             tool = _message_tool(messages[idx], names) if idx is not None else None
-        out.append(replace(f, tool=tool) if tool else f)
+            if idx is not None and isinstance(messages[idx], dict) and messages[idx].get("role") == "tool":
+                path = relative.get(str(messages[idx].get("tool_call_id")))
+        if tool and path and f.kind == "request_leak":
+            out.append(_resolved_elsewhere(f, tool, path))
+        else:
+            out.append(replace(f, tool=tool) if tool else f)
     return out
 
 

@@ -31,6 +31,7 @@ from harness.core.protocol import SUBAGENT_TASK, probe_code
 from harness.core.registry import TAG_MARKER, new_tag
 from harness.detect.decode import loads
 from harness.detect.tools import call_names
+from harness.drive import forms
 from harness.drive.context import Context
 from harness.drive.services import GROUP_SERVICES, SERVICES, TOOL_GROUPS
 from harness.drive.surface import COMMON_WORD, Turn
@@ -46,6 +47,7 @@ KINDS = {
     "title": "title",
     "file_note": "filenote",
     "file_patch": "filepatch",
+    **forms.KINDS,
 }
 #: `memory` has no read action; a remove that matches nothing answers with every current entry.
 NO_MATCH = "tenancy-read-back-matches-no-entry"
@@ -82,14 +84,20 @@ def enabled(ctx: Context) -> bool:
 
 
 def mint(ctx: Context) -> None:
-    """Mint the battery's canaries for every tenant (one registry save) and answer auxiliary requests with
-    the tenant's title canary. Before any plant, so plants can copy them."""
+    """Mint the battery's canaries for every tenant (one registry save), lay the plants and settings of its argument
+    and configuration forms (`forms`) and answer auxiliary requests with the tenant's title canary. Before any
+    plant, so plants can copy them."""
     for t in ctx.registry:
         tag = new_tag()
         for kind, prefix in KINDS.items():
             if kind not in t.canaries:
                 ctx.registry.add_canary(t.name, kind, f"{prefix}-{t.name}-{tag}")
     ctx.registry.save(ctx.registry_path)
+    on = groups(ctx)
+    if "files" in on:
+        forms.lay_relative(ctx, {name: neighbour(ctx, name) for name in ctx.registry.names()})
+    if "code" in on:
+        forms.lay_passthrough(ctx)
     if enabled(ctx):
         for t in ctx.registry:
             ctx.stubs[t.name].aux_text = f"Title {t.canaries['title']}"
@@ -152,8 +160,9 @@ def write_plan(ctx: Context, tenant: str) -> Plan:
                    ToolStep("patch", {"mode": "replace", "path": own, "old_string": c["file_note"],
                                       "new_string": c["file_patch"]})]
         # its own files: the launch profile's home holds every other profile's, so search its workdir
+        writes += forms.relative_writes(t, sc)
         reads += [ToolStep("read_file", {"path": f"{home_path(ctx, tenant)}/SOUL.md"}),
-                  ToolStep("search_files", {"pattern": TAG_MARKER, "path": c["workdir"]})]
+                  ToolStep("search_files", {"pattern": TAG_MARKER, "path": c["workdir"]}), *forms.relative_reads()]
     if "projects" in on:
         writes += [ToolStep("project_create", {"name": project_name(tenant, sc), "path": c["workdir"]}),
                    ToolStep("project_switch", {"project": project_name(tenant, sc)})]

@@ -72,7 +72,8 @@ class Unset:
 @dataclass(frozen=True)
 class Where:
     """Where a tenant's service is reached: its URL through the proxy (none over stdio), and for stdio servers
-    the registry and the folder they record into."""
+    the registry and the folder they record into; `second`: the tenant is the run's second, which a service may
+    configure in another form Hermes accepts (so that both forms are driven, with values that differ)."""
 
     url: str = ""
     registry: Path | None = None
@@ -80,6 +81,7 @@ class Where:
     #: The stub's own address for what a client must reach before the proxy can take it (`ChatStub.direct`: email's
     #: STARTTLS front, which relays what it decrypts through the proxy); "" for every other service.
     direct: str = ""
+    second: bool = False
 
 
 #: A word every tenant's transcript holds (the prompt): what the battery's searches ask for.

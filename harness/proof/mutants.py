@@ -54,10 +54,14 @@ def _home(name: str, surface: str, file: str, line: str, bug: str) -> Mutant:
     return Mutant(name, surface, file, line, "get_hermes_home()", LAUNCH, bug)
 
 
+#: The launch profile's `.env` as a dict, as an expression in Hermes' code.
+LAUNCH_DOTENV = (f'dict(line.split("=", 1) for line in ({LAUNCH} / ".env").read_text().splitlines() '
+                 'if "=" in line)')
+
+
 def _launch_env(variable: str) -> str:
     """The launch profile's `.env` value of `variable`, as an expression in Hermes' code."""
-    return (f'dict(line.split("=", 1) for line in ({LAUNCH} / ".env").read_text().splitlines() if "=" in line)'
-            f'.get("{variable}", "")')
+    return f'{LAUNCH_DOTENV}.get("{variable}", "")'
 
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -97,4 +101,18 @@ MUTANTS: tuple[Mutant, ...] = (
            "the auxiliary models are sent the main provider's key instead of their own key_env (F14's shape)"),
     _home("cron-scripts", "cron", "tools/cronjob_tools.py", 'scripts_dir = get_hermes_home() / "scripts"',
           "cron job scripts of every profile are kept in the launch profile's scripts/"),
+    # The argument and configuration forms the battery drives (`drive.forms`, `services.aux`): their code runs only
+    # with a relative path, a setting given at run time, a variable a profile passes to its scripts.
+    Mutant("relative-path", "file tools", "tools/file_tools.py",
+           "resolved = _resolve_base_dir(task_id, container_paths=False) / p",
+           "_resolve_base_dir(task_id, container_paths=False)", '__import__("pathlib").Path.cwd()',
+           "a relative path given to a file tool is resolved against the process's cwd, not the profile's"),
+    Mutant("aux-runtime-model", "auxiliary models", "tools/vision_tools.py",
+           'model = os.getenv("AUXILIARY_VISION_MODEL", "").strip() or None',
+           'os.getenv("AUXILIARY_VISION_MODEL", "")', _launch_env("AUXILIARY_VISION_MODEL"),
+           "the vision model a profile sets at run time (its environment) is taken from the launch profile's"),
+    Mutant("script-env", "code execution", "tools/code_execution_tool.py", "child_env = _scrub_child_env(os.environ)",
+           "os.environ", f"{{**os.environ, **{LAUNCH_DOTENV}}}",
+           "a script's environment is built over the launch profile's .env: what a profile passes through is the "
+           "launch profile's"),
 )

@@ -32,6 +32,7 @@ def redacted_registry(registry: Registry) -> Registry:
         tenants[t.name] = Tenant(
             t.name, placeholder(t.name, "key") if "key" in secret else t.key, t.model, dict(t.route), t.upstream,
             None, {k: placeholder(t.name, k) if k in secret else v for k, v in t.canaries.items()},
+            derived=dict(t.derived),
         )
     return Registry(tenants)
 

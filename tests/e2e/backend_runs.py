@@ -30,6 +30,24 @@ def _summaries(findings: list[dict]) -> str:
     return "\n".join(f"{f['kind']} {f['canary']} {f['channel']} {f['scenario']}/{f['phase']}" for f in findings)
 
 
+#: What each backend shows of the text Hermes generates and of the battery's argument forms (issue 47): a profile's
+#: title made by the launch profile's title model and stored in its state.db (F59), a compressed session's prompt
+#: rebuilt from the launch profile's home (F60, in the `generated` phase's runs), the gateway resolving a profile's
+#: relative paths in the launch profile's cwd (F61).
+GENERATED = {"tui": {"F59"}, "serve": {"F59", "F60"}, "gateway": {"F61"}}
+
+
+def check_generated(doc: dict[str, Any], scenario: str) -> None:
+    """The derived canaries traced generated text to its source, and where each backend stores it."""
+    documented = {n for i in doc["incidents"] for n in i["documented"]}
+    assert GENERATED[scenario] <= documented, documented
+    if scenario != "gateway":  # the title row of a secondary profile's session in the launch profile's state.db
+        assert any(f["seen_in"] == "default" and f["victim"] != "default" and "sessions.title" in f["location"]
+                   and f["canary"].startswith("derived_title") for f in doc["known"]), "no title row seen"
+    generated = [t for t in doc["timeline"] if t["phase"] == "generated"]
+    assert all(t["ok"] for t in generated) and len(generated) == (6 if scenario in TICKERS else 0), generated
+
+
 def check_backend(tenancy_audit: Callable[..., Any], scenario: str) -> None:
     """One run per backend (each costs a Hermes backend, and with a ticker a cron tick): the battery and every
     phase against the committed baseline, plus a planted leak no baseline entry can know (default's SOUL in
@@ -43,6 +61,7 @@ def check_backend(tenancy_audit: Callable[..., Any], scenario: str) -> None:
     assert others == [], "new findings:\n" + _summaries(others)
     assert ("request_leak", "alpha") in {(f["kind"], f["seen_in"]) for f in planted}, _summaries(planted)
     assert audit.doc["fixed"] == [], f"baseline incidents no longer seen: {audit.doc['fixed']}"
+    check_generated(audit.doc, scenario)
     # an incident baseline, made with the locked venv; Hermes' calls to hosts no tenant routes (model metadata, update
     # checks) are refused at the proxy and named in one line, never a finding
     warnings = [w for w in audit.doc["warnings"] if not w.startswith("the proxy refused ")]

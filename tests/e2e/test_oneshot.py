@@ -4,6 +4,7 @@ the tool battery), and every planted leak caught."""
 from __future__ import annotations
 
 import json
+import sqlite3
 import stat
 import subprocess
 import sys
@@ -15,6 +16,7 @@ from harness.core.files import MANIFEST
 from harness.core.protocol import OUT_OF_SCOPE
 from harness.core.registry_file import load
 from harness.detect.engine.matcher import Matcher
+from harness.drive.forms import PASSTHROUGH
 from harness.drive.services import BATTERY_TOOLS, DEFAULT_SERVICES, GROUP_SERVICES, SERVICES, TOOL_GROUPS
 from harness.pytest_plugin import assert_isolated, assert_reproduced
 from harness.usecases import verify
@@ -31,6 +33,7 @@ def test_clean_two_tenant_audit(tenancy_audit):
     audit = tenancy_audit(baseline=BASELINE)
     assert audit.doc["findings"] == [] and audit.doc["reasons"] == [] and audit.doc["fixed"] == []
     assert audit.code == 0 and audit.verdict == "clean"
+    check_forms(audit.out)
     # every tool the one-shot CLI offers is driven or documented out of scope; what it does not offer says so
     coverage = audit.doc["coverage"]["oneshot"]
     assert set(BATTERY_TOOLS) <= set(coverage)
@@ -74,6 +77,20 @@ def test_clean_two_tenant_audit(tenancy_audit):
     assert (done.problems, done.reconciled, done.signature) == ([], True, "unsigned")
 
 
+
+
+def check_forms(out: Path) -> None:
+    """The argument forms ran, and only their right resolution happened (issue 47): each tenant's relative read
+    returned its own note, its script saw its own passed-through variable, and its model's answers were derived."""
+    registry = load(out / "registry.yaml")
+    for t in registry:
+        [db] = out.glob(f"sandbox/*/.hermes/{'' if t.name == 'default' else f'profiles/{t.name}/'}state.db")
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+            results = {row[0]: row[1] for row in conn.execute(
+                "SELECT tool_name, group_concat(content, ' ') FROM messages WHERE role = 'tool' GROUP BY tool_name")}
+        assert t.canaries["relative_note"] in results["read_file"], t.name
+        assert f"{PASSTHROUGH}={t.canaries['passthrough']}" in results["execute_code"], t.name
+        assert {"derived_reply", "derived_vision"} <= set(t.derived), t.derived
 
 
 @pytest.mark.parametrize("run", sorted(set(RUNS) - SERVICE_RUNS))

@@ -5,7 +5,9 @@ answered round by round: the stub counts the assistant tool-call messages since 
 user message and answers with the next round's steps that this request's `tools` offer (their arguments
 fitted to the advertised schema) as parallel tool calls of one message, then with text naming the tenant.
 The default plan is one `terminal` call running the environment probe. Anything else (titles, summaries)
-gets `aux_text`.
+gets `aux_text`. A memory review (Hermes' background review asking what to save) is answered with a `memory` call.
+With a `Deriver` (every audit's stubs have one), every text answer, and the memory review's entry, ends with the
+derived canaries of the tenants whose data the request carried (`stubs.derived`).
 
 The same kind serves a tenant's auxiliary models (service `aux`: titles, vision), answering every request
 with `aux_text`, and its subagents' models (service `delegation`: a profile's `delegation:` block).
@@ -19,10 +21,12 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Self
 
 from harness.capture.stubs.base import HttpStub, JsonHandler
+from harness.capture.stubs.derived import Deriver, text_kind
 from harness.core.protocol import LOCAL_PROBES, PROMPT, SUBAGENT_TASK, probe_command
 from harness.core.registry import Tenant
 
@@ -80,15 +84,37 @@ def _round_index(messages: list[Any]) -> int:
     return n
 
 
+def _calls(steps: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
+         "function": {"name": name, "arguments": json.dumps(args)}} for name, args in steps]}
+
+
+#: What a text answer ends with: the derived canaries of a kind of text (`Deriver.tokens`), or nothing.
+Derive = Callable[[str], list[str]]
+
+
+def _with(text: str, kind: str, derive: Derive | None) -> str:
+    return " ".join([text, *derive(kind)]) if derive else text
+
+
 def answer_for(tenant: Tenant, body: dict[str, Any], plan: Plan | None = None,
-               aux_text: str | None = None, tail: str = "") -> dict[str, Any]:
+               aux_text: str | None = None, tail: str = "", *, kind: str = "reply",
+               derive: Derive | None = None) -> dict[str, Any]:
     """The assistant message the stub answers a chat completion with: the plan's next round of offered
     steps as parallel tool calls, else text (with `tail`'s lines after it). Without a plan every conversation gets
     the env probe (a cron job's too). With one, the plan runs in the conversation a driver started (its last user
     message starts with `PROMPT`), a subagent's task (`SUBAGENT_TASK`) gets the env probe, and any other
-    conversation Hermes starts itself (a background result re-entering the session) gets text."""
+    conversation Hermes starts itself (a background result re-entering the session) gets text. A memory review
+    (`kind` memory) saves one entry with the `memory` tool, then says so. `derive` gives the derived canaries a text
+    of `kind` ends with (the entry's too)."""
     messages = body.get("messages") or []
     tools = body.get("tools")
+    if tools and kind == "memory":
+        entry = ToolStep("memory", {"action": "add", "target": "memory", "content": _with("Noted:", kind, derive)})
+        if _round_index(messages) == 0 and (args := fit(entry, tools)) is not None:
+            return _calls([("memory", args)])
+        return {"role": "assistant", "content": "Saved what stands out."}
     if tools:
         asked = _last_user_text(messages)
         if plan is None or asked.startswith(SUBAGENT_TASK):
@@ -98,11 +124,10 @@ def answer_for(tenant: Tenant, body: dict[str, Any], plan: Plan | None = None,
         offered = [calls for r in rounds if (calls := [(s.tool, a) for s in r if (a := fit(s, tools)) is not None])]
         i = _round_index(messages)
         if i < len(offered):
-            calls = [{"id": f"call_{uuid.uuid4().hex[:12]}", "type": "function",
-                      "function": {"name": name, "arguments": json.dumps(args)}} for name, args in offered[i]]
-            return {"role": "assistant", "content": None, "tool_calls": calls}
-        return {"role": "assistant", "content": "\n".join(filter(None, [f"probe done for tenant {tenant.name}", tail]))}
-    return {"role": "assistant", "content": aux_text or f"Tenant {tenant.name} notes"}
+            return _calls(offered[i])
+        done = _with(f"probe done for tenant {tenant.name}", kind, derive)
+        return {"role": "assistant", "content": "\n".join(filter(None, [done, tail]))}
+    return {"role": "assistant", "content": _with(aux_text or f"Tenant {tenant.name} notes", kind, derive)}
 
 
 @dataclass
@@ -114,6 +139,7 @@ class StubProvider(HttpStub):
     plan: Plan | None = None  # rounds of tool calls; None: the env probe only
     aux_text: str | None = None  # the answer to requests without tools (titles, summaries)
     tail: str = ""  # lines after a main turn's final text (the `messaging` phase's `MEDIA:` paths)
+    deriver: Deriver | None = None  # the derived canaries of its text answers (None: fixed text)
     chunk_delay: float = 0.0
     hang_seconds: float = 300.0
     release: threading.Event = field(default_factory=threading.Event)
@@ -168,7 +194,11 @@ class StubProvider(HttpStub):
         self.record(handler.command, handler.path, headers, raw, 200)
         with self.lock:
             plan, aux_text, tail = self.plan, self.aux_text, self.tail
-        message = answer_for(self.tenant, body, plan, aux_text, tail)
+        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        deriver = self.deriver
+        derive = (lambda kind: deriver.tokens(self.tenant.name, kind, messages)) if deriver else None
+        message = answer_for(self.tenant, body, plan, aux_text, tail, kind=text_kind(self.service, body),
+                             derive=derive)
         if body.get("stream"):
             return self._stream(handler, body, message)
         finish = "tool_calls" if message.get("tool_calls") else "stop"

@@ -13,6 +13,7 @@ import importlib
 import pkgutil
 import re
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from harness.core.protocol import TOOL_GROUPS as OWN_TOOL_GROUPS
@@ -135,7 +136,7 @@ def setup(tenant: Tenant, names: list[str], where: dict[str, Where], *, second: 
     for name in names:
         if second and SERVICES[name].but_second:
             continue
-        part = SERVICES[name].configure(tenant, where[name])
+        part = SERVICES[name].configure(tenant, replace(where[name], second=second))
         for setting in unset:
             if setting.split(".", 1)[0] == name:
                 part = UNSETTABLE[setting].drop(part)

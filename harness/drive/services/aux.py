@@ -1,7 +1,13 @@
 """The auxiliary models for titles and vision: the profile's `auxiliary.title_generation` and `auxiliary.vision`
 (`provider: custom`, a `base_url`, a model of the tenant's own, `key_env: TENANCY_AUX_KEY`); every session's
 title and the `vision_analyze` tool, asked about a picture in the tenant's terminal cwd. The stub is the
-provider's kind, answering every request with the tenant's title canary."""
+provider's kind, answering every request with the tenant's title canary (and what it derives from the request).
+
+Hermes takes these settings in more than one form, and the run's second tenant is given the other ones, so that
+each form's code runs with values that differ from the launch profile's: its vision model comes from the process
+environment at run time (`AUXILIARY_VISION_MODEL`, which Hermes reads when `auxiliary.vision.model` is unset; every
+profile's `.env` sets it to its own model), and its titles are left to the session's own runtime (no
+`auxiliary.title_generation`: Hermes hands the title generator the live session's provider, model and key)."""
 
 from __future__ import annotations
 
@@ -21,11 +27,18 @@ def image_name(tenant: str) -> str:
     return f"tenancy-{tenant}.png"
 
 
+#: The variable Hermes reads the vision model from when the config names none (its run-time form).
+VISION_MODEL_ENV = "AUXILIARY_VISION_MODEL"
+
+
 def configure(t: Tenant, where: Where) -> Setup:
     task = {"provider": "custom", "base_url": f"{where.url}/v1", "model": t.canaries["aux_model"],
             "key_env": "TENANCY_AUX_KEY"}
-    return Setup(config={"auxiliary": {"title_generation": dict(task), "vision": dict(task)}},
-                 env={"TENANCY_AUX_KEY": t.canaries["aux_key"]}, workdir_files={image_name(t.name): PNG})
+    env = {"TENANCY_AUX_KEY": t.canaries["aux_key"], VISION_MODEL_ENV: t.canaries["aux_model"]}
+    tasks = {"title_generation": dict(task), "vision": dict(task)}
+    if where.second:  # the run-time forms: the vision model from the environment, titles on the session's runtime
+        tasks = {"vision": {k: v for k, v in task.items() if k != "model"}}
+    return Setup(config={"auxiliary": tasks}, env=env, workdir_files={image_name(t.name): PNG})
 
 
 def image_path(t: Tenant) -> str:
