@@ -73,6 +73,12 @@ SMOKES = {
         r"^addon-rev +%N +%N +[+-]\d+\.\d+ ms +[+-]\d+\.\d+ ms$",
         r"^the addons' scan workers used \d+\.\d s of CPU in all$",
         r"^addon ledgers: %N flows, 0 flagged")),
+    "proxy --replay": Smoke("proxy", ("--replay", "{evidence}", "--smoke"), (
+        r"^replay oneshot: 40 flows to %N listeners of %N tenants, \d+\.\d MB of requests",
+        r"^  round 1: %N s; plain %T s \(%T s CPU\), stream %T s \(%T s CPU\), addon %T s \(%T s CPU\); "
+        r"ledgers: addon 40 flows, \d+ flagged$",
+        r"^  oneshot +addon +/ plain +throughput +%Nx \[%N, %N\] +CPU ",
+        r"^  oneshot +addon +/ stream +throughput +%Nx")),
     "incidents": Smoke("incidents", ("{evidence}", "--smoke"), (
         r": %N findings, %N incidents, 1 rounds",
         r"^A reconcile +%N s$",
