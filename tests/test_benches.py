@@ -95,6 +95,9 @@ SMOKES = {
     "repeat": Smoke("repeat", ("--scenario", "oneshot", "--smoke"), (
         r"^ +1 +0 +clean +%N +-$",
         r"^verdict against baselines/oneshot\.json: the same in 1/1 runs \(exit 0, clean\)$"), hermes=True),
+    "scale": Smoke("scale", ("--smoke",), (
+        r"^ +2 +1 +%N +%N +%N +%N +%N +%N +%N +%N +%N$",
+        r"^plot: %N bytes$"), hermes=True),
     "soak_kill": Smoke("soak_kill", ("--smoke",), (
         r"^kill +1 SIGKILL processes at kill +%N +survivors 0 +all gone after +%Ns$",
         r"^soak: 1 kills, 0 survivors$"), hermes=True),
