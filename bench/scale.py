@@ -1,19 +1,20 @@
 """Cost as the work grows: tui audits of more and more tenants, and of longer and longer conversations, each in a
 fresh worker process, with what each part of the audit spent.
 
-    .venv/bin/python bench/scale.py [--tenants 2,4,8,16] [--turns 1,2,4] [--svg FILE] [--smoke]
+    .venv/bin/python bench/scale.py [--tenants 2,4,8,16] [--turns 1,4,16] [--svg FILE] [--smoke]
 
 Every audit is `run.run_audit` (scenario tui, the default battery, services and phases) in a worker of its own
 (`python bench/scale.py --worker TENANTS TURNS OUT`), so that each process's peak memory is that audit's. First one
 audit per tenant count (one turn each), then one per `--turns` count of 2 tenants (each turn resends the tenant's
 whole conversation so far: the conversation grows). Per audit:
 
-- wall time, and CPU time: the harness (its own process: the drivers, the stubs, reconcile, the reports),
+- wall time, and CPU time: the harness (its own process: the drivers, the stubs, reconcile, the reports; of it
+  `judge.evaluate`, reconcile and the verdict, and the reports, each timed by wrapping what `run_audit` calls),
   mitmdump (the proxy and the addon, read from /proc just before the audit stops it) and Hermes (every other
   child: Hermes' processes and their tools; the children's CPU time the kernel accounts to the worker once each
   was waited for, less mitmdump's);
 - the peak memory (VmHWM) of the harness and of mitmdump;
-- the flows and the bytes the proxy inspected (the ledger's request and response bytes).
+- the flows and the bytes the proxy inspected (the ledger's request and response bytes), and the findings.
 
 Then the audit's own cost (harness and mitmdump: everything but Hermes) over the work, drawn into `--svg FILE` (a
 hand-written SVG, `scale_svg.py`: the harness venv has no plotting library). The machine is shared: read the ratios
@@ -43,11 +44,13 @@ from harness import options, run
 from harness.capture import proxy
 from harness.core.procs import ProcessSet
 
-ROW = "{tenants:>7} {turns:>5} {wall:>7.1f} {harness_cpu:>9.2f} {mitmdump_cpu:>9.2f} {hermes_cpu:>8.1f} " \
-      "{harness_mib:>8.0f} {mitmdump_mib:>9.0f} {flows:>6} {mb:>7.1f} {audit_ms:>12.2f}"
-HEAD = (f"{'tenants':>7} {'turns':>5} {'wall s':>7} {'harness s':>9} {'mitmdump':>9} {'hermes s':>8} "
-        f"{'harness':>8} {'mitmdump':>9} {'flows':>6} {'MB':>7} {'audit ms/MB':>12}\n"
-        f"{'':>7} {'':>5} {'':>7} {'CPU':>9} {'CPU s':>9} {'CPU':>8} {'peak MiB':>8} {'peak MiB':>9}")
+ROW = "{tenants:>7} {turns:>5} {wall:>7.1f} {harness_cpu:>8.2f} {judge_cpu:>8.2f} {reports_cpu:>8.2f} " \
+      "{mitmdump_cpu:>8.2f} {hermes_cpu:>7.1f} {harness_mib:>8.0f} {mitmdump_mib:>8.0f} {flows:>6} {mb:>6.1f} " \
+      "{findings:>8} {audit_ms:>7.0f}"
+HEAD = (f"{'tenants':>7} {'turns':>5} {'wall s':>7} {'harness':>8} {'of it:':>8} {'reports':>8} {'mitmdump':>8} "
+        f"{'Hermes':>7} {'harness':>8} {'mitmdump':>8} {'flows':>6} {'MB':>6} {'findings':>8} {'audit':>7}\n"
+        f"{'':>7} {'':>5} {'':>7} {'CPU s':>8} {'judge':>8} {'CPU s':>8} {'CPU s':>8} {'CPU s':>7} "
+        f"{'peak MiB':>8} {'peak MiB':>8} {'':>6} {'':>6} {'':>8} {'ms/MB':>7}")
 
 
 def _peak_mib(pid: int) -> float:
@@ -74,7 +77,17 @@ def worker(tenants: int, turns: int, out: Path, smoke: bool) -> dict[str, Any]:
             seen.update(mitmdump_cpu=sum(map(_cpu, tree)), mitmdump_mib=_peak_mib(self.proc.pid))
         return stop(self, *args, **kwargs)
 
+    def cpu_of(fn: Any, key: str) -> Any:  # the harness's CPU time in a step (the stubs and drivers are done by then)
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            began = time.process_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                seen[key] = seen.get(key, 0.0) + time.process_time() - began
+        return timed
+
     proxy.Proxy.stop = stopping  # type: ignore[method-assign]
+    run.evaluate, run.write_reports = cpu_of(run.evaluate, "judge_cpu"), cpu_of(run.write_reports, "reports_cpu")
     began, mine, kids = time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF), \
         resource.getrusage(resource.RUSAGE_CHILDREN)
     extra: dict[str, Any] = {"tools": [], "services": []} if smoke else {}
@@ -89,6 +102,8 @@ def worker(tenants: int, turns: int, out: Path, smoke: bool) -> dict[str, Any]:
     return {"tenants": tenants, "turns": turns, "wall": wall,
             "harness_cpu": (mine2.ru_utime + mine2.ru_stime) - (mine.ru_utime + mine.ru_stime),
             "mitmdump_cpu": seen["mitmdump_cpu"], "hermes_cpu": children_cpu - seen["mitmdump_cpu"],
+            "judge_cpu": seen["judge_cpu"], "reports_cpu": seen["reports_cpu"],
+            "findings": len(result.verdict.findings) + len(result.verdict.known) + len(result.verdict.allowed),
             "harness_mib": mine2.ru_maxrss / 1024, "mitmdump_mib": seen["mitmdump_mib"], "flows": len(lines),
             "mb": sum((e["request_bytes"] or 0) + (e["response_bytes"] or 0) for e in lines) / 1e6,
             "verdict": result.verdict.status}
@@ -138,7 +153,7 @@ def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--tenants", default="2,4,8,16", help="tenant counts, one turn each (default 2,4,8,16)")
-    ap.add_argument("--turns", default="1,2,4", help="turn counts of the first tenant count (default 1,2,4)")
+    ap.add_argument("--turns", default="1,4,16", help="turn counts of the first tenant count (default 1,4,16)")
     ap.add_argument("--svg", type=Path, help="draw the audit's own cost into this SVG file")
     ap.add_argument("--smoke", action="store_true", help="one audit of 2 tenants without the battery and services")
     ap.add_argument("--worker", nargs=3, metavar=("TENANTS", "TURNS", "OUT"), help=argparse.SUPPRESS)

@@ -96,7 +96,7 @@ SMOKES = {
         r"^ +1 +0 +clean +%N +-$",
         r"^verdict against baselines/oneshot\.json: the same in 1/1 runs \(exit 0, clean\)$"), hermes=True),
     "scale": Smoke("scale", ("--smoke",), (
-        r"^ +2 +1 +%N +%N +%N +%N +%N +%N +%N +%N +%N$",
+        r"^ +2 +1 +%N +%N +%N +%T +%N +%N +%N +%N +%N +%N +\d+ +%N$",
         r"^plot: %N bytes$"), hermes=True),
     "soak_kill": Smoke("soak_kill", ("--smoke",), (
         r"^kill +1 SIGKILL processes at kill +%N +survivors 0 +all gone after +%Ns$",
