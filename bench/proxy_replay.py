@@ -38,7 +38,7 @@ from harness.core import registry_file
 from harness.core.procs import ProcessSet, descendants, stop_tree
 from harness.core.protocol import FLOW_HEADER
 from harness.core.registry import PROVIDER, Registry
-from harness.detect.reconcile import read_flows
+from harness.detect.flowfile import read_flows
 
 #: Request headers the replay sets itself: where it goes, the framing of its body, and the audit's flow id.
 DROPPED = frozenset({b"host", b"content-length", b"transfer-encoding", b"connection", b"keep-alive",

@@ -69,7 +69,8 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     run.add_argument("--timeout", type=float, default=180.0, help="seconds per Hermes turn")
     run.add_argument("--phases", help="comma-separated multi-profile phases (default: all but cron; 'cron' waits "
                      "for the tickers; 'all': every phase, cron included; 'approvals' (tui, serve), 'redaction' "
-                     "(serve, gateway) and 'kanban' (tui, serve) only when named, as in 'all,approvals')")
+                     "(serve, gateway), 'kanban' (tui, serve) and 'webhooks' (gateway) only when named, as in "
+                     "'all,approvals')")
     run.add_argument("--cron-wait", type=float, default=75.0, help="seconds after the backend starts within which "
                      "every cron job must fire (its ticker ticks at start and every 60 s)")
     run.add_argument("--tools", help="tool battery groups, comma-separated (default: all of "
@@ -79,8 +80,9 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
                      ", one memory provider per run); 'none' stubs the providers only")
     run.add_argument("--platforms", help=PLATFORMS_HELP)
     run.add_argument("--unset", help="settings the run's second tenant leaves unset while the launch profile sets "
-                     "them, comma-separated SERVICE.NAME (tenants that differ: docs/platforms.md); 'all': every one of "
-                     "the run's services")
+                     "them, comma-separated SERVICE.NAME (tenants that differ: docs/platforms.md); launch:SERVICE.NAME "
+                     "for one the launch profile leaves unset while the others set it; 'all': every one of the run's "
+                     "services")
     run.add_argument("--policy", default="hermes", help="the isolation policy: hermes (default: what Hermes shares "
                      "between profiles by design is allowed), strict (nothing shared) or a policy file "
                      "(docs/contracts.md)")

@@ -15,7 +15,7 @@ import mitmproxy.version
 import harness
 from harness.core.distributions import TOOLS, differences
 from harness.core.evidence import EvidenceFolder
-from harness.core.findings import Finding, Verdict
+from harness.core.findings import INCONCLUSIVE_KINDS, Finding, Verdict
 from harness.core.protocol import OUT_OF_SCOPE
 from harness.core.record import EvidenceError, RunRecord
 from harness.core.registry_file import load
@@ -187,5 +187,6 @@ def check_plants(planted: dict[str, frozenset[str]], findings: list[Finding]) ->
     services = {(f.kind, f.service) for f in findings if f.service}
     reasons += [f"plant {name} was not caught through its service {plants.SERVICE_PLANTS[name][0]}"
                 for name, expected in planted.items() if name in plants.SERVICE_PLANTS
+                and not expected <= INCONCLUSIVE_KINDS  # one that defeats the proof (a bot never signs in) carries none
                 and not {(k, plants.SERVICE_PLANTS[name][0]) for k in expected} & services]
     return reasons

@@ -16,7 +16,7 @@ from harness.capture.stubs.base import MODES
 from harness.core import dsse
 from harness.core.evidence import UsageError
 from harness.drive import battery, plants, services
-from harness.drive.context import ScenarioOptions
+from harness.drive.context import LAUNCH_UNSET, ScenarioOptions
 from harness.drive.doors import ALL, DOORS, SCENARIOS, backend_offers_every_tool, default_tenants
 from harness.drive.hermes.install import default_python
 from harness.drive.phases import DEFAULT_PHASES, KNOWN_PHASES
@@ -48,7 +48,7 @@ class RunOptions:
     stubs: str = "observe"  # "strict": a stub answers a foreign key with 401
     policy: str = policies.DEFAULT  # the isolation policy: `hermes`, `strict` or a policy file
     services: list[str] | None = None  # services besides the provider (None: the default ones; []: the provider only)
-    unset: list[str] = field(default_factory=list)  # settings (`SERVICE.NAME`) the second tenant leaves unset
+    unset: list[str] = field(default_factory=list)  # settings (`SERVICE.NAME`; `launch:SERVICE.NAME`) left unset
     sign_key: Path | None = None  # an ed25519 private key (PEM): the evidence folder's manifest is signed with it
 
     def tool_groups(self) -> list[str]:
@@ -101,12 +101,13 @@ def check_options(opts: RunOptions) -> None:
         doors = SERVICES[name].doors
         if SERVICES[name].messaging is not None and opts.scenario not in (*doors, ALL):
             raise UsageError(f"platform {name!r} needs --scenario {' or '.join(doors)} or all")
-    for setting in opts.unset:
+    for entry in opts.unset:
+        setting = entry.removeprefix(LAUNCH_UNSET)
         if setting not in services.UNSETTABLE:
             raise UsageError(f"unknown setting {setting!r} for --unset (choose from "
-                             f"{', '.join(services.UNSETTABLE)})")
+                             f"{', '.join(services.UNSETTABLE)}, each also as {LAUNCH_UNSET}SERVICE.NAME)")
         if setting.split(".", 1)[0] not in (PROVIDER_SERVICE.name, *opts.service_names()):
-            raise UsageError(f"--unset {setting}: the run does not drive {setting.split('.', 1)[0]!r}")
+            raise UsageError(f"--unset {entry}: the run does not drive {setting.split('.', 1)[0]!r}")
     clash = services.conflicts(opts.service_names())
     if clash:
         raise UsageError(clash)

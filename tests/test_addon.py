@@ -24,6 +24,7 @@ from harness.core.protocol import FLOW_HEADER
 from harness.core.registry import Registry, mint
 from harness.detect import decode, flows
 from harness.detect.engine.matcher import Matcher
+from harness.detect.routes import Route, route_of
 
 ROOT = Path(__file__).resolve().parent.parent
 PORTS = {"alpha": 18001, "beta": 18002}
@@ -472,6 +473,18 @@ def test_forward_routes_to_the_tenants_upstream(tctx, addon, reg, tmp_path):
     assert ledger(tmp_path)[0]["route"] == "host:gamma.test"
     f = run(addon, forward_flow("delta.test", main_turn(reg, "delta"), key=reg["gamma"].key))
     assert f.request.host == "delta.test" and kinds(f) == ["wrong_key"]  # no upstream: left alone
+
+
+def test_a_loopback_url_sent_through_the_forward_listener_is_the_reverse_listener_it_names(tctx, addon, reg, tmp_path):
+    """Telegram's adapter sends even its loopback base URL through HTTPS_PROXY (its proxy skips NO_PROXY): the
+    request is the flow of the reverse listener its port names, routed to that tenant's stub, inspected once."""
+    f = run(addon, forward_flow(f"127.0.0.1:{PORTS['beta']}", main_turn(reg, "beta"), key=reg["beta"].key))
+    assert (f.request.host, f.request.port) == ("127.0.0.1", PORTS["beta"] + 1000)
+    assert f.metadata["tenancy"]["tenant"] == "beta" and kinds(f) == []
+    assert ledger(tmp_path)[0]["route"] == f"listen:{PORTS['beta']}"
+    assert route_of(f) == Route("forward", listen_port=PORTS["beta"], host="127.0.0.1")  # the saved flow says so too
+    f = run(addon, forward_flow("127.0.0.1:18999", main_turn(reg, "beta"), key=reg["beta"].key))
+    assert f.metadata["tenancy"]["tenant"] is None  # the near miss: a port no listener has is no tenant's
 
 
 @pytest.fixture

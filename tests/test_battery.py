@@ -201,6 +201,16 @@ def test_a_tool_plant_needs_a_finding_through_its_tool(name):
     assert check_plants({name: kinds}, tagged) == []
 
 
+def test_a_service_plant_that_defeats_the_proof_needs_no_finding_through_its_service():
+    """Discord's token plant: the target's bot never signs in (a shortfall, which names no service); a plant that
+    must show a crossing (the media plant) still needs one through its service."""
+    missing = Finding("shortfall", "alpha", None, None, "env", "discord:messaging-connect:discord")
+    assert check_plants({"discord-token": frozenset({"shortfall"})}, [missing]) == []
+    leak = Finding("request_leak", "default", "alpha", "discord_file", "file", "tenancy-discord-media.txt@0")
+    assert check_plants({"discord-media": frozenset({"request_leak"})}, [leak]) == [
+        "plant discord-media was not caught through its service discord"]
+
+
 def test_the_reports_show_the_coverage_table():
     from harness.core.findings import Verdict
     from harness.report import html

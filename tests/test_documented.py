@@ -113,12 +113,52 @@ CASES = [
      dict(kind="profile_bleed", victim="alpha", seen_in="beta", canary="toolsets", location="tui:beta:tools")),
     ("F43", dict(kind="profile_bleed", canary="allowed_channels", channel="rpc", service="slack"),
      dict(kind="profile_bleed", canary="message", channel="rpc", service="slack")),  # the slack-app plant's
+    ("F51", dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway",
+                 phase="messaging-connect:email", location="email:messaging-connect:email"),
+     dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway",
+          phase="messaging-connect:mattermost", location="mattermost:messaging-connect:mattermost")),
+    ("F52", dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway",
+                 phase="messaging-connect:irc", location="irc:messaging-connect:irc"),
+     dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway", phase="messaging-connect",
+          location="irc:messaging-connect")),
+    ("F53", dict(kind="profile_bleed", victim="default", seen_in="beta", canary="message", channel="rpc",
+                 service="email", scenario="gateway", phase="messaging",
+                 location="gateway:email direct message to default's bot"),
+     dict(kind="profile_bleed", victim="default", seen_in="beta", canary="message", channel="rpc",
+          service="mattermost", scenario="gateway", phase="messaging",
+          location="gateway:mattermost direct message to default's bot")),
     ("F58", dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="allowed_users_fallback",
                  channel="rpc", service="mattermost", scenario="gateway", phase="messaging",
                  location="gateway:mattermost direct message to alpha's bot"),
      dict(kind="route_auth", victim="alpha", seen_in="alpha", canary="allowed_users_fallback", channel="rpc",
           service="mattermost", scenario="gateway", phase="messaging",
           location="gateway:mattermost direct message to alpha's bot")),
+    ("F31", dict(kind="request_leak", victim="beta", seen_in="default", canary="discord_file", service="discord",
+                 scenario="gateway", phase="messaging"),
+     dict(kind="wrong_key", victim="beta", seen_in="default", canary="discord_key", service="discord",
+          scenario="gateway", phase="messaging")),
+    ("F47", dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="allowed_users", channel="rpc",
+                 service="discord", scenario="gateway", phase="messaging"),
+     dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="discord_post", channel="rpc",
+          service="discord", scenario="gateway", phase="messaging")),
+    ("F48", dict(kind="profile_bleed", victim="default", seen_in="beta", canary="allowed_channels", channel="rpc",
+                 service="discord", scenario="gateway", phase="messaging"),
+     dict(kind="wrong_identity", victim="default", seen_in="beta", canary="discord_channel", service="discord",
+          scenario="gateway", phase="messaging")),
+    ("F62", dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="webhook_route", channel="rpc",
+                 scenario="gateway", phase="webhooks", location="gateway:webhook /p/alpha/webhooks/tenancy-default"),
+     dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="webhook_turn", channel="rpc",
+          scenario="gateway", phase="webhooks", location="gateway:webhook /p/alpha/webhooks/tenancy-alpha")),
+    ("F63", dict(kind="profile_bleed", victim="alpha", seen_in="default", canary="webhook_bot", channel="rpc",
+                 service="mattermost", scenario="gateway", phase="webhooks",
+                 location="gateway:webhook /p/alpha/webhooks/tenancy-alpha"),
+     dict(kind="wrong_identity", victim="alpha", seen_in="default", canary="mattermost_channel",
+          service="mattermost", scenario="gateway", phase="messaging")),  # not a webhook's delivery
+    ("F64", dict(kind="profile_bleed", victim="default", seen_in="alpha", canary="webhook_borrowed_bot",
+                 channel="rpc", service="mattermost", scenario="gateway", phase="webhooks",
+                 location="gateway:webhook /webhooks/tenancy-default"),
+     dict(kind="wrong_identity", victim="beta", seen_in="alpha", canary="mattermost_channel",
+          service="mattermost", scenario="gateway", phase="webhooks")),  # between secondaries: either bot's
 ]
 
 
@@ -134,6 +174,16 @@ def test_a_telegram_bots_refusal_of_its_own_users_is_f36_besides_f25():
                     phase="messaging") == ["F31"]
 
 
+def test_a_discord_bots_refusal_of_its_own_users_is_f47_besides_f25():
+    """A refused near miss of the phase on Discord (its step `discord:messaging`) is the adapter's launch allowlist's
+    (F47), and may be F25's; on another platform not F47's."""
+    refused = dict(kind="shortfall", seen_in=None, canary=None, channel="env", scenario="gateway", phase="messaging")
+    assert crossing(**refused, location="discord:messaging") == ["F25", "F47"]
+    assert crossing(**refused, location="slack:messaging") == ["F25"]  # near miss: another platform's
+    assert crossing(**{**refused, "phase": "messaging-connect:discord"}, location="discord:messaging-connect:discord") \
+        == []  # a bot that never signed in (the token plant) is no finding of Hermes'
+
+
 def test_the_slack_bots_crossings_are_f25_and_f31_as_mattermosts_are():
     """The launch bot's allowlist taken over (F25) and another profile's file uploaded to the issued URL (F31)."""
     assert crossing("profile_bleed", victim="alpha", seen_in="default", canary="allowed_users", channel="rpc",
@@ -142,6 +192,20 @@ def test_the_slack_bots_crossings_are_f25_and_f31_as_mattermosts_are():
                     scenario="gateway", phase="messaging") == ["F31"]
     assert crossing("wrong_identity", victim="alpha", seen_in="beta", canary="slack_user", service="slack_issued",
                     scenario="gateway", phase="messaging") == []
+
+
+def test_what_a_webhook_turn_and_its_delivery_copy_is_the_webhook_findings():
+    """A tenant's payload at another profile's provider is the route's crossing (F62); a tenant's channel in a
+    delivery at the launch profile's server the launch profile's bot's (F63), the launch profile's channel at another
+    profile's server a borrowed bot's (F64); a webhook step that failed (its reply never at its own bot) is F63's."""
+    webhook = dict(service="mattermost", scenario="gateway", phase="webhooks")
+    assert crossing("request_leak", "beta", "default", "webhook_payload", scenario="gateway",
+                    phase="webhooks") == ["F62"]
+    assert crossing("request_leak", "beta", "default", "webhook_record", scenario="gateway", phase="webhooks") == []
+    assert crossing("wrong_identity", "alpha", "default", "mattermost_channel", **webhook) == ["F63"]
+    assert crossing("wrong_identity", "default", "alpha", "mattermost_channel", **webhook) == ["F64"]
+    assert crossing("shortfall", "alpha", None, None, channel="env", scenario="gateway", phase="webhooks",
+                    location="webhook mattermost:webhooks") == ["F63"]
 
 
 def test_the_honcho_signature_takes_its_record_in_a_prompt_but_not_another_record():
@@ -154,6 +218,21 @@ def test_the_honcho_signature_takes_its_record_in_a_prompt_but_not_another_recor
 def test_a_signature_matches_its_incident_and_not_a_near_miss(number, match, near):
     assert crossing(**match) == [number]
     assert crossing(**near) == []
+
+
+def test_f25_is_every_launch_bot_that_authorizes_from_the_process_environment():
+    for service in ("mattermost", "email", "irc"):
+        assert crossing("profile_bleed", seen_in="beta", canary="allowed_users", channel="rpc", service=service,
+                        scenario="gateway", phase="messaging") == ["F25"]
+    assert crossing("profile_bleed", seen_in="beta", canary="irc_post", channel="rpc", service="irc",
+                    scenario="gateway", phase="messaging") == []
+
+
+def test_an_email_step_the_launch_profile_failed_in_the_messaging_phase_is_f25_and_f53():
+    assert crossing("shortfall", seen_in=None, canary=None, channel="env", scenario="gateway", phase="messaging",
+                    location="email:messaging") == ["F25", "F53"]
+    assert "F53" not in crossing("shortfall", seen_in=None, canary=None, channel="env", scenario="gateway",
+                                 phase="messaging", location="mattermost:messaging")
 
 
 def test_the_route_signature_wants_a_route_auth():

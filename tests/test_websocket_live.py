@@ -127,7 +127,8 @@ def test_a_compressed_websocket_on_a_reverse_listener_is_inspected_as_sent(world
     canary in it, and one cut over two messages, is found live and again from the flow file."""
     alpha, beta = world.reg["alpha"], world.reg["beta"]
     soul, memory = beta.canaries["soul"], beta.canaries["memory"]
-    with connect(f"ws://127.0.0.1:{alpha.services['chat'].listen}/socket", proxy=None, compression="deflate") as ws:
+    with connect(f"ws://127.0.0.1:{alpha.services['chat'].listen}/socket", proxy=None, compression="deflate",
+                 open_timeout=60) as ws:
         assert ws.response.headers.get("sec-websocket-extensions", "").startswith("permessage-deflate")
         ws.send(json.dumps({"type": "message", "text": f"hello {soul} " + "x" * 200}))
         ws.recv()
@@ -167,11 +168,11 @@ def test_a_tenants_own_host_and_a_shared_host_reach_the_right_stub(world):
     status, body = world.get("https://chat.example.org/api/x")
     assert status == 403 and "blocked" in body["text"]
     forward = f"http://127.0.0.1:{world.proxy.forward_port}"
-    with connect("wss://gateway.beta.chat.test/socket", proxy=forward, ssl=world.tls()) as ws:
+    with connect("wss://gateway.beta.chat.test/socket", proxy=forward, ssl=world.tls(), open_timeout=60) as ws:
         ws.send(f"hi from beta {world.reg['alpha'].canaries['memory']}")
         ws.recv()
     with pytest.raises(InvalidStatus, match="403"):
-        connect("wss://gateway.gamma.chat.test/socket", proxy=forward, ssl=world.tls()).close()
+        connect("wss://gateway.gamma.chat.test/socket", proxy=forward, ssl=world.tls(), open_timeout=60).close()
     lines = world.stop()
     assert world.stubs["alpha"].seen == [f"/bot{alpha_key}/getMe", f"/api/x?token={beta_key}", "/api/x"]
     assert world.stubs["beta"].seen == ["/api/auth.test", "ws /socket"]

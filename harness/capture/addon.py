@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Sequence
 from typing import IO, Any
 
 import mitmproxy.types
-from mitmproxy import command, http
+from mitmproxy import command, http, tcp
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from harness.capture.inspection import Inspection
@@ -92,6 +92,22 @@ class Tenancy:
 
     def websocket_end(self, flow: http.HTTPFlow) -> None:
         self.inspection.websocket_end(flow)
+
+    def tcp_start(self, flow: tcp.TCPFlow) -> None:
+        endpoint = self.routing.tcp_start(flow)
+        if endpoint is not None:
+            self.inspection.tcp_start(flow, endpoint)
+
+    def tcp_message(self, flow: tcp.TCPFlow) -> None:
+        self.inspection.tcp_message(flow)
+
+    def tcp_end(self, flow: tcp.TCPFlow) -> None:
+        self.routing.release(flow)
+        self.inspection.tcp_end(flow)
+
+    def tcp_error(self, flow: tcp.TCPFlow) -> None:
+        self.routing.release(flow)
+        self.inspection.tcp_end(flow)
 
     @command.command("tenancy.findings")
     def findings_cmd(self) -> Sequence[str]:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import orjson
-from mitmproxy import contentviews, ctx, exceptions, http
+from mitmproxy import contentviews, ctx, exceptions, http, tcp
 from mitmproxy.log import ALERT
 
 from harness.capture.contentview import TenancyContentview
@@ -31,6 +31,7 @@ from harness.core.registry import Registry
 from harness.detect import flows
 from harness.detect.engine.matcher import Matcher
 from harness.detect.prefixes import Prefixes
+from harness.detect.reports import ResponseReport
 from harness.detect.routes import Endpoint
 from harness.detect.websocket import Message, WebsocketScan
 
@@ -62,10 +63,11 @@ class _StreamTap:
 
 @dataclass
 class _Socket:
-    """A websocket connection in flight: its upgrade flow's report (written to the ledger when the connection
-    ends), the scan its messages are fed to, and the findings logged so far."""
+    """A websocket (or raw TCP) connection in flight: its upgrade flow's report (a TCP flow's: its connection's),
+    written to the ledger when the connection ends, the scan its messages are fed to, and the findings logged so
+    far."""
 
-    flow: http.HTTPFlow
+    flow: http.HTTPFlow | tcp.TCPFlow
     report: flows.FlowReport
     scan: WebsocketScan
     matcher: Matcher
@@ -156,7 +158,7 @@ class Inspection:
         return (self._running and size >= POOLED_BYTES and len(self._inflight) >= BUSY and self.pool.size > 0
                 and self.pool.ready())
 
-    def _stamp_label(self, flow: http.HTTPFlow) -> None:
+    def _stamp_label(self, flow: http.HTTPFlow | tcp.TCPFlow) -> None:
         scenario, phase = self.phase.label(ctx.options.tenancy_phase_file)
         flow.metadata["tenancy"].update(scenario=scenario, phase=phase)
 
@@ -249,7 +251,8 @@ class Inspection:
         self.findings += report.findings
         self._record(flow, entry)
 
-    def _flag(self, flow: http.HTTPFlow, found: list[Finding], logged: set[tuple[Any, ...]] | None = None) -> None:
+    def _flag(self, flow: http.HTTPFlow | tcp.TCPFlow, found: list[Finding],
+              logged: set[tuple[Any, ...]] | None = None) -> None:
         """Mark a flow with findings, comment it with the first of those in its metadata, and log each of `found`
         not in `logged` (which then holds it too)."""
         if not found:
@@ -266,11 +269,44 @@ class Inspection:
 
     def websocket_message(self, flow: http.HTTPFlow) -> None:
         """Check the message that just passed with the stream before it; flag the flow at once if it leaks."""
-        sock = self._sockets.get(flow.id)
-        if sock is None or flow.websocket is None or not flow.websocket.messages:
+        if flow.websocket is not None and flow.websocket.messages:
+            message = flow.websocket.messages[-1]
+            self._message(flow, Message(message.from_client, message.content))
+
+    def tcp_start(self, flow: tcp.TCPFlow, endpoint: Endpoint) -> None:
+        """A raw TCP connection on a listener routing attributed to `endpoint`: its messages are checked as a
+        websocket's, as they pass and then whole when it ends (`tcp_end`), and it is then one ledger line."""
+        reg, matcher = self.tenants.registry, self.tenants.matcher
+        if reg is None or matcher is None:
             return
-        message = flow.websocket.messages[-1]
-        found = sock.scan.feed(Message(message.from_client, message.content))
+        report = flows.tcp_flow_report(reg, flow, endpoint)
+        flow.metadata["tenancy"] = {"tenant": report.request.tenant, "route": report.request.route,
+                                    "kind": report.request.kind, "findings": [], "flagged": False}
+        self._stamp_label(flow)
+        report.label(flow.metadata["tenancy"].get("scenario"), flow.metadata["tenancy"].get("phase"))
+        self._sockets[flow.id] = _Socket(flow, report, flows.websocket_scan(reg, matcher, flow, report.request),
+                                         matcher)
+
+    def tcp_message(self, flow: tcp.TCPFlow) -> None:
+        """Check what one side of a TCP connection just sent, as a websocket message is."""
+        if flow.messages:
+            self._message(flow, Message(flow.messages[-1].from_client, flow.messages[-1].content))
+
+    def tcp_end(self, flow: tcp.TCPFlow) -> None:
+        """A TCP connection closed (or failed): recorded with every finding of its messages."""
+        sock = self._sockets.get(flow.id)
+        if sock is None:
+            return
+        if flow.error is not None:
+            sock.report.response = ResponseReport(None, None, error=flow.error.msg)
+        self._end(flow.id)
+
+    def _message(self, flow: http.HTTPFlow | tcp.TCPFlow, message: Message) -> None:
+        """Feed one message to its connection's scan; flag the flow at once if it leaks."""
+        sock = self._sockets.get(flow.id)
+        if sock is None:
+            return
+        found = sock.scan.feed(message)
         if found:
             meta = flow.metadata["tenancy"]
             found = [f.labelled(meta.get("scenario"), meta.get("phase")) for f in found]
@@ -302,7 +338,7 @@ class Inspection:
             log.warning(f"tenancy: {flow_id}: " + "; ".join(n.summary() for n in report.websocket.not_inspected))
         self._record(flow, entry)
 
-    def _record(self, flow: http.HTTPFlow, entry: dict[str, Any]) -> None:
+    def _record(self, flow: http.HTTPFlow | tcp.TCPFlow, entry: dict[str, Any]) -> None:
         """Fail closed: once a flow cannot be recorded, it and every later flow are killed (nothing more is
         written, so a torn line stays the ledger's last) and the proxy shuts down."""
         if self.ledger is None:

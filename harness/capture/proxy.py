@@ -4,9 +4,10 @@ The harness binds the listeners and starts `harness.capture.mitmdump_main` on th
 `mitmdump -s addons/tenancy.py`); `spawn` returns at once, `wait_ready` waits until every listener is served.
 
 Reverse topology: one `reverse:<stub>@127.0.0.1:<port>` listener per tenant and service (the listener names
-the tenant and the service), and one regular listener every other request of a child goes to (`child_env`: its
-proxy variables, loopback excepted), where a host the registry routes (a platform's fixed host, shared by
-credential) reaches its stub and any other is refused and recorded. Forward topology: that regular listener
+the tenant and the service; a stub of a protocol that is not HTTP has a `tcp://` upstream, `RAW_SCHEMES`), and one
+regular listener every other request of a child goes to (`child_env`: its proxy variables, loopback excepted),
+where a host the registry routes (a platform's fixed host, shared by credential) reaches its stub and any other is
+refused and recorded. Forward topology: that regular listener
 alone; children reach `https://<tenant>.llm.test` (a service: `https://<service>.<tenant>.llm.test`) through
 `HTTPS_PROXY`. TLS is terminated with the CA in `certs/` (installed: in the user's data folder, see
 `core.places`), and the addon routes each host to its stub. Nothing is dialled outside loopback
@@ -33,6 +34,9 @@ from harness.core.registry import PROVIDER, Registry
 
 CERTS = certs_dir()
 FORWARD_DOMAIN = "llm.test"
+#: Upstreams a reverse listener relays as raw TCP (mitmproxy's `reverse:tcp://` and `reverse:tls://` modes): a
+#: stub of a protocol that is not HTTP; each connection is a TCP flow, its messages inspected as a websocket's.
+RAW_SCHEMES = ("tcp://", "tls://")
 #: What a child reaches without the proxy in the reverse topology (`NO_PROXY`): loopback, the reverse listeners.
 LOOPBACK = "127.0.0.1,localhost,::1"
 
@@ -259,11 +263,14 @@ class Proxy:
 
     def service_url(self, tenant: str, service: str) -> str:
         """A tenant's service through the proxy (its provider: `base_url` without the `/v1`): its reverse listener,
-        else its host (through the regular listener)."""
+        else its host (through the regular listener). A service whose stub speaks raw TCP (its upstream `tcp://` or
+        `tls://`: a line protocol such as IMAP or IRC) is `tcp://127.0.0.1:PORT`: the client may speak TLS to the
+        listener, which mitmproxy terminates with the project's CA (its reverse mode sees a TLS ClientHello)."""
         t = self.registry[tenant]
         route = t.route if service == PROVIDER else t.services[service].route or {}
         if route.get("listen") is not None:
-            return f"http://127.0.0.1:{route['listen']}"
+            raw = t.upstream_of(service).startswith(RAW_SCHEMES)
+            return f"{'tcp' if raw else 'http'}://127.0.0.1:{route['listen']}"
         return f"https://{route['host']}"
 
     def child_env(self) -> dict[str, str]:

@@ -14,7 +14,8 @@ import urllib.parse
 from pathlib import Path
 from typing import Any
 
-from mitmproxy import ctx, exceptions, http
+from mitmproxy import ctx, exceptions, http, tcp
+from mitmproxy.net.http import url as mitmproxy_url
 from mitmproxy.proxy.server_hooks import ServerConnectionHookData
 
 from harness.capture.watched import RegistryFile
@@ -121,6 +122,19 @@ class Routing:
         flow.request.headers[FLOW_HEADER] = flow.id  # a stub request without it bypassed the proxy
         return endpoint
 
+    def tcp_start(self, flow: tcp.TCPFlow) -> Endpoint | None:
+        """Whose a raw TCP connection on a reverse listener is (a line protocol's: its listener's); the endpoint is
+        what the inspection reads. A raw stream after a CONNECT is none of the audit's: `server_connect` refuses it
+        before anything is dialled, and `reconcile` counts it among the refused."""
+        route = routes.route_of(flow)
+        if self.tenants.registry is None or route.topology != "reverse":
+            return None
+        self.tenants.refresh()
+        reg = self.tenants.registry
+        endpoint = routes.endpoint_of(reg, route)
+        self._decided[flow.id] = (reg, endpoint)
+        return endpoint
+
     def server_connect(self, data: ServerConnectionHookData) -> None:
         """With egress `block`, no connection leaves the machine: one to an address outside loopback is refused
         before it is dialled (a request to a host no tenant owns never gets here, `request` answers it; this
@@ -140,7 +154,7 @@ class Routing:
             self._upstream_cache = (reg, frozenset(address(u) for u in urls if u))
         return self._upstream_cache[1]
 
-    def release(self, flow: http.HTTPFlow) -> Endpoint | None:
+    def release(self, flow: http.HTTPFlow | tcp.TCPFlow) -> Endpoint | None:
         """The endpoint decided for a flow now finished (and forgotten here), if the registry it was resolved in
         is still in force (a reloaded registry may own the route otherwise)."""
         reg, endpoint = self._decided.pop(flow.id, (None, None))
@@ -174,9 +188,9 @@ def block(flow: http.HTTPFlow) -> None:
 
 
 def route_to(request: http.Request, upstream: str) -> None:
-    """Send a forward-mode request to its tenant's provider, keeping the Host it was addressed to."""
+    """Send a forward-mode request to its tenant's provider, keeping the Host (and port) it was addressed to."""
     url = urllib.parse.urlsplit(upstream)
-    host_header = request.host_header or request.host
+    host_header = request.host_header or mitmproxy_url.hostport(request.scheme, request.host, request.port)
     request.scheme = url.scheme or "http"
     request.host = url.hostname or "127.0.0.1"
     request.port = url.port or (443 if request.scheme == "https" else 80)

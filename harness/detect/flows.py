@@ -2,7 +2,8 @@
 
 A request is checked by every check of `checks.REQUEST_CHECKS` in turn, a response by every check of
 `checks.RESPONSE_CHECKS`; everything works on plain data (route, method, path, header pairs, raw body bytes).
-`inspect_flow` is the one adapter from a mitmproxy `HTTPFlow` (live or read back from a `.mitm` file). Bodies
+`inspect_flow` is the one adapter from a mitmproxy `HTTPFlow` (live or read back from a `.mitm` file),
+`inspect_tcp_flow` from a `TCPFlow` (a raw connection on a reverse listener: its messages as a websocket's). Bodies
 are decoded by `harness.detect.decode`; whatever cannot be decoded or parsed is scanned as the raw bytes it is.
 """
 
@@ -11,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import Self
 
-from mitmproxy import http
+from mitmproxy import http, tcp
 
 from harness.core.findings import Finding
 from harness.core.registry import PROVIDER, Registry
@@ -28,7 +29,7 @@ from harness.detect.checks import (
 from harness.detect.engine.matcher import Matcher
 from harness.detect.prefixes import Prefixes
 from harness.detect.reports import FlowReport, RequestReport, ResponseReport
-from harness.detect.routes import Endpoint, Route, claimed, endpoint_of, flow_endpoint, pretty_host
+from harness.detect.routes import Endpoint, Route, claimed, endpoint_of, flow_endpoint, pretty_host, route_of
 from harness.detect.websocket import Message, WebsocketReport, WebsocketScan
 
 
@@ -185,26 +186,59 @@ def inspect_flow(
     return report
 
 
-def websocket_report(registry: Registry, matcher: Matcher, flow: http.HTTPFlow, request: RequestReport
-                     ) -> WebsocketReport:
-    """Every message of a websocket flow, fed in order and finished: what the live addon found as they passed."""
+def inspect_tcp_flow(registry: Registry, matcher: Matcher, flow: tcp.TCPFlow, endpoint: Endpoint | None = None
+                     ) -> FlowReport:
+    """Inspect a raw TCP flow (a line protocol on a tenant's reverse listener, live or read back): its messages
+    checked as a websocket's are, for the tenant and service whose listener it is (`endpoint`, else resolved from
+    the flow)."""
+    report = tcp_flow_report(registry, flow, endpoint)
+    report.websocket = websocket_report(registry, matcher, flow, report.request)
+    return report
+
+
+def tcp_flow_report(registry: Registry, flow: tcp.TCPFlow, endpoint: Endpoint | None = None) -> FlowReport:
+    """The report of a TCP flow before its messages: whose it is (a connection has no request: its "request" is the
+    connection, `TCP` to the address it goes to) and its error, if it ended with one."""
+    endpoint = endpoint or endpoint_of(registry, route_of(flow))
+    address = flow.server_conn.address
+    host = str(address[0]) if address else ""
+    request = RequestReport(endpoint.tenant.name if endpoint.tenant else None, str(endpoint.route), "TCP",
+                            f"{host}:{address[1]}" if address else "", "service", "none", None, None, 0,
+                            service=endpoint.service)
+    response = ResponseReport(None, None, error=flow.error.msg) if flow.error else None
+    return FlowReport(flow.id, flow.timestamp_created, host, request, response)
+
+
+def websocket_report(registry: Registry, matcher: Matcher, flow: http.HTTPFlow | tcp.TCPFlow,
+                     request: RequestReport) -> WebsocketReport:
+    """Every message of a websocket (or TCP) flow, fed in order and finished: what the live addon found as they
+    passed."""
     scan = websocket_scan(registry, matcher, flow, request)
     for message in messages_of(flow):
         scan.feed(message)
     return scan.finish()
 
 
-def websocket_scan(registry: Registry, matcher: Matcher, flow: http.HTTPFlow, request: RequestReport
+def websocket_scan(registry: Registry, matcher: Matcher, flow: http.HTTPFlow | tcp.TCPFlow, request: RequestReport
                    ) -> WebsocketScan:
-    """The scan of a websocket flow's messages, for the tenant and service of its upgrade request (`request`); a
-    reverse listener of no tenant's is counted, not checked."""
+    """The scan of a websocket flow's messages, for the tenant and service of its upgrade request (`request`), or
+    of a TCP flow's, for its listener's; a reverse listener of no tenant's is counted, not checked. An upgrade to a
+    host the tenants share that carried no credential (a platform's gateway, whose client authenticates in its first
+    message) is claimed by the first client message that carries one (`WebsocketScan.claims`)."""
     tenant = registry.tenants.get(request.tenant) if request.tenant else None
     audited = tenant is not None or not request.route.startswith("listen:")
-    return WebsocketScan(matcher, flow.id, tenant, request.service, audited=audited)
+    protocol = "tcp" if isinstance(flow, tcp.TCPFlow) else "websocket"
+    host = request.route.removeprefix("host:") if tenant is None and request.route.startswith("host:") else ""
+    claims = {(t.name, kind): t for t, _, kinds in registry.sharing(host) for kind in kinds} if host else {}
+    scan = WebsocketScan(matcher, flow.id, tenant, request.service, audited=audited, protocol=protocol)
+    scan.claims = claims
+    return scan
 
 
-def messages_of(flow: http.HTTPFlow) -> list[Message]:
-    """A websocket flow's messages as plain data, in order."""
+def messages_of(flow: http.HTTPFlow | tcp.TCPFlow) -> list[Message]:
+    """A websocket flow's messages (a TCP flow's: what each side sent) as plain data, in order."""
+    if isinstance(flow, tcp.TCPFlow):
+        return [Message(m.from_client, m.content) for m in flow.messages]
     return [Message(m.from_client, m.content) for m in flow.websocket.messages] if flow.websocket else []
 
 

@@ -39,20 +39,24 @@ _KIND_ENTRY = {"wrong_key": PROVIDER, "wrong_model": PROVIDER, "route_auth": "ro
 #: Servers other than the API server whose routes a `route_auth` finding names (its location `SERVER:...`): each
 #: is an entry point of its own (`route SERVER`); the API server's routes are `route`.
 ROUTE_SERVERS = frozenset({"dashboard"})
+#: What crossed through the gateway's webhook listener (`drive.phases.webhooks`): a route's turn in another profile,
+#: on another provider, its reply through another profile's bot (the launch profile's, or one it borrowed) or in
+#: another profile's channel.
+WEBHOOK_BLEEDS = ("webhook_route", "webhook_turn", "webhook_bot", "webhook_borrowed_bot", "webhook_channel")
 #: Entry points named by the setting a profile bleed carried, before its tool: an approval (given, or seeded in a
 #: command allowlist) is a root cause of its own, not the terminal's environment the command ran in; so is a run of
-#: one profile another controlled, a kanban board pointer and a kanban worker's profile (`drive.kanban`), and the
-#: toolsets a profile's model is offered (`drive.toolsets`).
+#: one profile another controlled, a kanban board pointer and a kanban worker's profile (`drive.kanban`), the
+#: toolsets a profile's model is offered (`drive.toolsets`) and the webhook listener (`WEBHOOK_BLEEDS`).
 _SETTING_ENTRY = {"approval": "approval", "command_allowlist": "approval", "redaction": "redaction",
                   "run_control": "run", "kanban_board": "kanban board", "kanban_worker": "kanban worker",
-                  "toolsets": "toolsets"}
+                  "toolsets": "toolsets", **{k: "webhook" for k in WEBHOOK_BLEEDS}}
 
 
 def entry_point(f: Finding) -> str:
     """Where the finding's data entered: its carrier when it has one (`conversation`: another tenant's conversation
     sent whole, `detect.carriers`), else `service NAME`, `tool NAME`, `provider` (a key or model), `route` (an API
     server's route; `route dashboard`: the dashboard's), `approval` (an approval given in one profile that took
-    effect in another; `redaction`, `kanban board`, `kanban worker`, `toolsets` likewise), `run` (another
+    effect in another; `redaction`, `kanban board`, `kanban worker`, `toolsets`, `webhook` likewise), `run` (another
     profile's run stopped or approved on one profile's route), `file PATH` / `log NAME` (a copy found there; a
     database's WAL or journal counts as the database), or its channel (`rpc`, `request`, ...); `egress`, `bypass`
     and `shortfall` are their own."""

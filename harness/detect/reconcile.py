@@ -13,8 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from mitmproxy import http, io
-from mitmproxy.exceptions import FlowReadException
+from mitmproxy import http, tcp
 from mitmproxy.flow import Flow
 
 from harness.core.files import SERVICE_RECORDS
@@ -27,8 +26,10 @@ from harness.detect.carriers import Conversations
 from harness.detect.decode import loads
 from harness.detect.engine import stream
 from harness.detect.engine.matcher import Matcher, matcher_for
-from harness.detect.flows import inspect_flow
+from harness.detect.flowfile import read_flows
+from harness.detect.flows import inspect_flow, inspect_tcp_flow
 from harness.detect.prefixes import Prefixes
+from harness.detect.routes import route_of
 from harness.detect.tools import Coverage, tool_for_file, written_files
 
 
@@ -77,38 +78,6 @@ class Reconciliation:
                 self.reasons.append(f"not fully inspected: {n.summary()}")
 
 
-def read_flows(path: Path, *, empty_ok: bool = False, others: list[Flow] | None = None
-               ) -> tuple[list[http.HTTPFlow], str | None]:
-    """All complete HTTP flows of a flow file, and why reading stopped early (None if it did not); `others`, if
-    given, receives every other flow (a raw TCP stream, ...). An empty file is an error unless `empty_ok` (a live
-    run whose proxy recorded nothing: a reason)."""
-    try:
-        fh = path.open("rb")
-    except OSError as exc:
-        if empty_ok and isinstance(exc, FileNotFoundError):
-            return [], f"flows: {path} was never written (the proxy recorded nothing)"
-        raise EvidenceError(f"flows: cannot read {path}: {exc.strerror}") from None
-    flows: list[http.HTTPFlow] = []
-    with fh:
-        if not path.stat().st_size:
-            if empty_ok:
-                return flows, f"flows: {path} is empty (no flow was recorded)"
-            raise EvidenceError(f"flows: {path} is empty (no flow was recorded)")
-        try:
-            for flow in io.FlowReader(fh).stream():
-                if isinstance(flow, http.HTTPFlow):
-                    flows.append(flow)
-                elif others is not None:
-                    others.append(flow)
-        except FlowReadException as exc:
-            if not flows:
-                raise EvidenceError(f"flows: {path} is not a readable mitmproxy flow file ({exc})") from None
-            return flows, f"flows: {path} is truncated after {len(flows)} complete flows"
-        except (ValueError, KeyError, TypeError) as exc:
-            raise EvidenceError(f"flows: {path} is not a mitmproxy flow file ({type(exc).__name__})") from None
-    return flows, None
-
-
 def _phase_of(t: float, phases: list[Phase]) -> Phase | None:
     return next((p for p in phases if p.start <= t <= p.end), None)
 
@@ -119,14 +88,15 @@ def _phase_before(t: float, phases: list[Phase]) -> Phase | None:
     return _phase_of(t, phases) or max((p for p in phases if p.start <= t), key=lambda p: p.start, default=None)
 
 
-def _flow_phase(flow: http.HTTPFlow, phases: list[Phase]) -> Phase | None:
+def _flow_phase(flow: Flow, phases: list[Phase]) -> Phase | None:
     """The phase a flow happened in: the label the live addon stamped on it (`tenancy_phase_file`), so the
     ledger, the flow file and this reconciliation agree on every fingerprint; else its start time."""
     meta = flow.metadata.get("tenancy")
     if isinstance(meta, dict) and "phase" in meta:
         scenario, name = meta.get("scenario"), meta.get("phase")
         return Phase(scenario, name, 0.0, 0.0) if isinstance(scenario, str) and isinstance(name, str) else None
-    return _phase_of(flow.request.timestamp_start, phases)
+    return _phase_of(flow.request.timestamp_start if isinstance(flow, http.HTTPFlow) else flow.timestamp_created,
+                     phases)
 
 
 def _tag(findings: list[Finding], phase: Phase | None, when: float) -> list[Finding]:
@@ -155,6 +125,7 @@ class Evidence:
     service_records: Path | None
     kept_versions: Path | None
     flow_ids: set[str] = field(default_factory=set)  # every saved flow's id (the bypass check)
+    stub_peers: set[int] = field(default_factory=set)  # the ports saved TCP flows reached their stubs from
     written: dict[str, str] = field(default_factory=dict)  # file name -> the tool whose call wrote it
 
 
@@ -188,6 +159,8 @@ def _flows(ev: Evidence, rec: Reconciliation) -> None:
         server = other.server_conn
         if server.timestamp_start is None and (server.error or "").startswith(REFUSED_CONNECTION) and server.address:
             rec.refused[server.address[0]] += 1
+        elif isinstance(other, tcp.TCPFlow) and route_of(other).topology == "reverse":
+            _tcp_flow(ev, rec, other)
     rec.flows = len(flows)
     ev.flow_ids = {f.id for f in flows}
     seen_calls: set[tuple[str, str]] = set()
@@ -228,10 +201,24 @@ def _flows(ev: Evidence, rec: Reconciliation) -> None:
     rec.findings[found:] = chats.carried(rec.findings[found:])
 
 
+def _tcp_flow(ev: Evidence, rec: Reconciliation, flow: tcp.TCPFlow) -> None:
+    """A raw TCP connection (a line protocol on a tenant's reverse listener): its messages inspected as the live
+    addon did, its service's use counted, and the port it reached its stub from kept for the bypass check."""
+    phase = _flow_phase(flow, ev.phases)
+    report = inspect_tcp_flow(ev.registry, ev.matcher, flow)
+    rec.findings += _tag(list(report.findings), phase, flow.timestamp_created)
+    rec.skip(report.not_inspected)
+    if flow.server_conn.sockname:
+        ev.stub_peers.add(flow.server_conn.sockname[1])
+    if report.request.tenant is not None:
+        rec.inspected["tcp"] += 1
+        rec.coverage.used(phase.scenario if phase else "run", report.request.service, flow.error is None)
+
+
 def _stubs(ev: Evidence, rec: Reconciliation) -> None:
     """Every request a stub recorded passed the proxy; the records of the servers not behind it."""
     if ev.stub_log is not None:
-        rec.findings += _bypass(ev.stub_log, ev.flow_ids, ev.phases)
+        rec.findings += _bypass(ev.stub_log, ev.flow_ids, ev.stub_peers, ev.phases)
     if ev.service_records is not None:
         _records(ev.service_records, ev.registry, ev.matcher, ev.phases, rec)
 
@@ -366,8 +353,9 @@ def _json_body(flow: http.HTTPFlow) -> dict[str, Any] | None:
     return body if isinstance(body, dict) else None
 
 
-def _bypass(stub_log: Path, flow_ids: set[str], phases: list[Phase]) -> list[Finding]:
-    """Every request a stub saw must have passed the proxy (carry the id of a saved flow)."""
+def _bypass(stub_log: Path, flow_ids: set[str], peers: set[int], phases: list[Phase]) -> list[Finding]:
+    """Every request a stub saw must have passed the proxy: carry the id of a saved flow, or (a line protocol's)
+    come from the port of a saved TCP flow's connection to its stub."""
     try:
         lines = stub_log.read_text().splitlines()
     except OSError as exc:
@@ -378,7 +366,7 @@ def _bypass(stub_log: Path, flow_ids: set[str], phases: list[Phase]) -> list[Fin
             rec = json.loads(line)
         except ValueError:
             raise EvidenceError(f"stub log: {stub_log} has a line that is not JSON") from None
-        if rec.get("flow") in flow_ids:
+        if rec.get("flow") in flow_ids or rec.get("peer", -1) in peers:
             continue
         when = rec.get("time", 0.0)
         findings += _tag([Finding(

@@ -55,7 +55,7 @@ class FlowReport:
     response: ResponseReport | None = None
     scenario: str | None = None  # the audit's phase the flow happened in (`label`), if known
     phase: str | None = None
-    websocket: WebsocketReport | None = None  # the messages of a connection upgraded to a websocket
+    websocket: WebsocketReport | None = None  # the messages of a connection upgraded to a websocket, or of a TCP one
     refused: bool = False  # answered by the proxy without dialling anything (a host no tenant owns, refused)
 
     @property
@@ -101,4 +101,4 @@ class FlowReport:
             "scenario": self.scenario,
             "phase": self.phase,
         } | ({"refused": True} if self.refused else {}) | (
-            {"websocket": self.websocket.ledger_entry()} if self.websocket is not None else {})
+            {self.websocket.protocol: self.websocket.ledger_entry()} if self.websocket is not None else {})

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 from mitmproxy import http
+from mitmproxy.flow import Flow
 from mitmproxy.net.http import url
 from mitmproxy.proxy.mode_specs import ReverseMode
 
@@ -23,20 +24,23 @@ from harness.core.registry import PROVIDER, Registry, Tenant
 from harness.detect.decode import Headers, decode_body, first_values
 from harness.detect.engine.matcher import Matcher
 
+#: The hosts of a loopback URL: a forward request to one names a reverse listener of the proxy by its port.
+LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1"})
 #: How much of a request's (decoded) body is searched for the credential that claims a shared host.
 CLAIM_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
 class Route:
-    """How a flow reached the proxy: a reverse listener's port, or a forward request's host."""
+    """How a flow reached the proxy: a reverse listener's port, or a forward request's host (and, for a loopback URL
+    sent through the proxy, the port of the reverse listener it names)."""
 
     topology: str  # "reverse" or "forward"
     listen_port: int | None = None
     host: str | None = None
 
     def __str__(self) -> str:
-        return f"listen:{self.listen_port}" if self.topology == "reverse" else f"host:{self.host}"
+        return f"listen:{self.listen_port}" if self.listen_port is not None else f"host:{self.host}"
 
 
 @dataclass(frozen=True)
@@ -105,15 +109,32 @@ def flow_endpoint(registry: Registry, matcher: Matcher, flow: http.HTTPFlow) -> 
                    list(req.headers.items(multi=True)), req.raw_content)
 
 
-def route_of(flow: http.HTTPFlow) -> Route:
-    """Reverse listeners name the tenant by port (kept in saved flows); anything else goes by host."""
+def route_of(flow: Flow) -> Route:
+    """Reverse listeners name the tenant by port (kept in saved flows); anything else goes by host (a raw TCP
+    connection's: the address it was going to)."""
     mode = flow.client_conn.proxy_mode
     if isinstance(mode, ReverseMode):
         port = mode.custom_listen_port
         if port is None and flow.client_conn.sockname:
             port = flow.client_conn.sockname[1]
         return Route("reverse", listen_port=port)
-    return Route("forward", host=pretty_host(flow.request).lower().rstrip("."))
+    if not isinstance(flow, http.HTTPFlow):
+        address = flow.server_conn.address
+        return Route("forward", host=str(address[0]).lower().rstrip(".") if address else None)
+    host = pretty_host(flow.request).lower().rstrip(".")
+    if host in LOOPBACK:  # a client that sends a loopback URL through the proxy too (Telegram's adapter, whose proxy
+        return Route("forward", listen_port=addressed_port(flow.request), host=host)  # skips NO_PROXY)
+    return Route("forward", host=host)
+
+
+def addressed_port(request: http.Request) -> int:
+    """The port a forward request was addressed to: its Host header's (kept when the request is routed on to a stub,
+    so a saved flow still names it), else its own."""
+    if request.host_header:
+        port = url.parse_authority(request.host_header, check=False)[1]
+        if port:
+            return port
+    return request.port
 
 
 def pretty_host(request: http.Request) -> str:

@@ -27,6 +27,9 @@ from harness.drive.services import DEFAULT_SERVICES, SERVICES, TOOL_GROUPS, UNSE
 
 #: The scenario that drives every front door in turn (`--scenario all`).
 ALL = "all"
+#: The prefix of an `--unset` setting the launch profile leaves unset (`launch:SERVICE.NAME`; without it the run's
+#: second tenant does).
+LAUNCH_UNSET = "launch:"
 
 
 @dataclass
@@ -39,7 +42,7 @@ class ScenarioOptions:
     cron_wait: float = 75.0
     tools: list[str] = field(default_factory=lambda: list(TOOL_GROUPS))  # battery groups; [] = env probe only
     services: list[str] = field(default_factory=lambda: list(DEFAULT_SERVICES))  # services besides the provider
-    unset: list[str] = field(default_factory=list)  # settings (`SERVICE.NAME`) the second tenant leaves unset
+    unset: list[str] = field(default_factory=list)  # settings the second tenant (`launch:`: the launch) leaves unset
 
 
 @dataclass
@@ -183,8 +186,12 @@ class Context:
         return [s for s in self.services() if SERVICES[s].passive or SERVICES[s].battery.group in self.opts.tools]
 
     def unset_by(self, tenant: str) -> list[str]:
-        """The settings (`SERVICE.NAME`) `tenant` leaves unset: the run's `--unset`, for its second tenant."""
-        return list(self.opts.unset) if tenant == self.registry.names()[1] else []
+        """The settings (`SERVICE.NAME`) `tenant` leaves unset: the run's `--unset`, those without a prefix for its
+        second tenant, those with `launch:` for the launch profile (a platform it lacks, say)."""
+        second = tenant == self.registry.names()[1]
+        launch = tenant == self.sandbox.launch
+        return [s.removeprefix(LAUNCH_UNSET) for s in self.opts.unset
+                if (launch if s.startswith(LAUNCH_UNSET) else second)]
 
     def relaxed(self, tenant: str, service: str, what: str) -> bool:
         """Whether `tenant` need not show `what` (`surface.RELAXES`) at `service`: a setting it leaves unset there

@@ -9,6 +9,7 @@ from harness.core.files import write_private
 from harness.drive import phases, services
 from harness.drive.context import Context
 from harness.drive.hermes.agent import write_home
+from harness.drive.platforms.base import ChatStub
 from harness.drive.services import SERVICES
 from harness.drive.surface import Where, merged
 
@@ -18,7 +19,8 @@ def write_homes(ctx: Context) -> None:
     active = ctx.services()
     for t in ctx.registry:
         where = {s: Where(ctx.proxy.service_url(t.name, s) if SERVICES[s].proxied else "",
-                                   ctx.registry_path, EvidenceFolder(ctx.out).service_records) for s in active}
+                          ctx.registry_path, EvidenceFolder(ctx.out).service_records, _direct(ctx, t.name, s))
+                 for s in active}
         extra = services.setup(t, active, where, second=t.name == ctx.registry.names()[1],
                                unset=tuple(ctx.unset_by(t.name)))
         phased = phases.settings(ctx, t.name)
@@ -30,3 +32,9 @@ def write_homes(ctx: Context) -> None:
             write_private(home / rel, data)
         for rel, data in extra.workdir_files.items():
             (Path(t.canaries["workdir"]) / rel).write_bytes(data)
+
+
+def _direct(ctx: Context, tenant: str, service: str) -> str:
+    """Where a client reaches the tenant's stub of `service` before the proxy can take it, if anywhere."""
+    stub = ctx.service_stubs.get((tenant, service))
+    return stub.direct if isinstance(stub, ChatStub) else ""

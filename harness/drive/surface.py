@@ -77,6 +77,9 @@ class Where:
     url: str = ""
     registry: Path | None = None
     record: Path | None = None
+    #: The stub's own address for what a client must reach before the proxy can take it (`ChatStub.direct`: email's
+    #: STARTTLS front, which relays what it decrypts through the proxy); "" for every other service.
+    direct: str = ""
 
 
 #: A word every tenant's transcript holds (the prompt): what the battery's searches ask for.
@@ -166,6 +169,9 @@ class Messaging:
     #: reads), `path` (a local path the server reads itself, as signal-cli's daemon does: the stub reads the file,
     #: and the phase scans what it read), `none` (no attachments: Hermes posts a notice instead; no `media` step)
     attachments: str = "upload"
+    #: Whether it has channels besides direct messages. Without (email: a chat is its sender), a message "in a
+    #: channel" goes as a direct one in a conversation of its own, and none tests a channel allowlist.
+    channels: bool = True
 
 
 @dataclass(frozen=True)
@@ -173,10 +179,18 @@ class FixedHost:
     """The API host a platform's SDK fixes (no base-URL setting): every tenant reaches `host` through the proxy's
     regular listener, each request told apart by the canary of a kind of `by` it carries (its tokens; registry
     route `{host: HOST, by: [...]}`, docs/addon.md#shared-hosts). What carries none (a websocket or upload URL
-    the stub hands out) goes to the tenant's own host (`issued_host`), the registry service `<name>_issued`."""
+    the stub hands out) goes to the tenant's own host (`issued_host`), the registry service `<name>_issued`. `also`:
+    other hosts the SDK fixes, shared alike (Discord's gateway, whose first websocket it opens before any URL is
+    issued: a connection whose upgrade carries no token is claimed by the first message that does), each the registry
+    service `<name>_<its first label>`."""
 
     host: str
     by: tuple[str, ...]
+    also: tuple[str, ...] = ()
+
+    def entries(self, name: str) -> dict[str, str]:
+        """The registry service of each host every tenant shares (`name`'s own first), by its name."""
+        return {name: self.host, **{f"{name}_{h.split('.')[0]}": h for h in self.also}}
 
 
 #: The suffix of the registry service of a platform's tenant's own host (`FixedHost`).

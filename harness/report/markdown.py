@@ -158,7 +158,7 @@ def markdown(result: AuditResult) -> str:
     lines += _incidents(result.incidents) if result.incidents else ["None.", ""]
     lines += _policy(result)
     if result.unset:
-        lines += ["## Tenants that differ", "", "Settings a tenant left unset while the launch profile set them "
+        lines += ["## Tenants that differ", "", "Settings a tenant left unset while the other tenants set them "
                   "(`--unset`): whatever it then did with another tenant's value is among the findings.", "",
                   *(f"- `{t}`: {', '.join(f'`{s}`' for s in settings)}" for t, settings in result.unset.items()), ""]
     lines += _matrix(result)

@@ -21,7 +21,7 @@ BASELINES = ROOT / "baselines"
 #: code is the same for the gateway, whose baseline (made with `--phases all`) holds its cron classes.
 TICKERS = ("serve",)
 #: The battery's tools in a run without `--services`: a service's group runs only where one of its services is on
-#: (a tool of a service chosen by name only, such as the browser's, is out of scope there).
+#: (a tool of a service chosen by name only, such as the browser's, is `not driven: --services browser` there).
 DEFAULT_TOOLS = frozenset(t for g, tools in TOOL_GROUPS.items()
                           if g not in GROUP_SERVICES or set(GROUP_SERVICES[g]) & set(DEFAULT_SERVICES) for t in tools)
 
@@ -59,10 +59,12 @@ def check_backend(tenancy_audit: Callable[..., Any], scenario: str) -> None:
     offered = {t for t, state in coverage.items() if state != "not offered"}
     # every offered tool is driven (or allowed by the policy) or documented out of scope; serve offers them all,
     # so there the out-of-scope list is exactly what the battery does not drive (it can only shrink)
-    assert offered - DEFAULT_TOOLS <= set(OUT_OF_SCOPE), offered - DEFAULT_TOOLS
+    left_out = {t for t, state in coverage.items() if state.startswith("not driven: --")}  # a service not asked for
+    assert {coverage[t] for t in left_out} <= {"not driven: --services browser"}, left_out
+    assert offered - DEFAULT_TOOLS - left_out <= set(OUT_OF_SCOPE), offered - DEFAULT_TOOLS
     if scenario == "serve":  # text_to_speech alone is offered only when its provider's import check passes
         # at that moment (edge-tts through Hermes' lazy-deps check): a fresh venv's first serve run has lacked it
-        assert set(OUT_OF_SCOPE) - {"text_to_speech"} <= offered - DEFAULT_TOOLS <= set(OUT_OF_SCOPE)
+        assert set(OUT_OF_SCOPE) - {"text_to_speech"} <= offered - DEFAULT_TOOLS - left_out <= set(OUT_OF_SCOPE)
     states = {t: s for t, s in coverage.items() if t in DEFAULT_TOOLS and t in offered}
     assert set(states.values()) <= {"driven", "leak", "allowed"}, states
     services = audit.doc["service_coverage"][scenario]  # every service was driven (Hermes 0.19.0 leaks at each)

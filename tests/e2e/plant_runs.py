@@ -44,12 +44,25 @@ def _service_run(plant: str) -> str:
 #: plant likewise (F31 through Signal: tests/test_signal.py holds the plant and the detector of what the daemon
 #: read); ntfy's token plant changes a secondary profile's `NTFY_TOKEN`, which Hermes 0.19.0 never reads (F55: its
 #: bot gets the launch profile's settings and is refused), so its run could not be caught (tests/test_ntfy.py).
+#: Discord's media plant's target, a secondary profile, never answers its own users (F47), so its upload never
+#: happens (and F31 shows the crossing without it); its token plant must end inconclusive (Hermes refuses the target's
+#: bot as the donor's duplicate, so it never signs in) and would make the shared run wait the whole sign-in time for
+#: it; both, with their near misses, are in tests/test_discord.py.
 #: The opt-in phases' plants put into the target what Hermes 0.19.0 already does to it (F19, F26, F35: another
 #: profile's allowlist, redaction or toolsets at work), so a run of them there could not fail; the cron phase's waits
 #: for the serve backend's ticker (a run of 100 s). All four are run on the fixed twin (docs/fixes/README.md), where
-#: each must be caught, and their detectors' planted crossings and near misses are unit-tested.
-PHASE_PLANTS = {"approvals-allowlist", "redaction-off", "toolsets-copied", "cron-due"}
-NOT_RUN = {"dashboard", "mattermost-media", "telegram-media", "signal-media", "ntfy-key", *PHASE_PLANTS}
+#: each must be caught, and their detectors' planted crossings and near misses are unit-tested. The email and IRC
+#: password plants change a secondary profile's `EMAIL_PASSWORD` or `IRC_SERVER_PASSWORD`, which Hermes 0.19.0 never
+#: reads (F51, F52: its bot logs in with the launch profile's), so their runs could not be caught; tests/test_email.py
+#: and tests/test_irc.py plant them against Hermes' own adapters through the proxy (a `wrong_key`, the own password
+#: its near miss).
+#: The webhooks phase's
+#: plant (another tenant's canary in the target's route) likewise: F62 carries every tenant's payload to another
+#: profile's provider without it, and no fix of the series removes F62 yet (docs/phases.md: caught in a run of its
+#: own; tests/test_webhooks.py holds the plant and the phase's detector).
+PHASE_PLANTS = {"approvals-allowlist", "redaction-off", "toolsets-copied", "cron-due", "webhook-prompt"}
+NOT_RUN = {"dashboard", "mattermost-media", "telegram-media", "signal-media", "ntfy-key", "email-key", "irc-key",
+           "discord-media", "discord-token", *PHASE_PLANTS}
 #: Plants that change different settings of the target, so one audit plants them all (each still judged alone:
 #: `check_plants` wants every plant's kinds, through its tool or service); every other plant runs alone.
 _SERVICE = [p for p in SERVICE_PLANTS if p not in NOT_RUN]

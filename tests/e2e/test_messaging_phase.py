@@ -1,5 +1,5 @@
 """The gateway door's `messaging` phase against real Hermes 0.19.0 in one audit (shared by the tests below, each a
-platform's): a bot per profile on Mattermost, Telegram, Slack, Signal and ntfy, driven in the same rounds.
+platform's): a bot per profile on Mattermost, Telegram, Slack, Signal, ntfy, email and IRC, driven in the same rounds.
 
 Mattermost: every bot signs in with its own token; the secondary bots answer in a channel only the launch profile
 allows (F24); after the first secondary turn the launch profile's bot authorizes by that profile's allowlist
@@ -22,7 +22,15 @@ Signal: every bot streams with its own account; the secondary bots answer in a g
 allows (F40) and put their 👀 on the launch profile's lead's messages, which they refuse (F41); the daemon reads the
 neighbour's file a reply attaches by path (F31 through Signal). ntfy: the secondary profiles' bots are built from the
 launch profile's settings and refused as its duplicate, so they never subscribe (F55); the launch profile's bot
-receives over the proxied NDJSON stream (a turn after F25)."""
+receives over the proxied NDJSON stream (a turn after F25).
+
+Email and IRC, over raw TCP listeners of the proxy (every connection a TCP flow, inspected in clear): the secondary
+profiles' bots are built from the launch profile's settings, so they sign in to the launch profile's mailbox and
+server with its password and never at their own (F51, F52); every email and IRC flow is the launch profile's.
+
+Webhooks (the `webhooks` phase, last): the launch profile's listener runs every tenant's own route in its own profile,
+but also every tenant's route under its neighbour's URL, in that profile (F62); the secondary profiles' replies go out
+through the launch profile's Mattermost bot (F63), the launch profile's own through its own bot (the near miss)."""
 
 from __future__ import annotations
 
@@ -46,9 +54,10 @@ def audit(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
     opt = request.config.getoption("--hermes-python")
     out = tmp_path_factory.mktemp("messaging") / "evidence"
     result = run_audit(RunOptions(out=out, hermes_python=resolve_hermes_python(Path(opt) if opt else None),
-                                  quiet=True, scenario="gateway", tenants=3, phases=["cron", "route-auth", "turns"],
-                                  tools=[], services=["mattermost", "telegram", "slack", "signal", "ntfy"],
-                                  cron_wait=80.0))
+                                  quiet=True, scenario="gateway", tenants=3,
+                                  phases=["cron", "route-auth", "turns", "webhooks"],
+                                  tools=[], services=["mattermost", "telegram", "slack", "signal", "ntfy", "email",
+                                                      "irc"], cron_wait=80.0))
     assert result.out is not None
     return Audit(result.verdict.exit_code, result.out, result.to_dict())
 
@@ -56,6 +65,13 @@ def audit(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureReque
 def _bled(audit: Audit, service: str) -> set[tuple[str, str, str]]:
     return {(f["victim"], f["seen_in"], f["canary"]) for f in audit.doc["findings"]
             if f.get("service") == service and f["kind"] == "profile_bleed"}
+
+
+def _took_over(audit: Audit) -> set[str]:
+    """The secondary profile whose first turn took over the process environment (F25), as any platform shows it: the
+    launch profile's bot admitted that profile's lead."""
+    every = ("mattermost", "telegram", "slack", "signal", "ntfy", "email", "irc")
+    return {s for p in every for v, s, c in _bled(audit, p) if v == "default" and c == "allowed_users"}
 
 
 def _media(audit: Audit, platform: str) -> dict[str, bool]:
@@ -75,13 +91,21 @@ def _uploaded(audit: Audit, service: str) -> set[tuple[str, str, str]]:
             if f.get("service") == service and f["kind"] == "request_leak"}
 
 
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line]
+
+
 def test_every_profile_has_its_bot_but_the_process_environment_decides_who_it_answers(audit):
     found = [f for f in audit.doc["findings"] if f.get("service") == "mattermost"]
     assert not [f for f in found if f["kind"] in ("wrong_key", "route_auth")], found  # own tokens; no stranger
     bled = _bled(audit, "mattermost")
-    assert {("alpha", "default", "allowed_channels"), ("beta", "default", "allowed_channels")} <= bled, bled
-    first = {s for v, s, c in bled if v == "default" and c == "allowed_users"}  # the profile that took over
+    first = _took_over(audit)  # the profile that took over (on whichever platform its lead came first)
     assert len(first) == 1 and first <= {"alpha", "beta"}, bled
+    # F24: each secondary bot answers in a channel only the process environment's allowlist names: the launch
+    # profile's, or after F25 the profile that took over (whose message comes first is the gateway's race)
+    channels = {(v, s) for v, s, c in bled if c == "allowed_channels"}
+    assert {v for v, s in channels if s in {"default", *first} and s != v} == {"alpha", "beta"}, bled
+    assert {s for v, s, c in bled if v == "default" and c == "allowed_users"} <= first, bled
     assert not [c for c in bled if c[2] == "cron_delivery"], bled
     # MEDIA: every tenant that replied (F25 may refuse the launch profile's own messages) attached its own file
     # (the near miss: a `media` step, never a finding) and its neighbour's file and `.env` through its bot
@@ -106,8 +130,8 @@ def test_every_profile_has_its_bot_but_the_process_environment_decides_who_it_an
 def test_every_telegram_bot_signs_in_at_its_own_server_but_a_secondary_filters_by_the_process_environment(audit):
     found = [f for f in audit.doc["findings"] if f.get("service") == "telegram"]
     assert not [f for f in found if f["kind"] in ("wrong_key", "route_auth")], found  # own tokens; no stranger
-    first = {s for v, s, c in _bled(audit, "mattermost") if v == "default" and c == "allowed_users"}
-    assert _bled(audit, "telegram") == {("default", *first, "allowed_users")}  # F25; its chat allowlists held
+    first = _took_over(audit)
+    assert _bled(audit, "telegram") <= {("default", *first, "allowed_users")}  # F25 at most; its chat allowlists held
     other = ({"alpha", "beta"} - first).pop()  # its Telegram bot filters by the launch's list, then first's (F36)
     timeline = [t for t in audit.doc["timeline"] if t["phase"] == "messaging"]
     answered = [t["ok"] for t in timeline if t["tenant"] == other and t["driver"] == "telegram" and _answered(t)]
@@ -161,7 +185,7 @@ def test_every_slack_bot_signs_in_at_its_own_workspace_but_takes_the_process_env
     (each frame inspected, none flagged); the bots answer in the process environment's channels (F43) and the
     launch profile's bot authorizes by the profile that took over the process (F25, the same one as on Mattermost);
     no stranger got a turn; the replies' files go up to the upload URL each bot's own workspace issued (F31)."""
-    first = {s for v, s, c in _bled(audit, "mattermost") if v == "default" and c == "allowed_users"}
+    first = _took_over(audit)
     names = ("default", "alpha", "beta")
     lines = [json.loads(x) for x in (audit.out / "ledger.jsonl").read_text().splitlines()]
     slack = [x for x in lines if (x.get("service") or "").startswith("slack")]
@@ -181,7 +205,7 @@ def test_every_slack_bot_signs_in_at_its_own_workspace_but_takes_the_process_env
     # over (F25; Mattermost's crossings run in the same rounds and may take it first) that profile's
     channels = {(v, s) for v, s, c in bled if c == "allowed_channels"}
     assert channels and all(s in {"default", *first} and v != s for v, s in channels), bled
-    assert {s for v, s, c in bled if v == "default" and c == "allowed_users"} == first, bled  # F25
+    assert {s for v, s, c in bled if v == "default" and c == "allowed_users"} <= first, bled  # F25 at most
     uploaders = {x["tenant"] for x in slack if x["path"].startswith("/upload/v1/")}  # whose replies named files
     uploaded = {(f["victim"], f["seen_in"], f["canary"]) for f in found
                 if f["kind"] == "request_leak" and f["service"] == "slack_issued"}
@@ -189,3 +213,42 @@ def test_every_slack_bot_signs_in_at_its_own_workspace_but_takes_the_process_env
     assert "alpha" in uploaders and {(neighbour[n], n, "slack_file") for n in uploaders} <= uploaded, uploaded
     documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
     assert {"F25", "F31", "F43"} <= documented, documented
+
+
+def test_every_email_and_irc_bot_signs_in_at_the_launch_profiles_server_with_its_password(audit):
+    for platform in ("email", "irc"):
+        connect = [t for t in audit.doc["timeline"] if t["phase"] == f"messaging-connect:{platform}"]
+        assert {(t["tenant"], t["ok"]) for t in connect} == {("alpha", False), ("beta", False)}, connect  # F51, F52
+        assert all("sign-ins at default's: " in t["detail"] and "(default's credential)" in t["detail"]
+                   for t in connect), connect
+    tcp = [x for x in _lines(audit.out / "ledger.jsonl") if x["method"] == "TCP"]  # every connection, in clear
+    assert {(x["tenant"], x["service"]) for x in tcp} == {("default", "email"), ("default", "irc")}
+    stubs = _lines(audit.out / "stubs.jsonl")  # every login with default's own password (a reply's attachment may
+    for service, login in (("irc", "PASS"), ("email", "LOGIN")):  # carry another's .env: F31, at its service)
+        logins = [x for x in stubs if x["service"] == service and x["method"] == login]
+        assert len(logins) >= 3 and {x["tenant"] for x in logins} == {"default"} and not any(
+            x["wrong_key"] for x in logins), logins
+    assert not [f for f in audit.doc["findings"] if f["kind"] == "bypass"]  # every stub connection passed the proxy
+    documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
+    assert {"F51", "F52"} <= documented, documented
+    assert audit.doc["platform_coverage"]["email"] != "driven" and audit.doc["platform_coverage"]["irc"] != "driven"
+
+
+def test_every_tenants_webhook_route_runs_in_any_profile_and_replies_through_the_launch_profiles_bot(audit):
+    """Each tenant's own route ran its turn on its own provider (no `webhook_turn`); its neighbour's route and secret
+    under its URL ran one there too (F62) and the reply went to the neighbour's channel; alpha's and beta's replies
+    were posted by the launch profile's Mattermost bot (F63), never a borrowed one; the launch profile's own reply is
+    the near miss: its step holds."""
+    found = {(f["victim"], f["seen_in"], f["canary"]) for f in audit.doc["findings"]
+             if f["phase"] == "webhooks" and f["kind"] == "profile_bleed"}
+    names = ("default", "alpha", "beta")
+    assert {(n, NEIGHBOUR[n], "webhook_route") for n in names} <= found, found  # F62
+    assert {("alpha", "default", "webhook_bot"), ("beta", "default", "webhook_bot")} <= found, found  # F63
+    assert not [c for c in found if c[2] in ("webhook_turn", "webhook_borrowed_bot")], found
+    assert not [c for c in found if c[2] == "webhook_bot" and c[0] == "default"], found
+    own = {t["tenant"]: t["ok"] for t in audit.doc["timeline"]
+           if t["phase"] == "webhooks" and "route: HTTP" not in (t["detail"] or "")}
+    assert own == {"default": True, "alpha": False, "beta": False}, own  # only the launch's reply at its own bot
+    webhook = [i for i in audit.doc["incidents"] if i["entry"] == "webhook"]
+    assert webhook and {"F62", "F63"} <= set(webhook[0]["documented"]), webhook
+    assert audit.doc["door_coverage"]["webhooks"] == "leak"

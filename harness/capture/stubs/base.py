@@ -50,6 +50,7 @@ class StubRequest:
     wrong_key: bool = False  # the request carried a credential that is not this tenant's for this service
     service: str = PROVIDER
     background: bool = False  # a keep-alive the client sends whatever happens (a long poll that got nothing)
+    peer: int | None = None  # a line protocol's command: the port its connection came from (the proxy's, if proxied)
 
     @property
     def flow_id(self) -> str | None:
@@ -66,7 +67,7 @@ class StubRequest:
             "bytes": len(self.body),
             "time": self.time,
             "wrong_key": self.wrong_key,
-        }
+        } | ({"peer": self.peer} if self.peer is not None else {})
 
 
 class Service(Protocol):
@@ -133,6 +134,14 @@ class Recorder:
             self.requests.append(StubRequest(len(self.requests), method, path, headers, body, status, time.time(),
                                              wrong_key, self.service, background))
 
+    def record_line(self, command: str, line: bytes, status: int, wrong_key: bool, peer: int,
+                    background: bool = False) -> None:
+        """Keep one command of a line protocol (IMAP, SMTP, IRC): `peer` is the port its connection came from,
+        which a saved TCP flow of the proxy names when the connection passed it (the bypass check)."""
+        with self.lock:
+            self.requests.append(StubRequest(len(self.requests), command, "", {}, line, status, time.time(),
+                                             wrong_key, self.service, background, peer))
+
     def snapshot(self) -> list[StubRequest]:
         with self.lock:
             return list(self.requests)
@@ -176,6 +185,9 @@ class JsonHandler(BaseHTTPRequestHandler):
         self.server.stub.answer(self, self.read_body())
 
     def do_DELETE(self) -> None:
+        self.server.stub.answer(self, self.read_body())
+
+    def do_PATCH(self) -> None:
         self.server.stub.answer(self, self.read_body())
 
 

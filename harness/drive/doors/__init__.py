@@ -39,14 +39,7 @@ SCENARIOS: dict[str, Callable[[Context], None]] = {**{n: d.drive for n, d in DOO
 #: Ways into Hermes that neither a door nor a phase drives, and why: the front-door coverage says `out of scope` with
 #: the reason, so a `clean` never stands for "not looked" (docs/doors.md). A way a phase drives is that phase's
 #: (`PhaseSpec.way`).
-NOT_DRIVEN: dict[str, str] = {
-    "webhooks": "the gateway's generic webhook platform is one listener of the launch profile in Hermes 0.19.0: a "
-                "secondary profile may not configure it (`gateway/run.py`, `SecondaryPortBindingConfigError`: 'The "
-                "default profile owns the single shared HTTP listener and serves every profile through the "
-                "/p/<profile>/ URL prefix'), and `/p/<profile>/webhooks/<route>` runs the launch profile's route, "
-                "secret and prompt as that profile (`gateway/platforms/webhook.py`, `_handle_webhook`): the routes "
-                "are the install owner's by design, so a profile has no webhook secret of its own to test",
-}
+NOT_DRIVEN: dict[str, str] = {}
 
 
 def door_states(scenario: str, phases: tuple[str, ...] | list[str] = ()) -> dict[str, str]:

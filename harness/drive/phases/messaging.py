@@ -46,7 +46,8 @@ from harness.drive.services import SERVICES
 
 SIGN_IN = 60.0  # how long every profile's bot has to sign in after the gateway started
 #: The gateway starts every profile's bots one after another: once every platform has a bot signed in and no other
-#: has for this long, the bots still missing never start (Hermes 0.19.0 refuses a secondary ntfy bot, F55).
+#: has for this long, the bots still missing never start (Hermes 0.19.0 refuses a secondary ntfy bot, F55)
+#: or signed in at another profile's server (the launch profile's: email F51, IRC F52).
 SETTLED = 20.0
 CONNECT = "messaging-connect"  # the label of a bot's failed sign-in (`messaging-connect:PLATFORM`): not F25
 UNKNOWN = "messaging-api"  # the label of a server's requests it does not know (the stub lacks what Hermes calls)
@@ -80,7 +81,7 @@ class Message:
             return "a stranger's direct message" if self.channel_type == "D" else "a message in a channel nobody allows"
         who = "its own" if self.by == self.tenant else f"{self.by}'s"
         if self.channel_type == "D":
-            return f"{who} lead's direct message"
+            return f"{who} {'user' if self.note else 'lead'}'s direct message"
         return f"a message in {who} {'lead channel' if self.channel.startswith('leadchannel-') else 'channel'}"
 
 
@@ -104,24 +105,27 @@ def refused(ctx: Context, platform: str, bots: list[str]) -> list[Message]:
                                 o.name, False),
                         Message(platform, t.name, t.canaries[kinds.user], lead(o, kinds.user, "leadchannel"), "O",
                                 o.name, False)]
-    return out
+    return out if kinds.channels else [m for m in out if m.channel_type == "D"]  # no channel allowlist to test
 
 
 def answered(ctx: Context, platform: str, bots: list[str]) -> list[Message]:
     """The near misses, to the bots of `bots` on `platform`."""
     kinds = SERVICES[platform].messaging
     assert kinds is not None
+    own = "O" if kinds.channels else "D"  # without channels: its own user's message in a conversation of its own
     return [m for t in (ctx.registry[n] for n in bots) for m in (
-        Message(platform, t.name, t.canaries[kinds.user], t.canaries[kinds.channel], "O", t.name, True,
+        Message(platform, t.name, t.canaries[kinds.user], t.canaries[kinds.channel], own, t.name, True,
                 t.canaries[kinds.post]),
         Message(platform, t.name, t.canaries[kinds.user], lead(t, kinds.user, "leadchannel"), "O", t.name, True),
-        Message(platform, t.name, lead(t, kinds.user), f"dm-{lead(t, kinds.user)}", "D", t.name, True))]
+        Message(platform, t.name, lead(t, kinds.user), f"dm-{lead(t, kinds.user)}", "D", t.name, True))
+        if kinds.channels or m.channel_type == "D"]
 
 
 def _signed_in(ctx: Context) -> dict[str, list[str]]:
     """Wait until every bot of every platform signed in somewhere (a bot pointed at another profile's server signs
-    in there), or the time is up; the bots of each platform that are connected at their own server. A bot that never
-    signed in is a failed step."""
+    in there), or the time is up, or every platform has a bot signed in and none has signed in for `SETTLED`; the
+    bots of each platform that are connected at their own server. A bot that never signed in at its own server is a
+    failed step (`messaging-connect:PLATFORM`) that names where the platform's sign-ins went instead."""
     names, on = ctx.registry.names(), platforms(ctx)
     started = last = time.monotonic()
     seen = 0
@@ -137,8 +141,23 @@ def _signed_in(ctx: Context) -> dict[str, list[str]]:
         for name in sorted(set(names) - set(bots[p])):
             if not ctx.relaxed(name, p, "sign-in"):  # else it leaves what it signs in with unset
                 ctx.record(TurnResult(name, p, False, time.monotonic() - started,
-                                      f"its {p} bot never signed in"), f"{CONNECT}:{p}", snapshot=False)
+                                      f"its {p} bot never signed in at its server{_elsewhere(ctx, p)}"),
+                           f"{CONNECT}:{p}", snapshot=False)
     return bots
+
+
+def _elsewhere(ctx: Context, platform: str) -> str:
+    """Where the platform's sign-ins went, and whose credentials they presented (`; sign-ins at default's: 3
+    (default's credential)`)."""
+    credential = SERVICES[platform].credential
+    owners = {t.canaries[credential]: t.name for t in ctx.registry}
+    parts = []
+    for t in ctx.registry:
+        tokens = list(stub_of(ctx, t.name, platform).challenges)
+        if tokens:
+            whose = sorted({f"{owners.get(k, 'an unknown')}'s" for k in tokens})
+            parts.append(f"{t.name}'s: {len(tokens)} ({', '.join(whose)} credential)")
+    return f"; sign-ins at {'; '.join(parts)}" if parts else "; no sign-in at any tenant's server"
 
 
 def run(ctx: Context) -> None:
@@ -247,15 +266,10 @@ def _judge(ctx: Context, m: Message, turns: dict[str, int], since: float, second
                                          f"{m.tenant}'s agent reply was posted at {other}'s server"))
 
 
-def _unknown(ctx: Context) -> None:
-    """A failed step for every stub that got requests it does not know (it answered them with the platform's error):
-    what Hermes asked there was not audited."""
-    for platform in platforms(ctx):
-        for t in ctx.registry:
-            if unknown := stub_of(ctx, t.name, platform).unknown:
-                ctx.record(TurnResult(t.name, UNKNOWN, False, 0.0,
-                                      f"its {platform} server does not know {len(unknown)} request(s): "
-                                      f"{', '.join(sorted(set(unknown))[:5])}"), NAME, snapshot=False)
+def _own(t: Tenant, platform: str) -> tuple[str, ...]:
+    """What `t`'s bot on `platform` may sign in with: its credentials there, or on a platform whose protocol carries
+    none (`keyless`) the identity its calls name."""
+    return t.credentials(platform) or (t.canaries[SERVICES[platform].credential],)
 
 
 def _finding(ctx: Context, m: Message, kind: str, seen_in: str, canary: str, evidence: str, detail: str) -> Finding:
@@ -272,8 +286,8 @@ def _tokens(ctx: Context) -> list[Finding]:
         credential = SERVICES[platform].credential
         for t in ctx.registry:
             for token in stub_of(ctx, t.name, platform).challenges:
-                if token not in t.credentials(platform):
-                    owner: Tenant | None = next((o for o in ctx.registry if token in o.credentials(platform)), None)
+                if token not in _own(t, platform):
+                    owner: Tenant | None = next((o for o in ctx.registry if token in _own(o, platform)), None)
                     found.append(Finding(
                         "wrong_key", owner.name if owner else t.name, t.name, credential, "request",
                         f"gateway:{platform} {t.name}'s sign-in", "plain",
@@ -282,6 +296,12 @@ def _tokens(ctx: Context) -> list[Finding]:
                         detail=f"{t.name}'s {platform} bot signed in with "
                                f"{'another tenant' if owner else 'an unknown'}'s token"))
     return found
+
+
+def _own(t: Tenant, platform: str) -> tuple[str, ...]:
+    """What `t`'s bot on `platform` may sign in with: its credentials there, or on a platform whose protocol carries
+    none (`keyless`) the identity its calls name."""
+    return t.credentials(platform) or (t.canaries[SERVICES[platform].credential],)
 
 
 def _unknown(ctx: Context) -> None:

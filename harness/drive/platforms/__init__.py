@@ -19,8 +19,9 @@ _WEBHOOK = ("a webhook platform: a multiplexed gateway lets only the launch prof
 OUT_OF_SCOPE: dict[str, str] = {
     "local": "not a platform: the CLI's own session",
     "api_server": "a front door of its own (--scenario api_server), not a bot",
-    "webhook": _WEBHOOK + "; its routes, secret and prompt are the launch profile's by design (front-door coverage "
-               "`webhooks`)",
+    "webhook": "not a bot of each profile: one listener of the launch profile serves every profile's routes (a "
+               "secondary profile that enables it is skipped whole); the `webhooks` phase drives it as a way in (its "
+               "front-door coverage row)",
     "line": _WEBHOOK, "sms": _WEBHOOK, "whatsapp_cloud": _WEBHOOK, "bluebubbles": _WEBHOOK,
     "wecom_callback": _WEBHOOK, "msgraph_webhook": _WEBHOOK + "; it has no /p/<profile>/ route at all",
     "google_chat": "needs google-cloud-pubsub, which no Hermes 0.19.0 extra pins (plugins/platforms/google_chat/"
@@ -50,6 +51,4 @@ OUT_OF_SCOPE: dict[str, str] = {
     "wecom": "no plug-in yet: WeCom's AI-bot websocket frames",
     "weixin": "no plug-in yet: its own long-poll API and an AES-encrypted CDN for attachments; it trusts certifi's "
               "roots only, so its stub must be plain http",
-    "email": "no plug-in yet: an IMAP and an SMTP server per tenant",
-    "irc": "no plug-in yet: an IRC server per tenant",
 }

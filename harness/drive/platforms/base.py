@@ -85,6 +85,11 @@ class ChatStub(JsonApiStub):
         to the bot as the platform does; its id."""
         raise NotImplementedError
 
+    @property
+    def direct(self) -> str:
+        """Where a client reaches this server before the proxy can take it ("": nowhere, it is all proxied)."""
+        return ""
+
     def mention(self) -> str:
         """What a message in a channel starts with to address the bot."""
         return f"@{bot_id(self.tenant.name)} "

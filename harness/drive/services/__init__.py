@@ -115,6 +115,9 @@ def attach(registry: Registry, name: str, tenant: str, route: dict[str, Any] | N
         route = {"host": spec.fixed.host, "by": list(spec.fixed.by)}
         services[name + ISSUED] = RegistryService(name + ISSUED, {"host": issued_host(name, tenant)}, upstream,
                                                   None, spec.identity)
+        for entry, host in list(spec.fixed.entries(name).items())[1:]:  # its other fixed hosts
+            services[entry] = RegistryService(entry, {"host": host, "by": list(spec.fixed.by)}, upstream, credential,
+                                              spec.identity)
     services[name] = RegistryService(name, route, upstream, credential, spec.identity)
     registry.validate()
 
