@@ -3,6 +3,7 @@
     .venv/bin/python bench/proxy.py [--quick | --smoke] [--rounds N] [--pairs N] [--ref GIT_REF] [--kinds sse]
                                     [--sizes 256] [--conc 1,8] [--only addon-rev/plain] [--no-table] [--no-pin]
                                     [--workers N]
+    .venv/bin/python bench/proxy.py --replay EVIDENCE [--replay EVIDENCE ...] [--rounds N] [--ref GIT_REF]
 
 A minimal asyncio stub (`proxy_stub.py`, a child process; HTTP and HTTPS) answers every POST with a JSON body or an SSE
 stream (1 KiB events) of the size the query asks for. A bounded keep-alive load client (asyncio, 1/8/32
@@ -48,8 +49,15 @@ pair and one first-token request; its figures prove that the bench runs, and mea
 Everything listens on 127.0.0.1; every child is in a ProcessSet, stopped at the end and at once on SIGTERM/SIGINT
 (`children.py`), and each phase's wall time is printed.
 
+`--replay EVIDENCE` (repeatable; `proxy_replay.py`) measures real audit traffic instead: the recorded flows of an
+evidence folder sent again through plain mitmdump, mitmdump streaming SSE and the addon (and the addon of `--ref`),
+side by side, each flow to each in turn, every configuration started afresh for each of `--rounds` rounds (default
+3, `--quick` 2); the throughput and CPU ratios of each recording. Its `--smoke` replays a recording's first 40 flows
+once.
+
 The parts: `proxy_configs.py` starts the configurations, `proxy_client.py` is the load client,
-`proxy_measures.py` the table, the ratios and the first token, `proxy_pairs.py` the side-by-side method.
+`proxy_measures.py` the table, the ratios and the first token, `proxy_pairs.py` the side-by-side method,
+`proxy_replay.py` the replay of a recording.
 """
 
 from __future__ import annotations
@@ -71,6 +79,7 @@ import mitmproxy.version
 import pools
 from proxy_configs import Setup, start
 from proxy_measures import FULL, QUICK, SMOKE, KiB, first_token, ratios, start_pools, throughput
+from proxy_replay import bench_replay
 
 from harness.core.procs import ProcessSet
 
@@ -107,8 +116,46 @@ def main(argv: list[str] | None = None) -> int:
                     help="the addon's tenancy_workers (default: the addon's own; 0: every scan inline)")
     ap.add_argument("--no-pin", action="store_true",
                     help="let the scheduler place every process (default: the proxies on CPUs of their own)")
+    ap.add_argument("--replay", action="append", type=Path, metavar="EVIDENCE",
+                    help="replay the recorded flows of this evidence folder instead (repeatable)")
     a = ap.parse_args(argv)
-    return children.run(lambda procs: bench(a, procs))
+    for evidence in a.replay or ():
+        if not (evidence / "flows.mitm").is_file() or not (evidence / "registry.yaml").is_file():
+            print(f"proxy.py: {evidence} is not an evidence folder (no flows.mitm and registry.yaml)", file=sys.stderr)
+            return 2
+    return children.run(lambda procs: (replays if a.replay else bench)(a, procs))
+
+
+def _pin(a: argparse.Namespace) -> set[int] | None:
+    """Put this process (the client, and the stubs it starts) on the first CPU and return the second, for the
+    proxies: the proxy under test is the bottleneck, and the scheduler no longer moves it onto the client's CPU
+    from one round to the next. None with --no-pin or a single CPU."""
+    if a.no_pin or len(os.sched_getaffinity(0)) < 2:
+        return None
+    first, second, *_ = sorted(os.sched_getaffinity(0))
+    os.sched_setaffinity(0, {first})
+    return {second}
+
+
+def replays(a: argparse.Namespace, procs: ProcessSet) -> int:
+    """`--replay`: each evidence folder's flows replayed side by side, its ratios printed; then all of them."""
+    began = time.perf_counter()
+    proxy_cpus = _pin(a)
+    rounds = a.rounds or (1 if a.smoke else 2 if a.quick else 3)
+    print(f"mitmproxy {mitmproxy.version.VERSION}; {rounds} rounds per recording; {os.cpu_count()} CPUs; load "
+          + " ".join(f"{x:.1f}" for x in os.getloadavg())
+          + (f"; proxies on CPU {sorted(proxy_cpus)}, client and stub on the rest" if proxy_cpus else "")
+          + (f"; old = {a.ref}" if a.ref else ""))
+    lines = []
+    for evidence in a.replay:
+        with tempfile.TemporaryDirectory(prefix="bench-replay-") as tmp:
+            lines += bench_replay(procs, evidence, Path(tmp), rounds, (a.ref, a.workers, proxy_cpus),
+                                  40 if a.smoke else None)
+    print("\nreplayed, side by side (throughput: the baseline's summed latency over the addon's; CPU: the addon's "
+          "mitmdump's CPU time over the baseline's; median [lowest, highest] of the rounds):")
+    print("\n".join(f"  {line}" for line in lines))
+    print(f"wall time {time.perf_counter() - began:.0f} s; load " + " ".join(f"{x:.1f}" for x in os.getloadavg()))
+    return 0
 
 
 def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
@@ -116,13 +163,7 @@ def bench(a: argparse.Namespace, procs: ProcessSet) -> int:
     began = time.perf_counter()
     plan = SMOKE if a.smoke else QUICK if a.quick else FULL
     rounds = a.rounds or plan.rounds
-    # The proxies get a CPU of their own, the load client and the stub the other: the proxy under test is the
-    # bottleneck, and the scheduler no longer moves it onto the client's CPU from one round to the next.
-    proxy_cpus: set[int] | None = None
-    if not a.no_pin and len(os.sched_getaffinity(0)) >= 2:
-        first, second, *_ = sorted(os.sched_getaffinity(0))
-        os.sched_setaffinity(0, {first})
-        proxy_cpus = {second}
+    proxy_cpus = _pin(a)
     conc = _ints(a.conc) if a.conc else list(plan.conc)
     sizes = a.sizes or ("1" if a.smoke else ",".join(str(x // KiB) for x in SIZES))
     cells = (a.kinds.split(","), [x * KiB for x in _ints(sizes)], conc)

@@ -140,7 +140,7 @@ def test_message_spans_are_byte_spans():
                       ensure_ascii=False).encode()
     spans = message_spans(body)
     assert [json.loads(body[a:b]) for a, b in spans] == [{"role": "user", "content": "é"}, {"role": "tool"}]
-    assert message_spans(b"not json") == [] and message_spans(b'{"messages": 3}') == []
+    assert message_spans(b"not json") == () and message_spans(b'{"messages": 3}') == ()
 
 
 def test_files_are_attributed_to_their_tool_store():

@@ -73,6 +73,12 @@ SMOKES = {
         r"^addon-rev +%N +%N +[+-]\d+\.\d+ ms +[+-]\d+\.\d+ ms$",
         r"^the addons' scan workers used \d+\.\d s of CPU in all$",
         r"^addon ledgers: %N flows, 0 flagged")),
+    "proxy --replay": Smoke("proxy", ("--replay", "{evidence}", "--smoke"), (
+        r"^replay oneshot: 40 flows to %N listeners of %N tenants, \d+\.\d MB of requests",
+        r"^  round 1: %N s; plain %T s \(%T s CPU\), stream %T s \(%T s CPU\), addon %T s \(%T s CPU\); "
+        r"ledgers: addon 40 flows, \d+ flagged$",
+        r"^  oneshot +addon +/ plain +throughput +%Nx \[%N, %N\] +CPU ",
+        r"^  oneshot +addon +/ stream +throughput +%Nx")),
     "incidents": Smoke("incidents", ("{evidence}", "--smoke"), (
         r": %N findings, %N incidents, 1 rounds",
         r"^A reconcile +%N s$",
@@ -89,6 +95,9 @@ SMOKES = {
     "repeat": Smoke("repeat", ("--scenario", "oneshot", "--smoke"), (
         r"^ +1 +0 +clean +%N +-$",
         r"^verdict against baselines/oneshot\.json: the same in 1/1 runs \(exit 0, clean\)$"), hermes=True),
+    "scale": Smoke("scale", ("--smoke",), (
+        r"^ +2 +1 +%N +%N +%N +%T +%N +%N +%N +%N +%N +%N +\d+ +%N$",
+        r"^plot: %N bytes$"), hermes=True),
     "soak_kill": Smoke("soak_kill", ("--smoke",), (
         r"^kill +1 SIGKILL processes at kill +%N +survivors 0 +all gone after +%Ns$",
         r"^soak: 1 kills, 0 survivors$"), hermes=True),

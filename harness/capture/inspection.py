@@ -30,6 +30,7 @@ from harness.core.findings import Finding
 from harness.core.registry import Registry
 from harness.detect import flows
 from harness.detect.engine.matcher import Matcher
+from harness.detect.prefixes import Prefixes
 from harness.detect.reports import ResponseReport
 from harness.detect.routes import Endpoint
 from harness.detect.websocket import Message, WebsocketScan
@@ -89,6 +90,8 @@ class Inspection:
         self._inflight: dict[str, tuple[_RequestState, flows.RequestReport]] = {}
         #: Every websocket connection in flight, by its flow's id.
         self._sockets: dict[str, _Socket] = {}
+        #: The request bodies inspected inline so far: a conversation's next request is scanned for what is new.
+        self.prefixes = Prefixes()
         self.pool = Pool(0)
         self._running = False  # the pool is used only once mitmproxy runs its event loop
 
@@ -171,7 +174,7 @@ class Inspection:
             return None
         raw = flows.raw_request(flow)
         if not self._pooled(len(raw.body or b"")):
-            self._requested(flow, matcher, flows.check_request(reg, matcher, raw, endpoint))
+            self._requested(flow, matcher, flows.check_request(reg, matcher, raw, endpoint, self.prefixes))
             return None
         _, report = flows.request_in_path(reg, matcher, raw, endpoint)
         self._requested(flow, matcher, report)
@@ -217,11 +220,11 @@ class Inspection:
             flow.response.data.content = bytes(flow.response.stream.data)  # saved flows keep the stream
             flow.response.stream = False
         if inflight is None:  # answered by routing: inspected on the endpoint it decided
-            request = flows.inspect_flow_request(reg, matcher, flow, endpoint)
+            request = flows.inspect_flow_request(reg, matcher, flow, endpoint, self.prefixes)
         elif inflight[0] == _request_state(flow, matcher):
             request = inflight[1]
         else:  # a request changed since its report (an edit, a reloaded registry) is inspected afresh
-            request = flows.inspect_flow_request(reg, matcher, flow)
+            request = flows.inspect_flow_request(reg, matcher, flow, prefixes=self.prefixes)
         scan = flows.response_scan(flow, request)
         if scan is not None and self._pooled(len(scan.body or b"")):
             return self._scan_response(flow, (reg, matcher), request, scan)

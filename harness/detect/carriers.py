@@ -82,7 +82,7 @@ class Conversations:
         return [replace(f, carrier=CONVERSATION) if _in_foreign(f, foreign, spans, owner) else f for f in findings]
 
 
-def _in_foreign(f: Finding, foreign: dict[str, Chat], spans: dict[str, list[tuple[int, int]]],
+def _in_foreign(f: Finding, foreign: dict[str, Chat], spans: dict[str, tuple[tuple[int, int], ...]],
                 owner: dict[str, str]) -> bool:
     """Whether `f` sits in a message of a foreign chat whose calls another tenant made."""
     head, _, rest = f.location.partition(":")

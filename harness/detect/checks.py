@@ -32,6 +32,7 @@ from harness.detect.decode import (
 )
 from harness.detect.engine.matcher import Matcher
 from harness.detect.flowscan import FlowScan
+from harness.detect.prefixes import Prefixes
 from harness.detect.reports import RequestReport, ResponseReport
 from harness.detect.routes import Endpoint
 from harness.detect.tools import attribute_body
@@ -78,6 +79,7 @@ class RequestFacts:
     owner: Tenant | None
     expected: str | None
     bearer_state: str
+    prefixes: Prefixes | None = None  # the request bodies scanned before (a conversation's), if kept
 
     @property
     def tenant(self) -> Tenant | None:
@@ -104,8 +106,9 @@ class RequestFacts:
                              len(raw.body or b""), self.decoded.note, service=self.service)
 
 
-def request_facts(registry: Registry, matcher: Matcher, raw: RawRequest, endpoint: Endpoint) -> RequestFacts:
-    """Decode and read `raw` once for every check."""
+def request_facts(registry: Registry, matcher: Matcher, raw: RawRequest, endpoint: Endpoint,
+                  prefixes: Prefixes | None = None) -> RequestFacts:
+    """Decode and read `raw` once for every check (`prefixes`: the bodies scanned before, kept for the leak scan)."""
     tenant, service = endpoint.tenant, endpoint.service
     first = first_values(raw.headers)
     decoded = decode_body(raw.body, first.get("content-encoding", ""), first.get("transfer-encoding", ""))
@@ -121,7 +124,7 @@ def request_facts(registry: Registry, matcher: Matcher, raw: RawRequest, endpoin
     else:
         owner = registry.owner_of_key(bearer) if bearer else None
     return RequestFacts(registry, matcher, endpoint, raw, decoded, doc, request_kind(raw.path, doc, service), model,
-                        bearer, held_in, owner, expected, _bearer_state(tenant, bearer, owner, expected))
+                        bearer, held_in, owner, expected, _bearer_state(tenant, bearer, owner, expected), prefixes)
 
 
 def request_kind(path: str, doc: Any, service: str = PROVIDER) -> str:
@@ -269,7 +272,9 @@ def check_request_leaks(req: RequestFacts, report: RequestReport) -> None:
     scan = FlowScan(req.matcher, req.raw.flow_id, req.tenant.name if req.tenant else None, "request", "request_leak")
     scan.layered(req.raw.path.encode("utf-8", "surrogateescape"), "request.path", offsets=False, skip=claimed["path"])
     scan.headers(req.raw.headers, "request", claimed["headers"])
-    scan.body(req.decoded, "request.body", claimed["body"])
+    # A chat request resends its whole conversation: only what is new of it is scanned (`harness.detect.prefixes`).
+    known = (req.prefixes, f"{req.endpoint.route} {req.service}") if req.prefixes is not None else None
+    scan.body(req.decoded, "request.body", claimed["body"], known)
     report.findings += attribute_body(scan.findings, req.decoded.data, req.doc, f"{req.where}.body")
     report.not_inspected += scan.not_inspected
 

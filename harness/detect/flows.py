@@ -27,6 +27,7 @@ from harness.detect.checks import (
     response_facts,
 )
 from harness.detect.engine.matcher import Matcher
+from harness.detect.prefixes import Prefixes
 from harness.detect.reports import FlowReport, RequestReport, ResponseReport
 from harness.detect.routes import Endpoint, Route, claimed, endpoint_of, flow_endpoint, pretty_host, route_of
 from harness.detect.websocket import Message, WebsocketReport, WebsocketScan
@@ -38,18 +39,20 @@ def inspect_request(registry: Registry, matcher: Matcher, route: Route, raw: Raw
     return check_request(registry, matcher, raw, endpoint)
 
 
-def check_request(registry: Registry, matcher: Matcher, raw: RawRequest, endpoint: Endpoint) -> RequestReport:
+def check_request(registry: Registry, matcher: Matcher, raw: RawRequest, endpoint: Endpoint,
+                  prefixes: Prefixes | None = None) -> RequestReport:
     """Run every request check on `raw`, which belongs to `endpoint`: `egress`, `wrong_key`, `wrong_model`,
-    `request_leak`, `wrong_identity`. A reverse listener of no tenant's is recorded, not checked."""
-    facts, report = request_in_path(registry, matcher, raw, endpoint)
+    `request_leak`, `wrong_identity`. A reverse listener of no tenant's is recorded, not checked. `prefixes`: the
+    bodies scanned before, which a conversation's next request extends (the same findings, sooner)."""
+    facts, report = request_in_path(registry, matcher, raw, endpoint, prefixes)
     scan_request(facts, report)
     return report
 
 
-def request_in_path(registry: Registry, matcher: Matcher, raw: RawRequest, endpoint: Endpoint
-                    ) -> tuple[RequestFacts, RequestReport]:
+def request_in_path(registry: Registry, matcher: Matcher, raw: RawRequest, endpoint: Endpoint,
+                    prefixes: Prefixes | None = None) -> tuple[RequestFacts, RequestReport]:
     """`raw`'s facts and its report after the in-path checks (`checks.IN_PATH_CHECKS`: host, key, model)."""
-    facts = request_facts(registry, matcher, raw, endpoint)
+    facts = request_facts(registry, matcher, raw, endpoint, prefixes)
     report = facts.report()
     if facts.audited:
         for check in IN_PATH_CHECKS:
@@ -156,24 +159,26 @@ def refused(flow: http.HTTPFlow) -> bool:
 
 
 def inspect_flow_request(registry: Registry, matcher: Matcher, flow: http.HTTPFlow,
-                         endpoint: Endpoint | None = None) -> RequestReport:
+                         endpoint: Endpoint | None = None, prefixes: Prefixes | None = None) -> RequestReport:
     """Inspect a flow's request; `endpoint` is whose it is when the caller has decided that already (the
     addon's routing has), else it is resolved from the flow."""
-    return check_request(registry, matcher, raw_request(flow), endpoint or flow_endpoint(registry, matcher, flow))
+    return check_request(registry, matcher, raw_request(flow), endpoint or flow_endpoint(registry, matcher, flow),
+                         prefixes)
 
 
 def inspect_flow(
     registry: Registry, matcher: Matcher, flow: http.HTTPFlow, *, request: RequestReport | None = None,
-    endpoint: Endpoint | None = None,
+    endpoint: Endpoint | None = None, prefixes: Prefixes | None = None,
 ) -> FlowReport:
     """Inspect a whole mitmproxy flow, live or read back with `mitmproxy.io.FlowReader`.
 
     `request` is the report of this very request from the same registry and matcher, if the caller has one
     (the live addon inspects each request in its `request` hook); it is then not inspected again. Otherwise
-    `endpoint` is whose the flow is, if the caller has decided it (`inspect_flow_request`).
+    `endpoint` is whose the flow is, if the caller has decided it (`inspect_flow_request`), and `prefixes` the
+    request bodies inspected before (`check_request`).
     """
     if request is None:
-        request = inspect_flow_request(registry, matcher, flow, endpoint)
+        request = inspect_flow_request(registry, matcher, flow, endpoint, prefixes)
     scan = response_scan(flow, request)
     report = flow_report(flow, request, scan.run(registry, matcher) if scan else None)
     if flow.websocket is not None:

@@ -12,6 +12,7 @@ from harness.detect.decode import KEY_HEADERS, Body, Headers
 from harness.detect.engine.containers import may_start
 from harness.detect.engine.matcher import Hit, Matcher
 from harness.detect.engine.stream import NotInspected, ScanHit, scan_bytes
+from harness.detect.prefixes import Prefixes
 
 
 def _label(body_encoding: str | None, hit: Hit | ScanHit) -> str:
@@ -98,12 +99,18 @@ class FlowScan:
                       offsets=False)
 
     def layered(self, data: bytes, part: str, *, encoding: str | None = None,
-                skip: frozenset[tuple[str, str]] = frozenset(), only_new: bool = False, offsets: bool = True) -> None:
+                skip: frozenset[tuple[str, str]] = frozenset(), only_new: bool = False, offsets: bool = True,
+                known: tuple[Prefixes, str] | None = None) -> None:
         """Scan `data` and every layer in it (base64 blocks, compressed streams, ...: `stream.scan_bytes`).
-        `offsets`: locate a hit in the raw bytes at its offset (a hit in a layer always is)."""
+        `offsets`: locate a hit in the raw bytes at its offset (a hit in a layer always is). `known`: the bodies
+        scanned before and this one's endpoint, to scan only what is new of a conversation (the same hits)."""
         where = f"flow:{self.flow_id}:{part}"
         skipped: list[NotInspected] = []
-        for h in scan_bytes(data, self.matcher, headerless=False, not_inspected=skipped, exclude=self.tenant):
+        if known is not None:
+            hits = known[0].scan(data, self.matcher, (self.tenant, known[1]), not_inspected=skipped)
+        else:
+            hits = scan_bytes(data, self.matcher, headerless=False, not_inspected=skipped, exclude=self.tenant)
+        for h in hits:
             ident = (h.tenant, h.kind)
             if ident in skip or (only_new and ident in self.seen):
                 continue
@@ -115,8 +122,9 @@ class FlowScan:
             ))
         self.not_inspected += [replace(n, path=where + n.path.removeprefix("bytes")) for n in skipped]
 
-    def body(self, body: Body, part: str, skip: frozenset[tuple[str, str]] = frozenset()) -> None:
-        self.layered(body.data, part, encoding=body.encoding, skip=skip)
+    def body(self, body: Body, part: str, skip: frozenset[tuple[str, str]] = frozenset(),
+             known: tuple[Prefixes, str] | None = None) -> None:
+        self.layered(body.data, part, encoding=body.encoding, skip=skip, known=known)
         if body.partial:
             read = len(body.data) if body.note == "truncated" else 0
             self.not_inspected.append(NotInspected(f"flow:{self.flow_id}:{part}", f"body {body.note}", read))

@@ -28,6 +28,7 @@ from harness.detect.engine import stream
 from harness.detect.engine.matcher import Matcher, matcher_for
 from harness.detect.flowfile import read_flows
 from harness.detect.flows import inspect_flow, inspect_tcp_flow
+from harness.detect.prefixes import Prefixes
 from harness.detect.routes import route_of
 from harness.detect.tools import Coverage, tool_for_file, written_files
 
@@ -164,10 +165,11 @@ def _flows(ev: Evidence, rec: Reconciliation) -> None:
     ev.flow_ids = {f.id for f in flows}
     seen_calls: set[tuple[str, str]] = set()
     chats = Conversations()
+    known = Prefixes()
     found = len(rec.findings)
     for flow in flows:
         phase = _flow_phase(flow, ev.phases)
-        report = inspect_flow(ev.registry, ev.matcher, flow)
+        report = inspect_flow(ev.registry, ev.matcher, flow, prefixes=known)
         rec.findings += _tag(list(report.findings), phase, flow.request.timestamp_start)
         rec.skip(report.not_inspected)
         if report.refused:

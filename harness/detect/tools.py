@@ -8,6 +8,7 @@ profile's home) are attributed by path. Shared by the live addon (through `flows
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -58,19 +59,20 @@ def _elements(text: str, i: int) -> list[tuple[int, int]]:
     return out
 
 
-def message_spans(data: bytes) -> list[tuple[int, int]]:
-    """Byte spans of the `messages` of a chat request body, in order; [] when it is not one."""
+@functools.lru_cache(maxsize=4)  # a request's leak scan and its findings' tools read the same body's spans
+def message_spans(data: bytes) -> tuple[tuple[int, int], ...]:
+    """Byte spans of the `messages` of a chat request body, in order; () when it is not one."""
     text = data.decode("latin-1")  # one char per byte: char offsets are byte offsets
     i = _skip(text, 0)
     if not text.startswith("{", i):
-        return []
+        return ()
     try:
         for key, start, _ in _members(text, i):
             if key == "messages" and text.startswith("[", start):
-                return _elements(text, start)
-    except ValueError:
-        return []
-    return []
+                return tuple(_elements(text, start))
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than the decoder goes
+        return ()
+    return ()
 
 
 def call_names(messages: list[Any]) -> dict[str, str]:

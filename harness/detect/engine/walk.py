@@ -64,6 +64,7 @@ class LayerWalk:
         self.hits: list[ScanHit] = []
         self.paged: dict[tuple[Layer, ...], tuple[int, int]] = {}  # a database's (or WAL's) raw stream -> its grid
         self.skipped: list[tuple[tuple[Layer, ...], str, int]] = []  # (layers, reason, bytes read)
+        self.reads: list[tuple[int, int]] = []  # (start, end) of what each decoded top-level layer may have read
         # A hit must lie whole in one window with the base64 character on either side of it, and a wrapped
         # block's line (up to `containers.LINE_LOOKBACK` bytes) with the break after it.
         self.overlap = max(matcher.longest + 8, containers.LINE_LOOKBACK + 8)
@@ -109,6 +110,12 @@ class LayerWalk:
         self._drop_cut_paths(header, layers, first)
         if header.startswith(SQLITE_MAGIC):
             self._sqlite(layers, reopen, sqlite_path)
+
+    def resume(self, data: bytes, cut: int) -> None:
+        """Scan a buffer from `cut` on, as the window after one that ended at `cut` (whose hits and reads the walk
+        holds already): it starts `overlap` bytes before `cut` and owns what ends after it."""
+        base = max(0, cut - self.overlap)
+        self._window(data[base:], base, (cut, len(data)), {}, (), bytes_reopen(data), top=False)
 
     def _drop_cut_paths(self, header: bytes, layers: tuple[Layer, ...], first: int) -> None:
         """A database's raw bytes (and its WAL's) cut a value at every page boundary and where a cell's local
@@ -196,6 +203,8 @@ class LayerWalk:
             return _skip(codecs.decode(codec, reopen(at), codecs.Progress()), offset)
 
         self.stream(pieces, child, again, top=True)
+        if not layers:  # a stream that did not end may have read (and failed) on to the end of the buffer
+            self.reads.append((at, at + progress.consumed if progress.eof or codec in TRANSFORMS else after))
         return at + progress.consumed if codec in TRANSFORMS else None
 
     def _ends(self, codec: str, source: Iterable[memoryview | bytes]) -> bool:
