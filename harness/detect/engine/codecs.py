@@ -23,7 +23,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator
 
 from harness.detect.engine import compressed
-from harness.detect.engine.compressed import COMPRESSION, HEAD, plausible
+from harness.detect.engine.compressed import COMPRESSION, HEAD, MEMBERS, plausible
 from harness.detect.engine.progress import PIECE, Chunk, Progress, in_steps
 
 #: Text encodings: each decodes a run of its characters (or a JSON string) to fewer bytes.
@@ -34,7 +34,8 @@ CODECS = (*COMPRESSION, "chunked", *TEXT, *ARCHIVE)
 #: The decoders whose output keeps every byte they do not decode (an escape, a chunk's size line, a member's
 #: header): what starts inside their input also starts in their output.
 KEEPING = frozenset({"chunked", "json", "url", *ARCHIVE})
-__all__ = ["CODECS", "COMPRESSION", "HEAD", "KEEPING", "PIECE", "TEXT", "Chunk", "Progress", "decode", "plausible"]
+__all__ = ["CODECS", "COMPRESSION", "HEAD", "KEEPING", "MEMBERS", "PIECE", "TEXT", "Chunk", "Progress", "decode",
+           "plausible"]
 
 
 def decode(codec: str, chunks: Iterable[Chunk], progress: Progress) -> Iterator[bytes]:

@@ -9,10 +9,8 @@ One loop composes every layer with every other (`LayerWalk.stream`): in each win
 canaries, then every layer that starts there, of every kind, and scans what each decodes to exactly as it
 scans a file (the same finders, the same decoders, a stream without a magic number tried at its start),
 so a chain of layers is found in any order, to `Limits.depth`. SQLite files (`SQLite format 3\\0`) are
-scanned twice: the raw bytes, and every value of every column of every table (FTS shadow tables and
-`sqlite_master` included) read with `sqlite3` from a private copy of the database and its
-`-wal`/`-journal`, so a canary that straddles an overflow page or lives only in the WAL is found; each
-value is scanned as a stream of its own too.
+scanned twice: the raw bytes, and every value of every table, read logically (`harness.detect.engine.database`),
+each value a stream of its own.
 
 A decoded layer counts against `Limits` (`stream_bytes` per stream, `total_bytes` per file, `depth`,
 `seconds`). A limit that stops reading is a `NotInspected` entry; one that left part of a file unread
@@ -25,29 +23,22 @@ layer with a magic number): a run of base64 or hex characters decodes to somethi
 
 from __future__ import annotations
 
-import shutil
-import sqlite3
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from harness.detect.engine import codecs, containers
+from harness.detect.engine import codecs, containers, database
 from harness.detect.engine.containers import BARE, MAGIC, RUN, Start
 from harness.detect.engine.hits import Layer, Limits, NotInspected, ScanHit, Snippet, where
 from harness.detect.engine.matcher import Matcher
 from harness.detect.engine.pages import SQLITE_MAGIC, cut_extension, free_spans, page_grid
+from harness.detect.engine.progress import Reopen
 
 #: Bytes read per window (each window also holds the last `Matcher.longest` bytes of the one before).
 WINDOW = 4 << 20
-#: Rows of a table whose values `LayerWalk._cells` looks at together first.
-CELL_BATCH = 32
 #: Layers that re-encode bytes which are scanned raw too (a canary their raw bytes show is reported there).
 TRANSFORMS = frozenset({*codecs.TEXT, *codecs.KEEPING})
-
-Reopen = Callable[[int], Iterator[bytes]]  # the stream's bytes again, from an offset
-
 
 
 class LayerWalk:
@@ -86,7 +77,7 @@ class LayerWalk:
             self._window(window, 0, (0, len(window)), skip, layers, reopen, top)
             self._drop_cut_paths(window, layers, first)
             if window.startswith(SQLITE_MAGIC):
-                self._sqlite(layers, reopen, sqlite_path)
+                database.read(self, layers, reopen, sqlite_path)
             return
         owned_from = 0  # absolute offset: what ends at or before it was handled by an earlier window
         base = 0  # absolute offset of the window's first byte
@@ -108,11 +99,11 @@ class LayerWalk:
             base += len(window) - len(tail)
         self._drop_cut_paths(header, layers, first)
         if header.startswith(SQLITE_MAGIC):
-            self._sqlite(layers, reopen, sqlite_path)
+            database.read(self, layers, reopen, sqlite_path)
 
     def _drop_cut_paths(self, header: bytes, layers: tuple[Layer, ...], first: int) -> None:
         """A database's raw bytes (and its WAL's) cut a value at every page boundary and where a cell's local
-        part ends (its overflow page's number follows); its cells (read whole by `_sqlite`) do not. So a raw hit
+        part ends (its overflow page's number follows); its cells (read whole by `database.read`) do not. So a raw hit
         of a path that another tenant's path extends (the launch profile's home, which holds every other
         profile's) cannot tell the two apart when a page boundary follows it (within 6 bytes per character the
         longer path adds: its most expanded encoding) or a byte that is not text follows it, right after it or
@@ -141,7 +132,7 @@ class LayerWalk:
         skipped (`skip`) where that layer's output holds it again: inside one that keeps what it does not
         decode (`codecs.KEEPING`), every start; inside a base64 or hex run, one of the same codec."""
         owned_from, limit = owns
-        self._hits(window, base, owned_from, limit, layers)
+        self.add_hits(window, base, owned_from, limit, layers)
         starts = containers.layer_starts(window, top=top, min_bytes=self.min_bytes)
         islands: set[Start] = set()  # the runs in a database's free space (a deleted row's text: no cell holds it)
         grid = self.paged.get(layers)
@@ -162,7 +153,7 @@ class LayerWalk:
                 key = "*" if start.codec in codecs.KEEPING else start.codec
                 skip[key] = max(skip.get(key, 0), end)
 
-    def _hits(self, window: bytes, base: int, owned_from: int, limit: int, layers: tuple[Layer, ...]) -> None:
+    def add_hits(self, window: bytes, base: int, owned_from: int, limit: int, layers: tuple[Layer, ...]) -> None:
         """Record the hits in `window` that end in (owned_from, limit] (offsets from `base`)."""
         for hit in self.matcher.find(window, exclude=self.exclude):
             if owned_from < base + hit.end <= limit:
@@ -172,10 +163,12 @@ class LayerWalk:
     def _layer(self, window: bytes, start: Start, layers: tuple[Layer, ...], reopen: Reopen, after: int,
                at: int) -> int | None:
         """Decode the layer `start` shows (absolute offset `at`) and scan its output as a stream of its own;
-        returns where it ended in its parent, for a text layer or a chunked body."""
+        returns where it ended in its parent, for a text layer, a chunked body or the members of a compressed
+        format (`codecs.MEMBERS`: a member after the first is in its output)."""
         codec = start.codec
         child = (*layers, (codec, at))
-        if not codecs.plausible(codec, memoryview(window)[start.pos : start.pos + codecs.HEAD]) or self._late(child):
+        head = memoryview(window)[start.pos : start.pos + codecs.HEAD]
+        if not codecs.plausible(codec, head) or self.out_of_time(child):
             return None
 
         def source() -> Iterator[memoryview | bytes]:
@@ -196,7 +189,7 @@ class LayerWalk:
             return _skip(codecs.decode(codec, reopen(at), codecs.Progress()), offset)
 
         self.stream(pieces, child, again, top=True)
-        return at + progress.consumed if codec in TRANSFORMS else None
+        return at + progress.consumed if codec in TRANSFORMS or codec in codecs.MEMBERS else None
 
     def _ends(self, codec: str, source: Iterable[memoryview | bytes]) -> bool:
         """Whether the stream without a magic number at `source` decodes to something and ends properly within
@@ -219,7 +212,7 @@ class LayerWalk:
         return (any(h.encoding != "plain" for h in self.matcher.find(first))
                 or any(s.sign == MAGIC for s in containers.layer_starts(first, top=False, min_bytes=self.min_bytes)))
 
-    def _late(self, layers: tuple[Layer, ...], read: int = 0) -> bool:
+    def out_of_time(self, layers: tuple[Layer, ...], read: int = 0) -> bool:
         """Whether the time budget is spent. The first layer it stops is listed: every later one is not
         decoded either."""
         if time.monotonic() < self.deadline:
@@ -234,7 +227,7 @@ class LayerWalk:
         """`pieces` up to the stream and total limits; reaching one while output remains is recorded."""
         read = 0
         for piece in pieces:
-            if self._late(layers, read):
+            if self.out_of_time(layers, read):
                 return
             room = min(self.limits.stream_bytes - read, self.remaining)
             if room <= 0 or len(piece) > room:
@@ -251,86 +244,6 @@ class LayerWalk:
             read += len(piece)
             self.remaining -= len(piece)
             yield piece
-
-    def _sqlite(self, layers: tuple[Layer, ...], reopen: Reopen, path: Path | None) -> None:
-        """Scan every value of every table of a private copy of the database (plus its -wal/-journal)."""
-        with tempfile.TemporaryDirectory(prefix="tenancy-scan-") as tmp:
-            copy = Path(tmp) / "db"
-            if path is not None:
-                shutil.copyfile(path, copy)
-                for suffix in ("-wal", "-journal"):
-                    side = Path(f"{path}{suffix}")
-                    if side.is_file() and not side.is_symlink():
-                        shutil.copyfile(side, f"{copy}{suffix}")
-            else:  # a database inside a layer: spooled to the copy, within the stream limit
-                written = 0
-                with copy.open("wb") as fh:
-                    for piece in reopen(0):
-                        fh.write(piece[: self.limits.stream_bytes - written])
-                        written += len(piece)
-                        if written > self.limits.stream_bytes:
-                            self.skipped.append(((*layers, ("sqlite", None)), "sqlite: database larger than the "
-                                                 f"stream cap ({self.limits.stream_bytes} bytes)", written))
-                            break
-            try:
-                conn = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
-                conn.text_factory = bytes
-            except sqlite3.Error as exc:
-                self.skipped.append(((*layers, ("sqlite", None)), f"sqlite: cannot open: {exc}", 0))
-                return
-            try:
-                tables = [
-                    r[0].decode("utf-8", "replace")
-                    for r in conn.execute(
-                        "SELECT name FROM sqlite_master"
-                        " WHERE type = 'table' AND coalesce(sql, '') NOT LIKE 'CREATE VIRTUAL%'"
-                    )
-                ]
-                for table in ["sqlite_master", *tables]:
-                    self._table(conn, table, layers)
-            except sqlite3.Error as exc:
-                self.skipped.append(((*layers, ("sqlite", None)), f"sqlite: cannot read: {exc}", 0))
-            finally:
-                conn.close()
-
-    def _table(self, conn: sqlite3.Connection, table: str, layers: tuple[Layer, ...]) -> None:
-        quoted = '"' + table.replace('"', '""') + '"'
-        try:
-            cur = conn.execute(f"SELECT rowid, * FROM {quoted}")
-            rowid_col = True
-        except sqlite3.OperationalError:  # WITHOUT ROWID: number the rows instead
-            cur = conn.execute(f"SELECT * FROM {quoted}")
-            rowid_col = False
-        names = [d[0] for d in cur.description][1 if rowid_col else 0 :]
-        shortest = self.matcher.shortest
-        batch: list[tuple[bytes, str, int]] = []  # (value, column, rowid)
-        for n, row in enumerate(cur):
-            if n % CELL_BATCH == 0:
-                self._cells(table, batch, layers)
-                batch = []
-                if self._late((*layers, (f"sqlite:{table}", None))):
-                    return
-            rowid = row[0] if rowid_col else n
-            batch += [(value, column, rowid) for column, value in zip(names, row[1:] if rowid_col else row, strict=True)
-                      if isinstance(value, bytes) and len(value) >= shortest]
-        self._cells(table, batch, layers)
-
-    def _cells(self, table: str, batch: list[tuple[bytes, str, int]], layers: tuple[Layer, ...]) -> None:
-        """Scan values of a table, each as a stream of its own. The values of text (no NUL byte) are first
-        looked at together, joined: when no layer can start in any of them (`containers.may_start`), each is
-        only searched for canaries, and not even that when none can be there (`Matcher.may_find`). Most
-        values of a database are so."""
-        text = [value for value, _, _ in batch if 0 not in value]
-        no_layer = len(text) > 1 and not containers.may_start(text, self.min_bytes)
-        no_canary = no_layer and not self.matcher.may_find(containers.SEPARATOR.join(text))
-        for value, column, rowid in batch:
-            if no_canary and 0 not in value:
-                continue
-            cell = (*layers, (f"sqlite:{table}.{column}#{rowid}", None))
-            if no_layer and 0 not in value:
-                self._hits(value, 0, 0, len(value), cell)
-            else:
-                self.stream((value,), cell, bytes_reopen(value), top=True)
 
     def result(self, not_inspected: list[NotInspected] | None, label: str = "") -> list[ScanHit]:
         """The hits, without those a decoded block repeats from its own raw bytes (see the module docstring)."""
@@ -378,13 +291,3 @@ def _skip(pieces: Iterator[bytes], offset: int) -> Iterator[bytes]:
             continue
         yield piece[offset:]
         offset = 0
-
-
-def bytes_reopen(data: bytes | memoryview) -> Reopen:
-    """The bytes of `data` again, from an offset (a buffer's `Reopen`)."""
-
-    def again(offset: int) -> Iterator[bytes]:
-        if offset < len(data):
-            yield bytes(data[offset:])
-
-    return again
