@@ -27,7 +27,8 @@ from typing import NamedTuple
 import ahocorasick_rs
 import stringzilla
 
-from harness.detect.engine import codecs
+from harness.detect.engine import codecs, dumps, mail, markup, utf16, wrapped
+from harness.detect.engine.wrapped import LINE_LOOKBACK
 
 #: Decoded stream starts, by magic number. The base64 forms of compressed streams start a base64 block.
 _MAGICS = (
@@ -40,33 +41,21 @@ _MAGICS = (
     *((m, "base64") for m in (b"H4sI", b"/Td6WFo", b"QlpoO", b"QlpoM", b"QlpoN", b"KLUv/")),
     *((m, "chunked") for m in (b"chunked", b"Chunked", b"CHUNKED")),  # a Transfer-Encoding header's value
     (b"\\u00", "json"), (b"\\r\\n", "json"),  # in a JSON string: an escape of a byte, an escaped line break
+    (b"=\\n", "qp-escaped"),  # ... a soft line break of quoted-printable, its LF escaped
+    (b"=\r\n", "qp"), (b"=\n", "qp"),  # a soft line break of quoted-printable (mail)
+    (b"=?", "rfc2047"),  # an encoded word (mail headers)
+    (b"&#", "html"),  # a numeric character reference (markup)
     (b"\x00ustar\x00", "tar"), (b"\x00ustar  \x00", "tar"),  # a tar header's magic (POSIX, GNU), 257 bytes in
 )
 # Leftmost-first, not overlapping, is what lets ahocorasick-rs use its SIMD searcher: 10-25x faster on text
 # (no two magic numbers overlap, so no start is lost). A tar header holds NUL bytes: its magic is looked for
-# in binary windows only (in text it made the search 1.7x slower).
-_MAGIC_NAMES = [[name for _, name in _MAGICS if binary or name != "tar"] for binary in (False, True)]
-_MAGIC_AUTOMATA = [ahocorasick_rs.BytesAhoCorasick([m for m, name in _MAGICS if binary or name != "tar"],
-                                                   matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
-                   for binary in (False, True)]
-_B64_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_")
-#: A line break followed by a base64 character: inside a wrapped block, if a line of them comes before.
-#: One automaton per kind of break (each small enough for the SIMD searcher), or a regex (`_breaks`).
-_BREAK_AUTOMATA = [
-    ahocorasick_rs.BytesAhoCorasick([brk + bytes([c]) for c in sorted(_B64_CHARS)],
-                                    matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
-    for brk in (b"\n", b"\\n")
-]
-#: Characters a wrapped block's line must have before a break (shorter lines are not taken for base64).
-MIN_LINE = 16
-_B64_CLASS = rb"[A-Za-z0-9+/_-]"
-_DENSE = 256  # breaks in a window's first 64 KiB above which the regex is used (logs, prose)
-_LINE_TAIL = re.compile(rb"%s{%d}|%s{%d}\r" % (_B64_CLASS, MIN_LINE, _B64_CLASS, MIN_LINE - 1))
-_WRAPPED_LINE = re.compile(rb"\n(?:(?<=%s{16}\n)|(?<=%s{16}\r\n))%s" % (_B64_CLASS, _B64_CLASS, _B64_CLASS))
-#: How far back the start of a wrapped block's line is looked for.
-LINE_LOOKBACK = 4096
-_BREAK_BEFORE = re.compile(rb"(?:\r?\n|\\+r\\+n|\\+n)$")
-_BLOCK_OPENERS = frozenset(b"\n\"' \t:,=(>")
+# in binary windows only (in text it made the search 1.7x slower). The text framings are looked for in text only
+# (in a compressed stream's bytes their signs are chance).
+_TEXT_ONLY = frozenset({"qp", "qp-escaped", "rfc2047", "html"})
+_IN = ([m for m in _MAGICS if m[1] != "tar"], [m for m in _MAGICS if m[1] not in _TEXT_ONLY])  # text, binary
+_MAGIC_NAMES = [[name for _, name in magics] for magics in _IN]
+_MAGIC_AUTOMATA = [ahocorasick_rs.BytesAhoCorasick([m for m, _ in magics],
+                                                   matchkind=ahocorasick_rs.MatchKind.LeftmostFirst) for magics in _IN]
 _CHUNKED_HEADER = re.compile(rb"(?i)transfer-encoding:[ \t]*chunked[ \t]*\r\n(?:[^\r\n]+\r\n)*\r\n")
 _CHUNK_LINE = re.compile(rb"[0-9a-fA-F]{1,8}[ \t]*(?:;[^\r\n]*)?\r\n")
 _BZ2_BLOCK = (b"1AY&SY", b"\x17rE8P\x90")
@@ -85,25 +74,40 @@ class Start(NamedTuple):
     sign: str
 
 
-def layer_starts(window: bytes, *, top: bool, min_bytes: int) -> list[Start]:
+def layer_starts(window: bytes, *, top: bool, min_bytes: int, paged: bool = False) -> list[Start]:
     """Every layer that may start in `window`, in the order to decode them: by offset, and at one offset a
     layer that keeps the bytes it does not decode first (`codecs.KEEPING`: what starts inside it starts in
     its output too). `top`: the window starts a stream, where the formats without a magic number are tried.
-    `min_bytes`: the fewest bytes a run must decode to (no layer shorter than a canary can hold one)."""
+    `min_bytes`: the fewest bytes a run must decode to (no layer shorter than a canary can hold one). `paged`:
+    a database's raw pages, whose text the database is read for (no UTF-16 run is looked for there)."""
     # Runs are text: not looked for in binary data (NUL bytes in its first 4 KiB: raw SQLite pages, archives,
     # compressed or random bytes, whose text is scanned where it is decoded, as a cell, a member or a stream);
     # a wrapped block not in a window with no line break, real or escaped, either (memchr: most SQLite cells).
     text = window.count(0, 0, 4096) < 4
-    starts, escapes = _magic_starts(window, text)
+    starts, escapes, references = _magic_starts(window, text)
     if escapes:
         starts += _json_strings(window, escapes)
+    if references:
+        starts += [Start(first, "html", seen, RUN) for first, seen in markup.starts(window, references, min_bytes)]
+    stray: list[int] = []  # a framing's lines made by a JSON string's escaped line breaks
     if text:
         if b"\n" in window or (b"\\" in window and b"\\n" in window):
-            starts += _wrapped_blocks(window)
+            for pos, codec, seen in wrapped.blocks(window):
+                if codec == wrapped.ESCAPED:
+                    stray.append(pos)
+                else:
+                    starts.append(Start(pos, codec, seen, MAGIC))
         if len(window) >= min_bytes:
             starts += _runs(window, min_bytes)
             if b"%" in window:
                 starts += _url_runs(window, min_bytes)
+            found, rows = dumps.starts(window, min_bytes)
+            starts += [Start(first, "hexdump", seen, RUN) for first, seen in found]
+            stray += rows
+    if not paged and 0 in window:
+        starts += [Start(pos, codec, seen, RUN) for pos, codec, seen in utf16.starts(window, min_bytes)]
+    if stray:
+        starts += escaped_strings(window, stray)
     if top and not (starts and any(s.pos == 0 and s.codec not in codecs.TEXT for s in starts)):  # no magic number
         starts += [Start(0, codec, 1, BARE) for codec in _headerless(window)]
     if len(starts) < 2:
@@ -120,7 +124,8 @@ def island_starts(window: bytes, min_bytes: int) -> list[Start]:
     """The runs (base64, hex, percent-encoded) and wrapped base64 blocks of a binary window, which `layer_starts`
     looks for in text only: for a database's raw pages, where a deleted row's text is no value any more, so no
     cell's stream holds it. A run stops at the first byte that is none of its characters, a NUL byte too."""
-    starts = _runs(window, min_bytes) + _wrapped_blocks(window)
+    starts = _runs(window, min_bytes) + [Start(pos, codec, seen, MAGIC) for pos, codec, seen in wrapped.blocks(window)
+                                         if codec != wrapped.ESCAPED]
     return starts + _url_runs(window, min_bytes) if b"%" in window else starts
 
 
@@ -134,10 +139,11 @@ def may_start(values: list[bytes], min_bytes: int) -> bool:
     return bool(b"".join(v[:32] for v in values).translate(None, _TEXT))
 
 
-def _magic_starts(window: bytes, text: bool) -> tuple[list[Start], list[tuple[int, int]]]:
-    """The starts a magic number or a header shows, and (start, end) of each JSON escape the same pass found
-    (`_json_strings` checks them). `text`: no NUL byte in the window's start (no tar header either)."""
-    starts, escapes = [], []
+def _magic_starts(window: bytes, text: bool) -> tuple[list[Start], list[tuple[int, int]], list[int]]:
+    """The starts a magic number or a header shows, (start, end) of each JSON escape the same pass found
+    (`_json_strings` checks them) and where each numeric character reference starts (`markup.starts` does).
+    `text`: no NUL byte in the window's start (no tar header either)."""
+    starts, escapes, references = [], [], []
     names = _MAGIC_NAMES[not text]
     for idx, pos, end in _MAGIC_AUTOMATA[not text].find_matches_as_indexes(window):
         name = names[idx]
@@ -156,7 +162,7 @@ def _magic_starts(window: bytes, text: bool) -> tuple[list[Start], list[tuple[in
             if window[pos + 4 : pos + 10] in _BZ2_BLOCK and window[pos + 3 : pos + 4] in b"123456789":
                 starts.append(Start(pos, "bz2", end, MAGIC))
         elif name == "base64":
-            if (pos == 0 or window[pos - 1] not in _B64_CHARS) and len(window) - pos > MIN_LINE:
+            if (pos == 0 or window[pos - 1] not in wrapped.B64_CHARS) and len(window) - pos > wrapped.MIN_LINE:
                 starts.append(Start(pos, "base64", end, MAGIC))
         elif name == "chunked":
             header = _CHUNKED_HEADER.search(window, max(0, pos - 64), pos + 8192)
@@ -164,12 +170,23 @@ def _magic_starts(window: bytes, text: bool) -> tuple[list[Start], list[tuple[in
                 starts.append(Start(header.end(), "chunked", end, MAGIC))
         elif name == "json":
             escapes.append((pos, end))
+        elif name == "qp-escaped":
+            escapes.append((pos + 1, end))  # the JSON string holding it, decoded first
+        elif name == "qp":
+            first = mail.qp_start(window, pos)
+            if first is not None and not mail.word_ends(window, pos):
+                starts.append(Start(first, "qp", end, MAGIC))
+        elif name == "rfc2047":
+            if mail.WORD.match(window, pos):
+                starts.append(Start(pos, "rfc2047", end, MAGIC))
+        elif name == "html":
+            references.append(pos)
         elif name == "tar":
             if pos >= 256:  # the NUL before the magic ends the header's link name
                 starts.append(Start(pos - 256, "tar", end, MAGIC))
         else:
             starts.append(Start(pos, name, end, MAGIC))
-    return starts, escapes
+    return starts, escapes, references
 
 
 #: What follows `\u00` in an escape of a byte that is no printable ASCII character (binary data); `\r\n`
@@ -210,8 +227,37 @@ def _opening_quote(window: bytes, pos: int) -> int:
     return -1
 
 
+def escaped_strings(window: bytes, positions: list[int]) -> list[Start]:
+    """The JSON string around each of `positions` (in order) that holds escaped line breaks (`\\n`): the lines of
+    a framing written in a JSON string, as a tool's output is (a dump, quoted-printable, line-delimited records),
+    which the framing's decoder reads once the string is decoded. Each from just after its opening quote (looked
+    for up to LINE_LOOKBACK bytes back; else just after the escaped break before the position)."""
+    starts = []
+    string_end = -1
+    for pos in positions:
+        if pos < string_end:
+            continue
+        line = window.rfind(b"\n", max(0, pos - LINE_LOOKBACK), pos) + 1  # a JSON string holds no real break
+        brk = window.rfind(b"\\n", line, pos)
+        if brk < 0:  # on the string's first line, maybe
+            brk = window.find(b"\\n", pos, pos + LINE_LOOKBACK)
+            if brk < 0 or b"\n" in window[pos:brk]:
+                continue
+        quote = _opening_quote(window, pos)
+        if quote >= line:
+            first = quote + 1
+        elif brk < pos:
+            first = brk + 2
+        else:
+            continue
+        starts.append(Start(first, "json", pos + 1, RUN))
+        close = codecs.closing_quote(window, pos)
+        string_end = len(window) if close < 0 else close
+    return starts
+
+
 #: Each byte as 1 if it is a base64 character (standard or URL-safe), else 0.
-_B64_MAP = bytes(c in _B64_CHARS for c in range(256))
+_B64_MAP = bytes(c in wrapped.B64_CHARS for c in range(256))
 
 
 def _runs(window: bytes, min_bytes: int) -> list[Start]:
@@ -263,78 +309,6 @@ def _url_runs(window: bytes, min_bytes: int) -> list[Start]:
             pos = max(pos + 1, end)
         pos = window.find(b"%", pos + 1)
     return starts
-
-
-def _wrapped_blocks(window: bytes) -> list[Start]:
-    """Every base64 block in `window` that holds a line break (a break after a line of at least MIN_LINE
-    base64 characters, followed by one), from its first character; seen at the end of its first break."""
-    starts = []
-    block_end = -1
-    for pos, end in _breaks(window):
-        if pos <= block_end:
-            continue
-        line = _line(window, pos)
-        if line is None:
-            continue
-        starts.append(Start(_block_start(window, *line), "base64", end, MAGIC))
-        m = codecs.B64_BLOCK.match(window, pos)
-        block_end = m.end() if m else pos
-    return starts
-
-
-def _breaks(window: bytes) -> list[tuple[int, int]]:
-    """(start, end) of the line breaks that may be inside a base64 block, in order. Real line breaks: the
-    automaton, unless a probe of the window's first 64 KiB finds them dense (logs and prose, where most
-    lines start with a letter or a digit): there a regex checks the line before every break in C."""
-    # No `b"\\n" in window` first: CPython searches for a two-byte string at 1.4 ns a byte, the automaton
-    # (a rare first byte) at 0.015.
-    out = [(s, e) for _, s, e in _BREAK_AUTOMATA[1].find_matches_as_indexes(window)]
-    lf = _BREAK_AUTOMATA[0]
-    if len(lf.find_matches_as_indexes(memoryview(window)[: 1 << 16])) > _DENSE:
-        out += [(m.start(), m.end()) for m in _WRAPPED_LINE.finditer(window)]
-    else:  # the line before each break is checked in C too; `_line_start` sees only the lines that pass
-        out += [(s, e) for _, s, e in lf.find_matches_as_indexes(window)
-                if s >= MIN_LINE and _LINE_TAIL.match(window, s - MIN_LINE, s)]
-    return sorted(out)
-
-
-def _line(window: bytes, brk: int) -> tuple[int, int] | None:
-    """Where the line ending at the break `brk` starts, and its length, if it is MIN_LINE to LINE_LOOKBACK
-    base64 characters (`brk` is the break's LF or the backslash of its `\\n`; a CR or `\\r` before it is
-    skipped)."""
-    end = brk
-    while end > 0 and window[end - 1] in b"\r\\":  # the CR of CRLF, or backslashes of a nested `\\n`
-        end -= 1
-    if end > 1 and window[end - 1] == ord("r") and window[end - 2] == ord("\\"):  # an escaped `\\r\\n`
-        end -= 1
-        while end > 0 and window[end - 1] == ord("\\"):
-            end -= 1
-    start, lo = end, max(0, end - LINE_LOOKBACK)
-    while start > lo and window[start - 1] in _B64_CHARS:
-        start -= 1
-    if start == lo and lo > 0:
-        return None  # longer than any wrapped line: not a line of a wrapped block
-    return (start, end - start) if end - start >= MIN_LINE else None
-
-
-def _block_start(window: bytes, line_start: int, width: int) -> int:
-    """The block's first character: walk back over the lines before `line_start` while each is a whole
-    line of `width` base64 characters, as an encoder wraps them (the one before an empty line, a shorter
-    or longer line, or text, is not part of the block)."""
-    while True:
-        m = _BREAK_BEFORE.search(window, max(0, line_start - 8), line_start)
-        if m is None:
-            return line_start
-        start = m.start()
-        while start > 0 and window[start - 1] in _B64_CHARS:
-            start -= 1
-        if start > 0 and window[start - 1] == ord("\\"):
-            start += 1  # the letter of an escaped break (`\\n`) before the line: the line starts after it
-        elif start > 0 and window[start - 1] not in _BLOCK_OPENERS:
-            return line_start  # the line starts in the middle of text
-        if m.start() - start != width:
-            return line_start  # an empty line, or one of another width: not the block's
-        line_start = start
 
 
 #: Printable ASCII, tab and line breaks.

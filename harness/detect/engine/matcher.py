@@ -204,6 +204,11 @@ class Matcher:
             return False
         return not self._prefiltered or any(self._triggers.find(data).values())
 
+    def markers(self, data: bytes | bytearray | memoryview) -> list[int] | None:
+        """Where a form of the marker starts in `data`, in order; None without the prefilter (a canary need not
+        hold one)."""
+        return self._triggers.find(data)[WINDOW] if self._prefiltered else None
+
     def find(self, data: bytes | bytearray | memoryview, *, exclude: str | None = None) -> list[Hit]:
         """Every occurrence, ordered by offset; overlapping forms of one canary are reported once.
         `exclude` names a tenant whose canaries are not reported (the rules apply to each canary alone)."""

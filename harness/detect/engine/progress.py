@@ -38,3 +38,16 @@ def bytes_reopen(data: bytes | memoryview) -> Reopen:
             yield bytes(data[offset:])
 
     return again
+
+
+def text_bytes(text: str) -> bytes:
+    """Decoded text as bytes: characters below U+0100 as one byte each when all are (binary data written as text, as
+    `\\u001f\\u008b` or `&#31;&#139;`), else UTF-8 (raw undecodable bytes as they were)."""
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")

@@ -28,17 +28,17 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from harness.detect.engine import codecs, containers, database
+from harness.detect.engine import codecs, containers, database, records
 from harness.detect.engine.containers import BARE, MAGIC, RUN, Start
 from harness.detect.engine.hits import Layer, Limits, NotInspected, ScanHit, Snippet, where
-from harness.detect.engine.matcher import Matcher
+from harness.detect.engine.matcher import Hit, Matcher
 from harness.detect.engine.pages import SQLITE_MAGIC, cut_extension, free_spans, page_grid
-from harness.detect.engine.progress import Reopen
+from harness.detect.engine.progress import Reopen, bytes_reopen
 
 #: Bytes read per window (each window also holds the last `Matcher.longest` bytes of the one before).
 WINDOW = 4 << 20
 #: Layers that re-encode bytes which are scanned raw too (a canary their raw bytes show is reported there).
-TRANSFORMS = frozenset({*codecs.TEXT, *codecs.KEEPING})
+TRANSFORMS = frozenset({*codecs.TEXT, *codecs.KEEPING, "records"})
 
 
 class LayerWalk:
@@ -55,9 +55,11 @@ class LayerWalk:
         self.hits: list[ScanHit] = []
         self.paged: dict[tuple[Layer, ...], tuple[int, int]] = {}  # a database's (or WAL's) raw stream -> its grid
         self.skipped: list[tuple[tuple[Layer, ...], str, int]] = []  # (layers, reason, bytes read)
-        # A hit must lie whole in one window with the base64 character on either side of it, and a wrapped
-        # block's line (up to `containers.LINE_LOOKBACK` bytes) with the break after it.
-        self.overlap = max(matcher.longest + 8, containers.LINE_LOOKBACK + 8)
+        # A hit must lie whole in one window with the base64 character on either side of it, a wrapped block's
+        # line (up to `containers.LINE_LOOKBACK` bytes) with the break after it, and the records around a place a
+        # value may be cut across them (`records.REACH` on either side: the next window reassembles those near
+        # the end of this one).
+        self.overlap = max(matcher.longest + 8, containers.LINE_LOOKBACK + 8, 2 * records.REACH + 8)
 
     def stream(self, chunks: Iterable[bytes], layers: tuple[Layer, ...], reopen: Reopen, *, top: bool,
                sqlite_path: Path | None = None) -> None:
@@ -74,7 +76,7 @@ class LayerWalk:
             if (grid := page_grid(window[:100])) is not None:
                 self.paged[layers] = grid
             first = len(self.hits)
-            self._window(window, 0, (0, len(window)), skip, layers, reopen, top)
+            self._window(window, 0, (0, len(window), True), skip, layers, reopen, top)
             self._drop_cut_paths(window, layers, first)
             if window.startswith(SQLITE_MAGIC):
                 database.read(self, layers, reopen, sqlite_path)
@@ -91,7 +93,7 @@ class LayerWalk:
                 header = window[:100]
                 if (grid := page_grid(header)) is not None:
                     self.paged[layers] = grid
-            self._window(window, base, (owned_from, limit), skip, layers, reopen, top and base == 0)
+            self._window(window, base, (owned_from, limit, last), skip, layers, reopen, top and base == 0)
             owned_from = limit
             if last:
                 break
@@ -125,17 +127,22 @@ class LayerWalk:
 
         self.hits[first:] = [h for h in self.hits[first:] if not cut(h)]
 
-    def _window(self, window: bytes, base: int, owns: tuple[int, int], skip: dict[str, int],
+    def _window(self, window: bytes, base: int, owns: tuple[int, int, bool], skip: dict[str, int],
                 layers: tuple[Layer, ...], reopen: Reopen, top: bool) -> None:
         """Scan one window (its first byte at absolute offset `base`): the hits and layer starts it owns
-        (ending in `owns`, (owned_from, limit]). A start inside a text layer or chunked body already decoded is
-        skipped (`skip`) where that layer's output holds it again: inside one that keeps what it does not
-        decode (`codecs.KEEPING`), every start; inside a base64 or hex run, one of the same codec."""
-        owned_from, limit = owns
-        self.add_hits(window, base, owned_from, limit, layers)
-        starts = containers.layer_starts(window, top=top, min_bytes=self.min_bytes)
-        islands: set[Start] = set()  # the runs in a database's free space (a deleted row's text: no cell holds it)
+        (ending in (owned_from, limit] of `owns`, whose last item says whether the window ends the stream), and
+        the records around the places a value may be cut across them (`_records`). A start inside a text layer
+        or chunked body already decoded is skipped (`skip`) where that layer's output holds it again: inside one
+        that keeps what it does not decode (`codecs.KEEPING`), every start; inside a base64 or hex run, one of
+        the same codec."""
+        owned_from, limit, _ = owns
+        points = self._cut_points(window, base, owns, self.add_hits(window, base, owned_from, limit, layers))
         grid = self.paged.get(layers)
+        starts = containers.layer_starts(window, top=top, min_bytes=self.min_bytes, paged=grid is not None)
+        if points:  # records in a JSON string (a tool's output): decoded first, then reassembled
+            starts += containers.escaped_strings(window, points)
+        self._records(window, base, owns, layers, points)
+        islands: set[Start] = set()  # the runs in a database's free space (a deleted row's text: no cell holds it)
         if grid is not None and window.count(0, 0, 4096) >= 4:
             known = {(s.pos, s.codec) for s in starts}
             for a, b in free_spans(window, base, grid):
@@ -153,12 +160,52 @@ class LayerWalk:
                 key = "*" if start.codec in codecs.KEEPING else start.codec
                 skip[key] = max(skip.get(key, 0), end)
 
-    def add_hits(self, window: bytes, base: int, owned_from: int, limit: int, layers: tuple[Layer, ...]) -> None:
-        """Record the hits in `window` that end in (owned_from, limit] (offsets from `base`)."""
-        for hit in self.matcher.find(window, exclude=self.exclude):
-            if owned_from < base + hit.end <= limit:
+    def _cut_points(self, window: bytes, base: int, owns: tuple[int, int, bool], found: list[Hit]) -> list[int] | None:
+        """The places in a text window where a value may be cut across records (`records.cut_points`) that this
+        window reassembles: those within `records.REACH` of its end are the next window's, which holds
+        `records.REACH` bytes before them. None: anywhere (without the prefilter)."""
+        if window.count(0, 0, 4096) >= 4:  # records are text
+            return []
+        points = records.cut_points(window, self.matcher.markers(window), found)
+        if points is None:
+            return None
+        owned_from, limit, last = owns
+        lo = owned_from - records.REACH if owned_from else -1
+        hi = limit if last else limit - records.REACH
+        return [p for p in points if lo < base + p <= hi]
+
+    def _records(self, window: bytes, base: int, owns: tuple[int, int, bool], layers: tuple[Layer, ...],
+                 points: list[int] | None) -> None:
+        """Reassemble the records around `points` (None: every record of the window's part) and scan each JSON
+        path's text over them as a stream of its own (layer `records`, at its first record). Where a path's text
+        near a point may go on past what was read, the bound is listed."""
+        owned_from, limit, last = owns
+        if points is None:
+            spans = [(max(0, owned_from - records.REACH - base), limit - base - (0 if last else records.REACH))]
+        else:
+            spans = records.regions(window, points)
+        for lo, hi in spans:
+            here = (*layers, ("records", base + lo))
+            if self.out_of_time(here):
+                return
+            edges = (lo > 0 or base > 0, hi < len(window) or not last)
+            near = [p for p in points or () if lo <= p < hi]
+            done = records.reassemble(window, (lo, hi), near, edges, self.matcher.longest)
+            for s in done.streams:
+                self.stream((s.text,), (*layers, ("records", base + s.at)), bytes_reopen(s.text), top=False)
+            if done.short:
+                self.skipped.append((here, f"records: the text at {', '.join(done.short)} may go on past the "
+                                     f"{records.REACH >> 10} KiB read around a value cut across records", hi - lo))
+
+    def add_hits(self, window: bytes, base: int, owned_from: int, limit: int, layers: tuple[Layer, ...]) -> list[Hit]:
+        """Record the hits in `window` that end in (owned_from, limit] (offsets from `base`), but the excluded
+        tenant's; returns every hit in `window`."""
+        found = self.matcher.find(window)
+        for hit in found:
+            if owned_from < base + hit.end <= limit and hit.tenant != self.exclude:
                 self.hits.append(ScanHit(replace(hit, start=base + hit.start, end=base + hit.end), layers,
                                          Snippet(self.matcher, window, hit)))
+        return found
 
     def _layer(self, window: bytes, start: Start, layers: tuple[Layer, ...], reopen: Reopen, after: int,
                at: int) -> int | None:

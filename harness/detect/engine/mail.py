@@ -1,0 +1,110 @@
+"""Mail's transfer encodings that cut or wrap a value: quoted-printable (RFC 2045: `=XX` escapes and soft line
+breaks, `=` at a line's end, which a decoder joins to the next line) and encoded words (RFC 2047: `=?utf-8?B?...?=`
+or `?Q?`, in headers; adjacent words separated by white space or a folded line are one text). A base64 body
+wrapped at 76 columns is a wrapped base64 block (`containers`).
+"""
+
+from __future__ import annotations
+
+import binascii
+import re
+from collections.abc import Iterator
+
+from harness.detect.engine.progress import Progress
+
+#: Longest line a quoted-printable layer reads (RFC 2045 allows 76 characters; encoders in the wild write more).
+MAX_LINE = 64 << 10
+#: How far back the start of the line holding a soft line break is looked for.
+LOOKBACK = 4096
+
+
+#: The bytes a quoted-printable line may hold besides its characters: none of the control characters but tab and CR
+#: (8-bit bytes too: encoders in the wild leave UTF-8 unescaped).
+_CONTROLS = bytes(c for c in range(0x20) if c not in b"\t\r") + b"\x7f"
+
+
+def qp_start(window: bytes, brk: int) -> int | None:
+    """The first character of the line that a soft line break (its `=` at `brk`) ends; None when the line holds a
+    control character (binary data, whose `=` and line feed are chance)."""
+    lo = max(0, brk - LOOKBACK)
+    first = max(lo, window.rfind(b"\n", lo, brk) + 1)
+    return first if _text(window[first:brk]) else None
+
+
+def _text(line: bytes) -> bool:
+    return len(line.translate(None, _CONTROLS)) == len(line)
+
+
+def word_ends(window: bytes, brk: int) -> bool:
+    """Whether the `=` at `brk`, at a line's end, closes an encoded word (`?=`) rather than breaking a line."""
+    if brk < 1 or window[brk - 1] != ord("?"):
+        return False
+    opening = window.rfind(b"=?", max(0, brk - 256), brk)
+    word = WORD.match(window, opening) if opening >= 0 else None
+    return word is not None and word.end() == brk + 1
+
+
+def quoted_printable(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
+    """Decode quoted-printable lines from the first: each line that ends in a soft line break joined to the next,
+    up to the end of the first line without one (its line break not included), or before a line that is no text."""
+    carry = b""  # the line a step's end cut
+    for step in steps:
+        data = carry + bytes(step)
+        pos = 0
+        while (nl := data.find(b"\n", pos)) >= 0:
+            line = data[pos:nl].rstrip(b"\r").rstrip(b" \t")  # trailing white space is transport padding
+            if not _text(line):
+                progress.consumed += max(0, pos - 1)
+                progress.eof = True
+                return
+            if not line.endswith(b"="):
+                yield binascii.a2b_qp(line)
+                progress.consumed += nl
+                progress.eof = True
+                return
+            yield binascii.a2b_qp(line[:-1])
+            pos = nl + 1
+        progress.consumed += pos
+        carry = data[pos:]
+        if len(carry) > MAX_LINE:
+            progress.error = f"quoted-printable line longer than {MAX_LINE} bytes"
+            return
+    yield binascii.a2b_qp(carry)
+    progress.consumed += len(carry)
+
+
+#: One encoded word: `=?charset?B|Q?text?=` (RFC 2047; a language after `*` in the charset is allowed).
+WORD = re.compile(rb"=\?([^?\s]{1,64})\?([BbQq])\?([^?\s]*)\?=")
+#: What may separate two adjacent encoded words: white space, a folded line (CRLF or LF, then white space).
+_GAP = re.compile(rb"[ \t]*(?:\r?\n[ \t]+)?")
+#: Most input a run of encoded words is read from (a header is shorter; a longer run is read again from its next
+#: word, which is a start of its own).
+MAX_WORDS = 64 << 10
+
+
+def encoded_words(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
+    """Decode adjacent encoded words from the first, as one text: base64 (`B`) or quoted-printable with `_` for a
+    space (`Q`), each word's bytes as they are (whatever its charset names)."""
+    data = b""
+    for step in steps:
+        data += bytes(step)
+        if len(data) >= MAX_WORDS:
+            break
+    pos = 0
+    while (m := WORD.match(data, pos)) is not None:
+        text = m.group(3)
+        if m.group(2) in b"Bb":
+            text = text[: len(text) - (len(text) % 4 == 1)]
+            try:
+                yield binascii.a2b_base64(text + b"=" * (-len(text) % 4))
+            except binascii.Error:
+                progress.error = "invalid base64 in an encoded word"
+                break
+        else:
+            yield binascii.a2b_qp(text, header=True)
+        pos = m.end()
+        following = _GAP.match(data, pos).end()  # type: ignore[union-attr]  # matches anywhere
+        if not WORD.match(data, following):
+            break
+        pos = following
+    progress.consumed, progress.eof = pos, pos > 0 and not progress.error
