@@ -8,18 +8,15 @@ body can crash an inspection or hide from it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from harness.detect.engine import codecs
+from harness.detect.engine import codecs, records
 
 MAX_BODY = 16 * 1024 * 1024
 #: How deep the SSE walk follows nested JSON; deeper strings are still in the raw body's scan.
-MAX_SSE_DEPTH = 64
+MAX_SSE_DEPTH = records.MAX_DEPTH
 #: Headers that carry a provider credential (OpenAI `Authorization: Bearer`, Azure/Anthropic style keys).
 KEY_HEADERS = ("authorization", "api-key", "x-api-key")
 Headers = Sequence[tuple[str, str]]
@@ -105,17 +102,8 @@ def _unframe(raw: bytes) -> bytes | None:
         return None
 
 
-def loads(data: bytes) -> Any:
-    """A JSON document, or None. orjson parses it where it can (3-4x faster on small SSE events); json
-    takes what orjson refuses (NaN, lone surrogate escapes, nesting past 1024 levels)."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
-        return None
+#: A JSON document, or None (orjson where it can, json where orjson refuses: `records.loads`).
+loads = records.loads
 
 
 def parse_json(body: Body) -> Any:
@@ -144,59 +132,15 @@ def bearer_of(first: dict[str, str]) -> str | None:
 
 
 def sse_streams(data: bytes) -> dict[str, str]:
-    """Reassemble an SSE body: every string at the same JSON path across `data:` events, concatenated.
+    """Reassemble an SSE body: every string at the same JSON path across `data:` events, concatenated
+    (`records.streams`, as the engine reassembles line-delimited records anywhere).
 
     A streamed completion splits text and tool-call arguments over many events, so a canary can be cut
     in two on the wire; it is whole again in the reassembled stream (schema-free: OpenAI and Anthropic).
     """
-    streams: dict[str, list[str]] = {}
-    for line in data.splitlines():
-        if not line.startswith(b"data:"):
-            continue
-        event = loads(line[5:])
-        kind = type(event)
-        if kind is str:
-            streams.setdefault("", []).append(event)
-        elif kind is dict or kind is list:
-            _collect(event, "", streams, MAX_SSE_DEPTH)
+    streams = records.streams(data.splitlines(), sse=True)
     return {path: "".join(parts) for path, parts in streams.items() if len(parts) > 1}
 
 
-def _collect(node: dict[str, Any] | list[Any], path: str, streams: dict[str, list[str]], depth: int) -> None:
-    """Append every string under `node` (down to `depth` levels) to `streams[its path]`, in document
-    order. The paths of other leaves are never built: this walk is half of the reassembly's cost, so it
-    also compares exact types (a parsed document holds no subclasses)."""
-    if not depth:
-        return
-    if type(node) is dict:
-        prefix = f"{path}." if path else ""
-        for key, value in node.items():
-            kind = type(value)
-            if kind is str:
-                _append(streams, prefix + key, value)
-            elif kind is dict or kind is list:
-                _collect(value, prefix + key, streams, depth - 1)
-    else:
-        for i, value in enumerate(node):
-            kind = type(value)
-            if kind is str:
-                _append(streams, f"{path}[{i}]", value)
-            elif kind is dict or kind is list:
-                _collect(value, f"{path}[{i}]", streams, depth - 1)
-
-
-def _append(streams: dict[str, list[str]], path: str, text: str) -> None:
-    parts = streams.get(path)
-    if parts is None:
-        streams[path] = [text]
-    else:
-        parts.append(text)
-
-
-def utf8_bytes(text: str) -> bytes:
-    """`text` as the bytes it came from (surrogateescape). A lone surrogate from a JSON escape (`"\\ud83d"`,
-    or a pair cut across two events) cannot be written so; it is then written as surrogatepass does."""
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass")
+#: `text` as the bytes it came from (`records.utf8`).
+utf8_bytes = records.utf8

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import ahocorasick_rs
 import stringzilla
 
-from harness.detect.engine import codecs, dumps, mail, markup, utf16, wrapped
+from harness.detect.engine import codecs, dumps, mail, markup, signs, utf16, wrapped
 from harness.detect.engine.wrapped import LINE_LOOKBACK
 
 #: Decoded stream starts, by magic number. The base64 forms of compressed streams start a base64 block.
@@ -41,21 +41,16 @@ _MAGICS = (
     *((m, "base64") for m in (b"H4sI", b"/Td6WFo", b"QlpoO", b"QlpoM", b"QlpoN", b"KLUv/")),
     *((m, "chunked") for m in (b"chunked", b"Chunked", b"CHUNKED")),  # a Transfer-Encoding header's value
     (b"\\u00", "json"), (b"\\r\\n", "json"),  # in a JSON string: an escape of a byte, an escaped line break
-    (b"=\\n", "qp-escaped"),  # ... a soft line break of quoted-printable, its LF escaped
-    (b"=\r\n", "qp"), (b"=\n", "qp"),  # a soft line break of quoted-printable (mail)
-    (b"=?", "rfc2047"),  # an encoded word (mail headers)
-    (b"&#", "html"),  # a numeric character reference (markup)
     (b"\x00ustar\x00", "tar"), (b"\x00ustar  \x00", "tar"),  # a tar header's magic (POSIX, GNU), 257 bytes in
 )
 # Leftmost-first, not overlapping, is what lets ahocorasick-rs use its SIMD searcher: 10-25x faster on text
 # (no two magic numbers overlap, so no start is lost). A tar header holds NUL bytes: its magic is looked for
-# in binary windows only (in text it made the search 1.7x slower). The text framings are looked for in text only
-# (in a compressed stream's bytes their signs are chance).
-_TEXT_ONLY = frozenset({"qp", "qp-escaped", "rfc2047", "html"})
-_IN = ([m for m in _MAGICS if m[1] != "tar"], [m for m in _MAGICS if m[1] not in _TEXT_ONLY])  # text, binary
-_MAGIC_NAMES = [[name for _, name in magics] for magics in _IN]
-_MAGIC_AUTOMATA = [ahocorasick_rs.BytesAhoCorasick([m for m, _ in magics],
-                                                   matchkind=ahocorasick_rs.MatchKind.LeftmostFirst) for magics in _IN]
+# in binary windows only (in text it made the search 1.7x slower). The signs of the text framings are looked for
+# in text only (`signs`: in a compressed stream's bytes they are chance).
+_MAGIC_NAMES = [[name for _, name in _MAGICS if binary or name != "tar"] for binary in (False, True)]
+_MAGIC_AUTOMATA = [ahocorasick_rs.BytesAhoCorasick([m for m, name in _MAGICS if binary or name != "tar"],
+                                                   matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
+                   for binary in (False, True)]
 _CHUNKED_HEADER = re.compile(rb"(?i)transfer-encoding:[ \t]*chunked[ \t]*\r\n(?:[^\r\n]+\r\n)*\r\n")
 _CHUNK_LINE = re.compile(rb"[0-9a-fA-F]{1,8}[ \t]*(?:;[^\r\n]*)?\r\n")
 _BZ2_BLOCK = (b"1AY&SY", b"\x17rE8P\x90")
@@ -74,23 +69,24 @@ class Start(NamedTuple):
     sign: str
 
 
-def layer_starts(window: bytes, *, top: bool, min_bytes: int, paged: bool = False) -> list[Start]:
+def layer_starts(window: bytes, *, top: bool, min_bytes: int, paged: bool = False,
+                 text_signs: signs.Signs | None = None) -> list[Start]:
     """Every layer that may start in `window`, in the order to decode them: by offset, and at one offset a
     layer that keeps the bytes it does not decode first (`codecs.KEEPING`: what starts inside it starts in
     its output too). `top`: the window starts a stream, where the formats without a magic number are tried.
     `min_bytes`: the fewest bytes a run must decode to (no layer shorter than a canary can hold one). `paged`:
-    a database's raw pages, whose text the database is read for (no UTF-16 run is looked for there)."""
+    a database's raw pages, whose text the database is read for (no UTF-16 run is looked for there).
+    `text_signs`: `signs.find` of the window, when the caller has it already."""
     # Runs are text: not looked for in binary data (NUL bytes in its first 4 KiB: raw SQLite pages, archives,
     # compressed or random bytes, whose text is scanned where it is decoded, as a cell, a member or a stream);
     # a wrapped block not in a window with no line break, real or escaped, either (memchr: most SQLite cells).
     text = window.count(0, 0, 4096) < 4
-    starts, escapes, references = _magic_starts(window, text)
-    if escapes:
-        starts += _json_strings(window, escapes)
-    if references:
-        starts += [Start(first, "html", seen, RUN) for first, seen in markup.starts(window, references, min_bytes)]
+    starts, escapes = _magic_starts(window, text)
     stray: list[int] = []  # a framing's lines made by a JSON string's escaped line breaks
     if text:
+        found = signs.find(window) if text_signs is None else text_signs
+        starts += _framings(window, found, min_bytes)
+        escapes += [(pos + 1, end) for pos, end in found[signs.QP_ESCAPED]]  # the JSON string, decoded first
         if b"\n" in window or (b"\\" in window and b"\\n" in window):
             for pos, codec, seen in wrapped.blocks(window):
                 if codec == wrapped.ESCAPED:
@@ -98,12 +94,15 @@ def layer_starts(window: bytes, *, top: bool, min_bytes: int, paged: bool = Fals
                 else:
                     starts.append(Start(pos, codec, seen, MAGIC))
         if len(window) >= min_bytes:
-            starts += _runs(window, min_bytes)
+            marks = b64_marks(window)
+            starts += _runs(window, marks, min_bytes)
             if b"%" in window:
                 starts += _url_runs(window, min_bytes)
-            found, rows = dumps.starts(window, min_bytes)
-            starts += [Start(first, "hexdump", seen, RUN) for first, seen in found]
+            dumped, rows = dumps.starts(window, marks, found[signs.DUMP_HEAD], min_bytes)
+            starts += [Start(first, "hexdump", seen, RUN) for first, seen in dumped]
             stray += rows
+    if escapes:
+        starts += _json_strings(window, sorted(escapes))
     if not paged and 0 in window:
         starts += [Start(pos, codec, seen, RUN) for pos, codec, seen in utf16.starts(window, min_bytes)]
     if stray:
@@ -124,7 +123,8 @@ def island_starts(window: bytes, min_bytes: int) -> list[Start]:
     """The runs (base64, hex, percent-encoded) and wrapped base64 blocks of a binary window, which `layer_starts`
     looks for in text only: for a database's raw pages, where a deleted row's text is no value any more, so no
     cell's stream holds it. A run stops at the first byte that is none of its characters, a NUL byte too."""
-    starts = _runs(window, min_bytes) + [Start(pos, codec, seen, MAGIC) for pos, codec, seen in wrapped.blocks(window)
+    starts = _runs(window, b64_marks(window), min_bytes) + [Start(pos, codec, seen, MAGIC)
+                                                           for pos, codec, seen in wrapped.blocks(window)
                                          if codec != wrapped.ESCAPED]
     return starts + _url_runs(window, min_bytes) if b"%" in window else starts
 
@@ -139,11 +139,10 @@ def may_start(values: list[bytes], min_bytes: int) -> bool:
     return bool(b"".join(v[:32] for v in values).translate(None, _TEXT))
 
 
-def _magic_starts(window: bytes, text: bool) -> tuple[list[Start], list[tuple[int, int]], list[int]]:
-    """The starts a magic number or a header shows, (start, end) of each JSON escape the same pass found
-    (`_json_strings` checks them) and where each numeric character reference starts (`markup.starts` does).
-    `text`: no NUL byte in the window's start (no tar header either)."""
-    starts, escapes, references = [], [], []
+def _magic_starts(window: bytes, text: bool) -> tuple[list[Start], list[tuple[int, int]]]:
+    """The starts a magic number or a header shows, and (start, end) of each JSON escape the same pass found
+    (`_json_strings` checks them). `text`: no NUL byte in the window's start (no tar header either)."""
+    starts, escapes = [], []
     names = _MAGIC_NAMES[not text]
     for idx, pos, end in _MAGIC_AUTOMATA[not text].find_matches_as_indexes(window):
         name = names[idx]
@@ -170,23 +169,25 @@ def _magic_starts(window: bytes, text: bool) -> tuple[list[Start], list[tuple[in
                 starts.append(Start(header.end(), "chunked", end, MAGIC))
         elif name == "json":
             escapes.append((pos, end))
-        elif name == "qp-escaped":
-            escapes.append((pos + 1, end))  # the JSON string holding it, decoded first
-        elif name == "qp":
-            first = mail.qp_start(window, pos)
-            if first is not None and not mail.word_ends(window, pos):
-                starts.append(Start(first, "qp", end, MAGIC))
-        elif name == "rfc2047":
-            if mail.WORD.match(window, pos):
-                starts.append(Start(pos, "rfc2047", end, MAGIC))
-        elif name == "html":
-            references.append(pos)
         elif name == "tar":
             if pos >= 256:  # the NUL before the magic ends the header's link name
                 starts.append(Start(pos - 256, "tar", end, MAGIC))
         else:
             starts.append(Start(pos, name, end, MAGIC))
-    return starts, escapes, references
+    return starts, escapes
+
+
+def _framings(window: bytes, found: signs.Signs, min_bytes: int) -> list[Start]:
+    """The starts the signs of the text framings show: quoted-printable (a soft line break, on a line of text, not
+    the end of an encoded word), encoded words, runs of character references."""
+    starts = []
+    for pos, end in found[signs.QP]:
+        first = mail.qp_start(window, pos)
+        if first is not None and not mail.word_ends(window, pos):
+            starts.append(Start(first, "qp", end, MAGIC))
+    starts += [Start(pos, "rfc2047", end, MAGIC) for pos, end in found[signs.WORD] if mail.WORD.match(window, pos)]
+    references = [pos for pos, _ in found[signs.REFERENCE]]
+    return starts + [Start(first, "html", seen, RUN) for first, seen in markup.starts(window, references, min_bytes)]
 
 
 #: What follows `\u00` in an escape of a byte that is no printable ASCII character (binary data); `\r\n`
@@ -260,14 +261,18 @@ def escaped_strings(window: bytes, positions: list[int]) -> list[Start]:
 _B64_MAP = bytes(c in wrapped.B64_CHARS for c in range(256))
 
 
-def _runs(window: bytes, min_bytes: int) -> list[Start]:
+def b64_marks(window: bytes) -> bytes:
+    """Each byte of `window` as 1 if it is a base64 character (a hex digit too), else 0 (StringZilla's `translate`,
+    SIMD, the same bytes as `bytes.translate` in a twentieth of its time on 256 KiB)."""
+    return stringzilla.translate(window, _B64_MAP)
+
+
+def _runs(window: bytes, marks: bytes, min_bytes: int) -> list[Start]:
     """The runs of base64 characters that decode to `min_bytes` or more, and the runs of hex digits inside
-    them that do, from their first character (StringZilla's `translate`, SIMD, the same bytes as
-    `bytes.translate` in a twentieth of its time on 256 KiB; then `bytes.find`)."""
+    them that do, from their first character (`marks`: `b64_marks`, searched with `bytes.find`)."""
     length, probe, hex_run = _run_probes(min_bytes)
     if len(window) < length:
         return []
-    marks = stringzilla.translate(window, _B64_MAP)
     pos = marks.find(probe)
     if pos < 0:
         return []

@@ -8,8 +8,8 @@ before it in `xxd`, `|...|` in `hexdump -C`). Groups of 4 or 8 digits with no `:
 `od -x`, `od -tx4`) are little-endian words, as those tools print them; `xxd` prints its groups in byte order. A
 line of `*` (repeated lines left out) is skipped.
 
-`starts` probes a text window for rows of hex groups (StringZilla's SIMD `translate`, then one automaton over
-the marks); `decode` reads the dump's lines up to the first that is no dump line.
+`starts` looks at the lines that may start a dump (`signs.DUMP_HEAD`: a zero-padded offset, a dump's first 16 MiB,
+where it starts; or a space, `od -An`); `decode` reads the dump's lines up to the first that is no dump line.
 """
 
 from __future__ import annotations
@@ -17,17 +17,15 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 
-import ahocorasick_rs
 import stringzilla
 
 from harness.detect.engine.progress import Progress
 
-#: Each byte as 1 if it is a hex digit, 2 if a space, else 0.
-_MARKS = bytes(1 if c in b"0123456789abcdefABCDEF" else 2 if c == 0x20 else 0 for c in range(256))
-#: Rows of hex groups, as marks: six byte groups (`hexdump -C`, `od -tx1`, `xxd -g1`), four word groups (`xxd`,
-#: `hexdump`, `od -x`).
-_ROWS = ahocorasick_rs.BytesAhoCorasick([b"\x02\x01\x01" * 6, b"\x02\x01\x01\x01\x01" * 4],
-                                        matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
+#: A row of a dump without offsets as the marks of base64 characters (`containers.b64_marks`: 1 for a hex digit or
+#: any other letter, 0 for a space): eight groups of two (`od -An -tx1`) or six of four (`od -An -x`).
+_ROWS = (b"\x00\x01\x01" * 8, b"\x00\x01\x01\x01\x01" * 6)
+#: How far into a line its row is looked for.
+MAX_ROW = 96
 _OFFSET = re.compile(rb"([0-9a-fA-F]{4,16})(:?)")
 _GROUPS = re.compile(rb"(?: [0-9a-fA-F]{2,8}(?=[ |]|\Z))+")
 _WIDE_GROUPS = re.compile(rb"(?:  ?[0-9a-fA-F]{2,8}(?=[ |]|\Z))+")
@@ -67,25 +65,30 @@ def line_bytes(line: bytes) -> bytes | None:
     return b"".join(data)
 
 
-def starts(window: bytes, min_bytes: int) -> tuple[list[tuple[int, int]], list[int]]:
-    """(first byte, end of the row that shows it) of every dump in a text window whose lines show at least
-    `min_bytes` bytes, from its first line; and where a row is on a line that is no dump line (a dump whose
-    lines a JSON string's escaped line breaks make, for one)."""
-    marks = stringzilla.translate(window, _MARKS)
-    out, stray = [], []
+def starts(window: bytes, marks: bytes, heads: list[tuple[int, int]],
+           min_bytes: int) -> tuple[list[tuple[int, int]], list[int]]:
+    """(first byte, end of the line that shows it) of every dump in a text window whose lines show at least
+    `min_bytes` bytes, from its first line; and where a row is on a line an escaped line break of a JSON string
+    makes (a dump in a tool's output). `marks`: the window's base64 marks; `heads`: where a dump's line may start
+    (`signs.DUMP_HEAD`: a line break, real or escaped, then an offset's zeros or a space)."""
+    found: dict[int, int] = {}
+    stray = []
     dump_end = -1
-    for _, pos, end in _ROWS.find_matches_as_indexes(marks):
-        if pos < dump_end:
+    lines = [(0, False)] if window.startswith((b"000", b" ")) else []
+    lines += [(brk + 1, False) if window[brk] == 0x0A else (brk + 2, True) for brk, _ in heads]
+    for line, escaped in lines:
+        if line < dump_end or (window[line] == 0x20 and not any(marks.startswith(row, line) for row in _ROWS)):
             continue
-        line_start = window.rfind(b"\n", max(0, pos - MAX_LINE), pos) + 1
-        first, last, shown = _extent(window, line_start)
-        if first is None:
-            stray.append(pos)
+        if escaped:
+            if any(stringzilla.find(marks, row, line, line + MAX_ROW) >= 0 for row in _ROWS):
+                stray.append(line)
             continue
-        dump_end = last
-        if shown >= min_bytes:
-            out.append((first, end))
-    return out, stray
+        first, last, shown = _extent(window, line)
+        if first is not None:
+            dump_end = last
+            if shown >= min_bytes:
+                found.setdefault(first, last)
+    return sorted(found.items()), stray
 
 
 def _extent(window: bytes, line_start: int) -> tuple[int | None, int, int]:

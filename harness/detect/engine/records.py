@@ -9,8 +9,9 @@ value may be cut (`cut_points`), not every record of every stream: that would co
 (a JSON log is records too). Every minted canary holds the marker (`TAG_MARKER`), so a value cut across records
 leaves either a form of the marker that no canary found covers (the cut is elsewhere in the value) or a string
 that ends in a proper prefix of the marker, written as it is or every character escaped (the cut is in the
-marker). A value encoded before it was streamed (base64, hex) is found so when its marker's form is whole in one
-record. Without the prefilter (a canary without the marker) the records are reassembled everywhere.
+marker: `signs.PIECE_END`). A value encoded before it was streamed (base64, hex) is found so when its marker's
+form is whole in one record. Without the prefilter (a canary without the marker) the records are reassembled
+everywhere.
 """
 
 from __future__ import annotations
@@ -21,10 +22,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-import ahocorasick_rs
 import orjson
 
-from harness.core.registry import TAG_MARKER
 from harness.detect.engine.matcher import Hit
 
 #: Bytes of records read on either side of a place a value may be cut.
@@ -121,31 +120,18 @@ def utf8(text: str) -> bytes:
         return text.encode("utf-8", "surrogatepass")
 
 
-def _piece_ends() -> list[bytes]:
-    """How a JSON string that ends in a proper prefix of the marker ends: the prefix as it is or every character
-    escaped (either case of hex digit), then the closing quote (escaped too: records in a JSON string)."""
-    ends = set()
-    for k in range(1, len(TAG_MARKER)):
-        prefix = TAG_MARKER[:k]
-        ends |= {prefix, *("".join(f"\\u{ord(c):04{x}}" for c in prefix) for x in "xX")}
-    return sorted(end.encode() + quote for end in ends for quote in (b'"', b'\\"'))
-
-
-# Each starts with a rare byte (the marker's first letter, or the backslash of an escape): the SIMD searcher.
-_PIECE_ENDS = ahocorasick_rs.BytesAhoCorasick(_piece_ends(), matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
-
-
-def cut_points(window: bytes, markers: list[int] | None, hits: Iterable[Hit]) -> list[int] | None:
-    """Where a value may be cut across records in `window`, in order: every form of the marker (`markers`, from
-    `Matcher.markers`) that no hit covers, and every string's closing quote after a proper prefix of the marker.
-    None without `markers` (a canary without the marker): anywhere."""
+def cut_points(markers: list[int] | None, hits: Iterable[Hit], piece_ends: list[tuple[int, int]]) -> list[int] | None:
+    """Where a value may be cut across records, in order: every form of the marker (`markers`, from
+    `Matcher.find_marked`) that no hit covers, and every string's closing quote after a proper prefix of the marker
+    (`piece_ends`: `signs.PIECE_END`). None without `markers` (a canary without the marker): anywhere."""
     if markers is None:
         return None
+    if not markers:
+        return [end - 1 for _, end in piece_ends]
     spans = sorted((h.start, h.end) for h in hits)
     starts = [s for s, _ in spans]
     points = [p for p in markers if not _covered(p, spans, starts)]
-    points += [end - 1 for _, _, end in _PIECE_ENDS.find_matches_as_indexes(window)]
-    return sorted(points)
+    return sorted(points + [end - 1 for _, end in piece_ends])
 
 
 def _covered(pos: int, spans: list[tuple[int, int]], starts: list[int]) -> bool:

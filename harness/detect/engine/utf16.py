@@ -8,9 +8,10 @@ canary written in UTF-16 itself is one of the matcher's forms; the layer is for 
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Iterator
+
+import stringzilla
 
 from harness.detect.engine.progress import Progress
 
@@ -20,23 +21,27 @@ _END = re.compile(r"[^\t\n\r\x20-\x7e\xa0-\ud7ff\ue000-\ufffd\U00010000-\U0010ff
 CODECS = {"utf16le": "utf-16-le", "utf16be": "utf-16-be"}
 
 
-@functools.lru_cache(maxsize=16)
-def _pairs(count: int) -> re.Pattern[bytes]:
-    """`count` or more ASCII characters of UTF-16BE: each a NUL byte, then the character (in UTF-16LE the same
-    bytes, one later). A regex that starts with a literal byte: fast where NUL bytes are rare."""
-    return re.compile(rb"(?:\x00[\t\n\r\x20-\x7e]){%d,}" % count)
+#: Each byte as 2 if NUL, 1 if an ASCII character (tab and line breaks too), else 0.
+_MARKS = bytes(2 if c == 0 else 1 if c in _PRINTABLE else 0 for c in range(256))
+#: A run of ASCII characters in UTF-16BE, as marks (in UTF-16LE the same bytes, one later).
+_PAIRS = re.compile(rb"(?:\x02\x01)+")
 
 
 def starts(window: bytes, min_bytes: int) -> list[tuple[int, str, int]]:
     """(first byte, codec, end of the run that shows it) of every run of `min_bytes` or more ASCII characters in
-    UTF-16. A run is little-endian when the byte before its first pair is a character that no NUL precedes."""
+    UTF-16. A run is little-endian when the byte before its first pair is a character that no NUL precedes.
+    StringZilla's SIMD `translate` and `find` look for the runs: a regex took 2.5 ms per 4 MiB of random bytes."""
+    marks = stringzilla.translate(window, _MARKS)
+    probe = b"\x02\x01" * max(min_bytes, 1)
     out = []
-    for m in _pairs(max(min_bytes, 1)).finditer(window):
-        at = m.start()
-        if at >= 1 and window[at - 1] in _PRINTABLE and (at < 2 or window[at - 2] != 0):
-            out.append((at - 1, "utf16le", m.end()))
+    pos = stringzilla.find(marks, probe)
+    while pos >= 0:
+        end = _PAIRS.match(marks, pos).end()  # type: ignore[union-attr]  # the probe matched there
+        if pos >= 1 and marks[pos - 1] == 1 and (pos < 2 or marks[pos - 2] != 2):
+            out.append((pos - 1, "utf16le", end))
         else:
-            out.append((at, "utf16be", m.end()))
+            out.append((pos, "utf16be", end))
+        pos = stringzilla.find(marks, probe, end)
     return out
 
 

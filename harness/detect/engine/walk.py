@@ -28,7 +28,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from harness.detect.engine import codecs, containers, database, records
+from harness.detect.engine import codecs, containers, database, records, signs
 from harness.detect.engine.containers import BARE, MAGIC, RUN, Start
 from harness.detect.engine.hits import Layer, Limits, NotInspected, ScanHit, Snippet, where
 from harness.detect.engine.matcher import Hit, Matcher
@@ -136,12 +136,16 @@ class LayerWalk:
         that keeps what it does not decode (`codecs.KEEPING`), every start; inside a base64 or hex run, one of
         the same codec."""
         owned_from, limit, _ = owns
-        points = self._cut_points(window, base, owns, self.add_hits(window, base, owned_from, limit, layers))
+        found, markers = self.add_hits(window, base, owned_from, limit, layers)
+        text_signs = signs.find(window) if window.count(0, 0, 4096) < 4 else None
+        points = self._cut_points(base, owns, (found, markers), text_signs)
         grid = self.paged.get(layers)
-        starts = containers.layer_starts(window, top=top, min_bytes=self.min_bytes, paged=grid is not None)
+        starts = containers.layer_starts(window, top=top, min_bytes=self.min_bytes, paged=grid is not None,
+                                         text_signs=text_signs)
         if points:  # records in a JSON string (a tool's output): decoded first, then reassembled
             starts += containers.escaped_strings(window, points)
-        self._records(window, base, owns, layers, points)
+        if points != []:
+            self._records(window, base, owns, layers, points)
         islands: set[Start] = set()  # the runs in a database's free space (a deleted row's text: no cell holds it)
         if grid is not None and window.count(0, 0, 4096) >= 4:
             known = {(s.pos, s.codec) for s in starts}
@@ -160,15 +164,17 @@ class LayerWalk:
                 key = "*" if start.codec in codecs.KEEPING else start.codec
                 skip[key] = max(skip.get(key, 0), end)
 
-    def _cut_points(self, window: bytes, base: int, owns: tuple[int, int, bool], found: list[Hit]) -> list[int] | None:
-        """The places in a text window where a value may be cut across records (`records.cut_points`) that this
-        window reassembles: those within `records.REACH` of its end are the next window's, which holds
-        `records.REACH` bytes before them. None: anywhere (without the prefilter)."""
-        if window.count(0, 0, 4096) >= 4:  # records are text
+    def _cut_points(self, base: int, owns: tuple[int, int, bool], marked: tuple[list[Hit], list[int] | None],
+                    text_signs: signs.Signs | None) -> list[int] | None:
+        """The places in a text window (`text_signs`: its signs; None for binary data, which holds no records)
+        where a value may be cut across records (`records.cut_points`; `marked`: the window's hits, and where a
+        form of the marker is) that this window reassembles: those within `records.REACH` of its end are the next
+        window's, which holds `records.REACH` bytes before them. None: anywhere (without the prefilter)."""
+        if text_signs is None:
             return []
-        points = records.cut_points(window, self.matcher.markers(window), found)
-        if points is None:
-            return None
+        points = records.cut_points(marked[1], marked[0], text_signs[signs.PIECE_END])
+        if not points:
+            return points
         owned_from, limit, last = owns
         lo = owned_from - records.REACH if owned_from else -1
         hi = limit if last else limit - records.REACH
@@ -177,8 +183,8 @@ class LayerWalk:
     def _records(self, window: bytes, base: int, owns: tuple[int, int, bool], layers: tuple[Layer, ...],
                  points: list[int] | None) -> None:
         """Reassemble the records around `points` (None: every record of the window's part) and scan each JSON
-        path's text over them as a stream of its own (layer `records`, at its first record). Where a path's text
-        near a point may go on past what was read, the bound is listed."""
+        path's text over them as a stream of its own (layer `records:PATH`, at its first record). Where a path's
+        text near a point may go on past what was read, the bound is listed."""
         owned_from, limit, last = owns
         if points is None:
             spans = [(max(0, owned_from - records.REACH - base), limit - base - (0 if last else records.REACH))]
@@ -192,20 +198,21 @@ class LayerWalk:
             near = [p for p in points or () if lo <= p < hi]
             done = records.reassemble(window, (lo, hi), near, edges, self.matcher.longest)
             for s in done.streams:
-                self.stream((s.text,), (*layers, ("records", base + s.at)), bytes_reopen(s.text), top=False)
+                self.stream((s.text,), (*layers, (f"records:{s.path}", base + s.at)), bytes_reopen(s.text), top=False)
             if done.short:
                 self.skipped.append((here, f"records: the text at {', '.join(done.short)} may go on past the "
                                      f"{records.REACH >> 10} KiB read around a value cut across records", hi - lo))
 
-    def add_hits(self, window: bytes, base: int, owned_from: int, limit: int, layers: tuple[Layer, ...]) -> list[Hit]:
+    def add_hits(self, window: bytes, base: int, owned_from: int, limit: int,
+                 layers: tuple[Layer, ...]) -> tuple[list[Hit], list[int] | None]:
         """Record the hits in `window` that end in (owned_from, limit] (offsets from `base`), but the excluded
-        tenant's; returns every hit in `window`."""
-        found = self.matcher.find(window)
+        tenant's; returns every hit in `window`, and where a form of the marker is (`Matcher.find_marked`)."""
+        found, markers = self.matcher.find_marked(window)
         for hit in found:
             if owned_from < base + hit.end <= limit and hit.tenant != self.exclude:
                 self.hits.append(ScanHit(replace(hit, start=base + hit.start, end=base + hit.end), layers,
                                          Snippet(self.matcher, window, hit)))
-        return found
+        return found, markers
 
     def _layer(self, window: bytes, start: Start, layers: tuple[Layer, ...], reopen: Reopen, after: int,
                at: int) -> int | None:
@@ -299,7 +306,8 @@ class LayerWalk:
                               for layers, reason, read in self.skipped]
         shown = {(h.tenant, h.kind, h.layers) for h in self.hits}
         return [h for h in self.hits
-                if not (h.layers and h.layers[-1][0] in TRANSFORMS and (h.tenant, h.kind, h.layers[:-1]) in shown)]
+                if not (h.layers and h.layers[-1][0].partition(":")[0] in TRANSFORMS
+                        and (h.tenant, h.kind, h.layers[:-1]) in shown)]
 
 def _windows(chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
     """`chunks` regrouped into windows of about WINDOW bytes, each with whether it is the last."""
