@@ -9,21 +9,35 @@ from __future__ import annotations
 import shutil
 import sqlite3
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from harness.detect.engine import containers
-from harness.detect.engine.hits import Layer
+from harness.detect.engine.hits import Layer, Limits
+from harness.detect.engine.matcher import Matcher
 from harness.detect.engine.progress import Reopen, bytes_reopen
-
-if TYPE_CHECKING:
-    from harness.detect.engine.walk import LayerWalk
 
 #: Rows of a table whose values `_cells` looks at together first.
 CELL_BATCH = 32
 
 
-def read(walk: LayerWalk, layers: tuple[Layer, ...], reopen: Reopen, path: Path | None) -> None:
+class Walk(Protocol):
+    """What a database is read by (`harness.detect.engine.walk.LayerWalk`)."""
+
+    matcher: Matcher
+    limits: Limits
+    min_bytes: int
+    skipped: list[tuple[tuple[Layer, ...], str, int]]
+
+    def stream(self, chunks: Iterable[bytes], layers: tuple[Layer, ...], reopen: Reopen, *, top: bool) -> None: ...
+
+    def add_hits(self, window: bytes, base: int, owned_from: int, limit: int, layers: tuple[Layer, ...]) -> Any: ...
+
+    def out_of_time(self, layers: tuple[Layer, ...], read: int = 0) -> bool: ...
+
+
+def read(walk: Walk, layers: tuple[Layer, ...], reopen: Reopen, path: Path | None) -> None:
     """Scan every value of every table of a private copy of the database (plus its -wal/-journal)."""
     with tempfile.TemporaryDirectory(prefix="tenancy-scan-") as tmp:
         copy = Path(tmp) / "db"
@@ -64,7 +78,7 @@ def read(walk: LayerWalk, layers: tuple[Layer, ...], reopen: Reopen, path: Path 
         finally:
             conn.close()
 
-def _table(walk: LayerWalk, conn: sqlite3.Connection, table: str, layers: tuple[Layer, ...]) -> None:
+def _table(walk: Walk, conn: sqlite3.Connection, table: str, layers: tuple[Layer, ...]) -> None:
     quoted = '"' + table.replace('"', '""') + '"'
     try:
         cur = conn.execute(f"SELECT rowid, * FROM {quoted}")
@@ -86,7 +100,7 @@ def _table(walk: LayerWalk, conn: sqlite3.Connection, table: str, layers: tuple[
                   if isinstance(value, bytes) and len(value) >= shortest]
     _cells(walk, table, batch, layers)
 
-def _cells(walk: LayerWalk, table: str, batch: list[tuple[bytes, str, int]], layers: tuple[Layer, ...]) -> None:
+def _cells(walk: Walk, table: str, batch: list[tuple[bytes, str, int]], layers: tuple[Layer, ...]) -> None:
     """Scan values of a table, each as a stream of its own. The values of text (no NUL byte) are first
     looked at together, joined: when no layer can start in any of them (`containers.may_start`), each is
     only searched for canaries, and not even that when none can be there (`Matcher.may_find`). Most
