@@ -37,7 +37,7 @@ ARCHIVE = ("tar", "zip")
 CODECS = (*COMPRESSION, "chunked", *TEXT, *ARCHIVE)
 #: The decoders whose output keeps every byte they do not decode (an escape, a chunk's size line, a member's
 #: header): what starts inside their input also starts in their output.
-KEEPING = frozenset({"chunked", "json", "url", "html", "qp", *ARCHIVE})
+KEEPING = frozenset({"chunked", "json", "url", *ARCHIVE})
 __all__ = ["CODECS", "COMPRESSION", "HEAD", "KEEPING", "MEMBERS", "PIECE", "TEXT", "Chunk", "Progress", "decode",
            "plausible"]
 

@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from harness.detect.engine import containers
+from harness.detect.engine import containers, records
 from harness.detect.engine.hits import Layer, Limits
 from harness.detect.engine.matcher import Matcher
 from harness.detect.engine.progress import Reopen, bytes_reopen
@@ -102,12 +102,14 @@ def _table(walk: Walk, conn: sqlite3.Connection, table: str, layers: tuple[Layer
 
 def _cells(walk: Walk, table: str, batch: list[tuple[bytes, str, int]], layers: tuple[Layer, ...]) -> None:
     """Scan values of a table, each as a stream of its own. The values of text (no NUL byte) are first
-    looked at together, joined: when no layer can start in any of them (`containers.may_start`), each is
-    only searched for canaries, and not even that when none can be there (`Matcher.may_find`). Most
-    values of a database are so."""
+    looked at together, joined: when no layer can start in any of them (`containers.may_start`) and no value
+    can be cut across records there (`records.may_cut`), each is only searched for canaries, and not even
+    that when none can be there (`Matcher.may_find`). Most values of a database are so."""
     text = [value for value, _, _ in batch if 0 not in value]
-    no_layer = len(text) > 1 and not containers.may_start(text, walk.min_bytes)
-    no_canary = no_layer and not walk.matcher.may_find(containers.SEPARATOR.join(text))
+    joined = containers.SEPARATOR.join(text)
+    no_layer = (len(text) > 1 and not containers.may_start(text, walk.min_bytes)
+                and not records.may_cut(joined, walk.matcher))
+    no_canary = no_layer and not walk.matcher.may_find(joined)
     for value, column, rowid in batch:
         if no_canary and 0 not in value:
             continue

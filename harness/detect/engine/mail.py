@@ -23,12 +23,21 @@ LOOKBACK = 4096
 _CONTROLS = bytes(c for c in range(0x20) if c not in b"\t\r") + b"\x7f"
 
 
+#: What no quoted-printable text holds: a control character but tab and CR (binary data, whose `=` and line feed
+#: are chance), or an `=` that starts no escape (quoted-printable writes `=` as `=3D`: base64's padding, a dump's
+#: ASCII column, `a = b` in code are no soft line break).
+_NOT_QP = re.compile(rb"[\x00-\x08\x0a-\x0c\x0e-\x1f\x7f]|=(?![0-9A-Fa-f]{2})")
+
+
 def qp_start(window: bytes, brk: int) -> int | None:
-    """The first character of the line that a soft line break (its `=` at `brk`) ends; None when the line holds a
-    control character (binary data, whose `=` and line feed are chance)."""
+    """Where the quoted-printable text that a soft line break (its `=` at `brk`) ends starts on its line: after the
+    last byte no such text holds (`_NOT_QP`: text before it on the line is no part of it); None if that leaves
+    nothing."""
     lo = max(0, brk - LOOKBACK)
     first = max(lo, window.rfind(b"\n", lo, brk) + 1)
-    return first if _text(window[first:brk]) else None
+    for m in _NOT_QP.finditer(window, first, brk):
+        first = m.end()
+    return first if first < brk else None
 
 
 def _text(line: bytes) -> bool:
@@ -39,9 +48,7 @@ def word_ends(window: bytes, brk: int) -> bool:
     """Whether the `=` at `brk`, at a line's end, closes an encoded word (`?=`) rather than breaking a line."""
     if brk < 1 or window[brk - 1] != ord("?"):
         return False
-    opening = window.rfind(b"=?", max(0, brk - 256), brk)
-    word = WORD.match(window, opening) if opening >= 0 else None
-    return word is not None and word.end() == brk + 1
+    return any(word.end() == brk + 1 for word in WORD.finditer(window, max(0, brk - 256), brk + 1))
 
 
 def quoted_printable(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:

@@ -11,10 +11,10 @@ from collections.abc import Iterator
 
 from harness.detect.engine.progress import Progress, text_bytes
 
-#: A run: the characters between two delimiters of markup (a tag, a quote) or of text (white space, a control
-#: character).
-RUN = re.compile(rb"[^<>\"'\s\x00-\x1f\x7f]*")
-_DELIMITERS = frozenset(b"<>\"' \x7f" + bytes(range(0x20)))
+#: A run: the text between two delimiters of markup (a tag, a quote) or of lines (a line break, a control
+#: character): a text node, an attribute's value, a line.
+RUN = re.compile(rb"[^<>\"'\x00-\x08\x0a-\x1f\x7f]*")
+_DELIMITERS = frozenset(b"<>\"'\x7f" + bytes(c for c in range(0x20) if c != 0x09))
 #: A numeric character reference (what starts a run).
 _REFERENCE = re.compile(rb"&#(?:[0-9]{1,7}|[xX][0-9a-fA-F]{1,6});")
 #: A reference cut by the end of a step (decoded with the next).

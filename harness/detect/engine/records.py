@@ -24,7 +24,8 @@ from typing import Any
 
 import orjson
 
-from harness.detect.engine.matcher import Hit
+from harness.detect.engine import signs
+from harness.detect.engine.matcher import Hit, Matcher
 
 #: Bytes of records read on either side of a place a value may be cut.
 REACH = 32 << 10
@@ -134,6 +135,14 @@ def cut_points(markers: list[int] | None, hits: Iterable[Hit], piece_ends: list[
     return sorted(points + [end - 1 for _, end in piece_ends])
 
 
+def may_cut(data: bytes, matcher: Matcher) -> bool:
+    """Whether a value may be cut across records in `data` (text): it has lines (a line break, real or escaped),
+    and a form of the marker or a string's end in a piece of it (`cut_points` looks at no more)."""
+    if b"\n" not in data and b"\\n" not in data:
+        return False
+    return matcher.may_find(data) or bool(signs.find(data)[signs.PIECE_END])
+
+
 def _covered(pos: int, spans: list[tuple[int, int]], starts: list[int]) -> bool:
     i = bisect.bisect_right(starts, pos)
     return any(s <= pos < e for s, e in spans[max(0, i - 8) : i])  # hits overlap little: the last few suffice
@@ -186,8 +195,9 @@ class Reassembly:
 def reassemble(window: bytes, span: tuple[int, int], points: list[int], edges: tuple[bool, bool],
                longest: int) -> Reassembly:
     """The streams of the records in `window[lo:hi]` (`span`) that span more than one record. `edges`: whether
-    more of the stream is before and after the region; a path of a point's record whose text on a side with more
-    is shorter than `longest` (the longest form of a canary) may hold a value's rest there: it is `short`."""
+    more of the stream is before and after the region; a path of a point's record that runs into such an edge (the
+    region's first or last record holds it) with less than `longest` characters (the longest form of a canary)
+    between the point and the edge may hold a value's rest past it: it is `short`."""
     lo, hi = span
     offsets: list[int] = []
     texts: list[dict[str, list[str]]] = []
@@ -212,8 +222,8 @@ def reassemble(window: bytes, span: tuple[int, int], points: list[int], edges: t
 
 def _short(offsets: list[int], texts: list[dict[str, list[str]]], by_path: dict[str, list[int]], points: list[int],
            edges: tuple[bool, bool], longest: int) -> list[str]:
-    """The paths of a point's record whose text runs out before `longest` characters on a side where the region
-    was cut (`edges`)."""
+    """The paths of a point's record that run into an edge where the region was cut (`edges`) with less than
+    `longest` characters between the point's record and it."""
     short = set()
     for p in points:
         r = bisect.bisect_right(offsets, p) - 1
@@ -226,6 +236,7 @@ def _short(offsets: list[int], texts: list[dict[str, list[str]]], by_path: dict[
             k = held.index(r)
             before = sum(len(s) for i in held[:k] for s in texts[i][path])
             after = sum(len(s) for i in held[k + 1 :] for s in texts[i][path])
-            if (edges[0] and before < longest) or (edges[1] and after < longest):
+            runs_in = (edges[0] and held[0] == 0, edges[1] and held[-1] == len(texts) - 1)
+            if (runs_in[0] and before < longest) or (runs_in[1] and after < longest):
                 short.add(path)
     return sorted(short)

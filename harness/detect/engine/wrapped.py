@@ -88,6 +88,8 @@ def _line(window: bytes, brk: int) -> tuple[int, int] | None:
         start -= 1
     if start == lo and lo > 0:
         return None  # longer than any wrapped line: not a line of a wrapped block
+    if start and window[start - 1] == 0x5C and window[start] in b"nr":
+        start += 1  # the letter of an escaped break (`\\n`) before the line: the line starts after it
     return (start, end - start) if end - start >= MIN_LINE else None
 
 
