@@ -62,5 +62,18 @@ def decode(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
         yield _unescape(carry)
 
 
+#: A character reference: decimal, hex or named (the `;` optional, as browsers read them).
+_ANY_REFERENCE = re.compile(r"&(?:#([0-9]{1,7})|#[xX]([0-9a-fA-F]{1,6})|([A-Za-z][A-Za-z0-9]{1,31}));?")
+
+
+def _character(m: re.Match[str]) -> str:
+    """The character a reference names: a numeric one the code point itself (`&#0;` and `&#128;` too, where a
+    browser substitutes another character: binary data written so is byte for byte), a named one as HTML names it."""
+    if m.group(3):
+        return html.unescape(m.group())
+    point = int(m.group(1)) if m.group(1) else int(m.group(2), 16)
+    return chr(point) if point < 0x110000 else m.group()
+
+
 def _unescape(raw: bytes) -> bytes:
-    return text_bytes(html.unescape(raw.decode("utf-8", "surrogateescape")))
+    return text_bytes(_ANY_REFERENCE.sub(_character, raw.decode("utf-8", "surrogateescape")))
