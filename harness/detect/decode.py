@@ -131,15 +131,35 @@ def bearer_of(first: dict[str, str]) -> str | None:
     return None
 
 
-def sse_streams(data: bytes) -> dict[str, str]:
-    """Reassemble an SSE body: every string at the same JSON path across `data:` events, concatenated
-    (`records.streams`, as the engine reassembles line-delimited records anywhere).
+#: The content types of a body of line-delimited records (a streaming provider's NDJSON, JSON lines, JSON text
+#: sequences), besides SSE's.
+NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines",
+                "application/json-seq", "application/stream+json")
+
+
+def stream_kind(content_type: str) -> str | None:
+    """`sse` for an SSE body, `ndjson` for one of line-delimited records (`NDJSON_TYPES`), else None."""
+    content_type = content_type.lower()
+    if "text/event-stream" in content_type:
+        return "sse"
+    return "ndjson" if any(t in content_type for t in NDJSON_TYPES) else None
+
+
+def reassembled(data: bytes, kind: str) -> dict[str, str]:
+    """Reassemble a streamed body (`kind`: `stream_kind`'s): every string at the same JSON path across its events
+    (SSE's `data:` lines) or records (every line), concatenated (`records.streams`, as the engine reassembles
+    line-delimited records anywhere, around the places a value may be cut: here, all of them).
 
     A streamed completion splits text and tool-call arguments over many events, so a canary can be cut
-    in two on the wire; it is whole again in the reassembled stream (schema-free: OpenAI and Anthropic).
+    in two on the wire; it is whole again in the reassembled stream (schema-free: OpenAI, Anthropic, Ollama).
     """
-    streams = records.streams(data.splitlines(), sse=True)
+    streams = records.streams(data.splitlines(), sse=kind == "sse")
     return {path: "".join(parts) for path, parts in streams.items() if len(parts) > 1}
+
+
+def sse_streams(data: bytes) -> dict[str, str]:
+    """An SSE body reassembled (`reassembled`)."""
+    return reassembled(data, "sse")
 
 
 #: `text` as the bytes it came from (`records.utf8`).
