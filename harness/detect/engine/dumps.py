@@ -8,8 +8,9 @@ before it in `xxd`, `|...|` in `hexdump -C`). Groups of 4 or 8 digits with no `:
 `od -x`, `od -tx4`) are little-endian words, as those tools print them; `xxd` prints its groups in byte order. A
 line of `*` (repeated lines left out) is skipped.
 
-`starts` looks at the lines that may start a dump (`signs.DUMP_HEAD`: a zero-padded offset, a dump's first 16 MiB,
-where it starts; or a space, `od -An`); `decode` reads the dump's lines up to the first that is no dump line.
+`starts` looks at the lines that may start a dump (`signs.DUMP_HEAD`: an offset's first three zeros, where a dump
+starts; or a space, `od -An`, whose row shows 8 bytes or more); `decode` reads the dump's lines up to the first that
+is no dump line.
 """
 
 from __future__ import annotations
