@@ -106,10 +106,11 @@ def _cells(walk: Walk, table: str, batch: list[tuple[bytes, str, int]], layers: 
     can be cut across records there (`records.may_cut`), each is only searched for canaries, and not even
     that when none can be there (`Matcher.may_find`). Most values of a database are so."""
     text = [value for value, _, _ in batch if 0 not in value]
-    joined = containers.SEPARATOR.join(text)
-    no_layer = (len(text) > 1 and not containers.may_start(text, walk.min_bytes)
-                and not records.may_cut(joined, walk.matcher))
-    no_canary = no_layer and not walk.matcher.may_find(joined)
+    no_layer = no_canary = False
+    if len(text) > 1 and not containers.may_start(text, walk.min_bytes):
+        joined = containers.SEPARATOR.join(text)
+        no_layer = not records.may_cut(joined, walk.matcher)
+        no_canary = no_layer and not walk.matcher.may_find(joined)
     for value, column, rowid in batch:
         if no_canary and 0 not in value:
             continue
