@@ -334,3 +334,32 @@ def test_reassembly_stops_at_the_time_budget(m: Matcher, registry: Registry) -> 
     assert not any(h.tenant == VICTIM for h in scan_bytes(FRAMINGS["records-sse"](v, _cut_of(v)), m,
                                                            limits=Limits(seconds=0), not_inspected=skipped))
     assert [n.reason.split(" (")[0] for n in skipped] == ["time budget"] and skipped[0].partial
+
+
+# -- damaged input, bombs ---------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", sorted(FRAMINGS))
+def test_a_truncated_or_damaged_framing_is_scanned_and_never_raises(m: Matcher, registry: Registry, name: str) -> None:
+    """Cut anywhere, or with a byte flipped, a framing decodes what it can; whatever is left is scanned raw."""
+    data = FRAMINGS[name](value(registry, "memory"), 5)
+    for cut in range(0, len(data), max(1, len(data) // 23)):
+        scan_bytes(data[:cut], m)
+        scan_bytes(data[:cut] + bytes([data[cut] ^ 0x5A]) + data[cut + 1 :], m)
+
+
+def test_a_damaged_member_keeps_the_members_before_it(m: Matcher, registry: Registry) -> None:
+    v = value(registry, "key")
+    first, second = F.members("gzip", ())(b"a" * 100 + v), F.members("gzip", ())(b"b" * 100)
+    assert found(m, first + second[:12] + b"\xff" * 20)  # the second member damaged in its first block
+
+
+def test_members_are_one_stream_within_the_caps(m: Matcher, registry: Registry) -> None:
+    """Members back to back are one stream within the stream cap: a member the cap cuts is listed (nothing past the
+    cap is read), and a member after it is read from its own start, the members after it with it."""
+    v = value(registry, "key")
+    bomb = F.members("gzip", ())(b"\0" * (8 << 20) + v) + F.members("gzip", (500,))(b"tail " + value(registry, "soul"))
+    skipped: list[NotInspected] = []
+    hits = scan_bytes(bomb, m, limits=Limits(stream_bytes=1 << 20), not_inspected=skipped)
+    assert [h.kind for h in hits if h.tenant == VICTIM] == ["soul"]  # the key is past the cap, the soul is not
+    assert [(n.reason.split(" (")[0], n.partial) for n in skipped] == [("decompression cap", True)]
+    assert {h.kind for h in scan_bytes(bomb, m) if h.tenant == VICTIM} == {"key", "soul"}  # within the default caps

@@ -17,6 +17,7 @@ everywhere.
 from __future__ import annotations
 
 import bisect
+import itertools
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -131,7 +132,8 @@ def cut_points(markers: list[int] | None, hits: Iterable[Hit], piece_ends: list[
         return [end - 1 for _, end in piece_ends]
     spans = sorted((h.start, h.end) for h in hits)
     starts = [s for s, _ in spans]
-    points = [p for p in markers if not _covered(p, spans, starts)]
+    reach = list(itertools.accumulate((e for _, e in spans), max))  # the furthest end of the hits so far
+    points = [p for p in markers if not _covered(p, starts, reach)]
     return sorted(points + [end - 1 for _, end in piece_ends])
 
 
@@ -143,9 +145,10 @@ def may_cut(data: bytes, matcher: Matcher) -> bool:
     return matcher.may_find(data) or bool(signs.find(data)[signs.PIECE_END])
 
 
-def _covered(pos: int, spans: list[tuple[int, int]], starts: list[int]) -> bool:
+def _covered(pos: int, starts: list[int], reach: list[int]) -> bool:
+    """Whether a hit covers `pos` (`starts`: the hits' starts, in order; `reach`: the furthest end up to each)."""
     i = bisect.bisect_right(starts, pos)
-    return any(s <= pos < e for s, e in spans[max(0, i - 8) : i])  # hits overlap little: the last few suffice
+    return i > 0 and reach[i - 1] > pos
 
 
 @dataclass(frozen=True)
@@ -224,19 +227,19 @@ def _short(offsets: list[int], texts: list[dict[str, list[str]]], by_path: dict[
            edges: tuple[bool, bool], longest: int) -> list[str]:
     """The paths of a point's record that run into an edge where the region was cut (`edges`) with less than
     `longest` characters between the point's record and it."""
+    cumulative: dict[str, dict[int, tuple[int, int]]] = {}  # path -> record -> its characters before, after it
     short = set()
-    for p in points:
-        r = bisect.bisect_right(offsets, p) - 1
-        if r < 0:
-            continue
+    for r in {bisect.bisect_right(offsets, p) - 1 for p in points} - {-1}:
         for path in texts[r]:
             held = by_path[path]
-            if len(held) < 2:
+            if len(held) < 2 or path in short:
                 continue
-            k = held.index(r)
-            before = sum(len(s) for i in held[:k] for s in texts[i][path])
-            after = sum(len(s) for i in held[k + 1 :] for s in texts[i][path])
-            runs_in = (edges[0] and held[0] == 0, edges[1] and held[-1] == len(texts) - 1)
-            if (runs_in[0] and before < longest) or (runs_in[1] and after < longest):
+            if path not in cumulative:
+                sizes = [sum(map(len, texts[i][path])) for i in held]
+                total, sums = sum(sizes), list(itertools.accumulate(sizes, initial=0))
+                cumulative[path] = {i: (sums[k], total - sums[k + 1]) for k, i in enumerate(held)}
+            before, after = cumulative[path][r]
+            if (edges[0] and held[0] == 0 and before < longest) or (edges[1] and held[-1] == len(texts) - 1
+                                                                   and after < longest):
                 short.add(path)
     return sorted(short)
