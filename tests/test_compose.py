@@ -179,8 +179,8 @@ def framings(draw: st.DrawFn, kind: str) -> Layer:
         codec = draw(st.sampled_from(["gzip", "bz2", "xz", "zstd"]))
         cuts = tuple(sorted(set(draw(st.lists(st.integers(1, 999), min_size=1, max_size=3)))))
         return Layer(kind, (codec, cuts), F.members(codec, cuts))
-    if kind == "qp":
-        width, brk = draw(st.integers(4, 76)), draw(st.sampled_from([b"\n", b"\r\n"]))
+    if kind == "qp":  # lines of 60 or more: a soft break ends a line of a token (base64, hex) only when it is full
+        width, brk = draw(st.integers(61, 76)), draw(st.sampled_from([b"\n", b"\r\n"]))
         return Layer(kind, (width, brk), lambda d: F.quoted_printable(width, brk)(d) + brk)
     if kind == "refs":
         hexadecimal = draw(st.booleans())
@@ -224,8 +224,10 @@ def plants(draw: st.DrawFn, min_layers: int = 1, anywhere: bool = False) -> Plan
     before = draw(st.binary(max_size=200))
     after = draw(st.binary(max_size=40))
     line = (draw(TEXT) + draw(SEPARATORS), draw(SEPARATORS) + draw(TEXT))
-    if chain[0].kind in LINE_FRAMINGS and len(chain) > 1 and chain[1].kind in AT_A_START:
-        line = (b"\n", line[1])  # what the framing decodes starts with its line: a stream there starts with it
+    if chain[0].kind == "qp" or (chain[0].kind in LINE_FRAMINGS and len(chain) > 1 and chain[1].kind in AT_A_START):
+        # A quoted-printable body starts on a line of its own (its lines are 76 characters at most), and what a
+        # framing of whole lines or runs decodes starts there: a stream in it starts with it.
+        line = (b"\n", line[1])
     return Plant(chain, before, after, line)
 
 
@@ -348,7 +350,7 @@ PAIR_LAYERS = {**{k: Layer(k, (), f) for k, f in FIXED.items()},
                "zip": Layer("zip", (), lambda d: _zip(d, zipfile.ZIP_DEFLATED)),
                "zip-stored": Layer("zip-stored", (), lambda d: _zip(d, zipfile.ZIP_STORED)),
                "members": Layer("members", (), F.members("gzip", (500,))),
-               "qp": Layer("qp", (), lambda d: F.quoted_printable(16)(d) + b"\r\n"),
+               "qp": Layer("qp", (), lambda d: F.quoted_printable(76)(d) + b"\r\n"),
                "refs": Layer("refs", (), F.references(False)),
                "words": Layer("words", (), F.encoded_words(9)),
                "dump": Layer("dump", (), F.dump("xxd"))}

@@ -71,9 +71,15 @@ def _references(v: bytes, cut: int, insert: bytes = b"") -> bytes:
 
 
 def _qp(v: bytes, cut: int, insert: bytes = b"") -> bytes:
+    """A mail body in quoted-printable (76 columns, as encoders write it), its text before the value so long that a
+    soft line break falls at the cut; the near miss breaks the line there without the `=`."""
     brk = b"\r\n" if cut % 2 else b"\n"
-    head, tail = v[:cut].replace(b"=", b"=3D"), v[cut:].replace(b"=", b"=3D")  # as an encoder writes `=`
-    return b"Content-Transfer-Encoding: quoted-printable\r\n\r\nsee " + head + (insert or b"=" + brk) + tail + brk
+    text = (b"Hi, " + b"as promised, " * 7)[: 75 - cut % 75]  # the first line: the text and value[:cut % 75]
+    body = F.quoted_printable(76, brk)(text + v)
+    if insert:
+        at = body.index(b"=" + brk)
+        body = body[:at] + insert + body[at + 1 + len(brk) :]
+    return b"Content-Transfer-Encoding: quoted-printable\r\n\r\n" + body + brk
 
 
 def _words(v: bytes, cut: int, insert: bytes = b"") -> bytes:

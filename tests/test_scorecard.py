@@ -93,7 +93,7 @@ def test_every_framing_is_scored_on_its_own_too(tmp_path: Path) -> None:
 
 
 def test_a_framing_not_reassembled_lowers_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(records, "cut_points", lambda markers, hits, piece_ends: [])
+    monkeypatch.setattr(records, "cut_points", lambda window, marked, piece_ends, longest: [])
     framed = tuple(BY_NAME[n] for n in ("records-ndjson", "records-jsonrpc", "xxd"))
     card = run(Options(seed=13, quick=True, channels=("file",), encodings=framed))
     assert card.framings["records-ndjson"].recall == card.framings["records-jsonrpc"].recall == 0

@@ -100,12 +100,14 @@ def _chunked(data: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks
 
 
+#: What a mail's quoted-printable body says before the value: its first line (76 characters) ends inside it.
+QP_TEXT = b"Hello, as promised here is the value you asked me to keep for later: "
 #: The framings (`harness.proof.framings`): each cuts or wraps the value it carries.
 FRAMING_STEPS: dict[str, Step] = {
     "records-ndjson": F.records("ndjson", 5), "records-sse": F.records("sse", 4), "records-jsonrpc": F.records(
         "jsonrpc", 6),
     "html-dec": F.references(False), "html-hex": F.references(True),
-    "qp": lambda d: b"\r\n" + F.quoted_printable(16)(d), "rfc2047-b": F.encoded_words(9, "B"),
+    "qp": lambda d: b"\r\n" + F.quoted_printable(76)(QP_TEXT + d), "rfc2047-b": F.encoded_words(9, "B"),
     "rfc2047-q": F.encoded_words(7, "Q", b" "), "base64-mime": lambda d: b"\r\n" + F.mime_base64(b"#" + d),
     "gzip-members": F.members("gzip", (333, 666)), "bz2-streams": F.members("bz2", (500,)),
     "xz-streams": F.members("xz", (500,)), "zstd-frames": F.members("zstd", (250, 500, 750)),
@@ -180,7 +182,7 @@ FRAMINGS: dict[str, str] = {
     "records-jsonrpc": "JSON-RPC notifications of a backend's log, 6 characters each",
     "html-dec": "every character a decimal character reference (`&#109;`)",
     "html-hex": "every character a hex character reference (`&#x6d;`)",
-    "qp": "quoted-printable with soft line breaks every 16 characters",
+    "qp": "a quoted-printable mail body (76 columns), its first soft line break in the value",
     "rfc2047-b": "RFC 2047 encoded words (base64) of 9 bytes, on folded header lines",
     "rfc2047-q": "RFC 2047 encoded words (quoted-printable) of 7 bytes",
     "base64-mime": "a MIME body's base64, 76 columns, CRLF",

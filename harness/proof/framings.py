@@ -63,12 +63,12 @@ def references(hexadecimal: bool) -> Step:
     return lambda data: "".join(f"&#x{b:x};" if hexadecimal else f"&#{b};" for b in data).encode()
 
 
-_QP_SAFE = frozenset((string.ascii_letters + string.digits + "!\"#$%&'()*+,-./:;<>?@[\\]^_`{|}~").encode())
+_QP_SAFE = frozenset((string.ascii_letters + string.digits + " !\"#$%&'()*+,-./:;<>?@[\\]^_`{|}~").encode())
 
 
 def quoted_printable(width: int, brk: bytes = b"\r\n") -> Step:
     """Quoted-printable (RFC 2045) with soft line breaks (`=` and `brk`) every `width` characters or fewer, an
-    escape never cut; every byte but the safe ones (and `=`) escaped, spaces too."""
+    escape never cut; every byte but the safe ones (printable ASCII but `=`) escaped."""
     def step(data: bytes) -> bytes:
         out, line = [], b""
         for b in data:

@@ -38,8 +38,11 @@ CODECS = (*COMPRESSION, "chunked", *TEXT, *ARCHIVE)
 #: The decoders whose output keeps every byte they do not decode (an escape, a chunk's size line, a member's
 #: header): what starts inside their input also starts in their output.
 KEEPING = frozenset({"chunked", "json", "url", *ARCHIVE})
-__all__ = ["CODECS", "COMPRESSION", "HEAD", "KEEPING", "MEMBERS", "PIECE", "TEXT", "Chunk", "Progress", "decode",
-           "plausible"]
+#: The framings that join lines: what they decode goes on past where a layer that keeps what it does not decode
+#: (a percent-encoded run, a JSON string) ends, so starting inside one does not make them its output's.
+LINES = frozenset({"qp", "rfc2047", "hexdump"})
+__all__ = ["CODECS", "COMPRESSION", "HEAD", "KEEPING", "LINES", "MEMBERS", "PIECE", "TEXT", "Chunk", "Progress",
+           "decode", "plausible"]
 
 
 def decode(codec: str, chunks: Iterable[Chunk], progress: Progress) -> Iterator[bytes]:

@@ -86,7 +86,8 @@ def layer_starts(window: bytes, *, top: bool, min_bytes: int, paged: bool = Fals
     if text:
         found = signs.find(window) if text_signs is None else text_signs
         starts += _framings(window, found, min_bytes)
-        escapes += [(pos + 1, end) for pos, end in found[signs.QP_ESCAPED]]  # the JSON string, decoded first
+        escapes += [(pos + 1, end) for pos, end in found[signs.QP_ESCAPED]  # the JSON string, decoded first
+                    if mail.escaped_soft_break(window, pos)]
         if b"\n" in window or (b"\\" in window and b"\\n" in window):
             for pos, codec, seen in wrapped.blocks(window):
                 if codec == wrapped.ESCAPED:
@@ -106,7 +107,7 @@ def layer_starts(window: bytes, *, top: bool, min_bytes: int, paged: bool = Fals
     if not paged and 0 in window:
         starts += [Start(pos, codec, seen, RUN) for pos, codec, seen in utf16.starts(window, min_bytes)]
     if stray:
-        starts += escaped_strings(window, stray)
+        starts += escaped_strings(window, sorted(stray))
     if top and not (starts and any(s.pos == 0 and s.codec not in codecs.TEXT for s in starts)):  # no magic number
         starts += [Start(0, codec, 1, BARE) for codec in _headerless(window)]
     if len(starts) < 2:

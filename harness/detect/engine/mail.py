@@ -16,6 +16,11 @@ from harness.detect.engine.progress import Progress
 MAX_LINE = 64 << 10
 #: How far back the start of the line holding a soft line break is looked for.
 LOOKBACK = 4096
+#: The longest line quoted-printable writes, its soft line break's `=` included (RFC 2045, 6.7).
+MAX_QP_LINE = 76
+#: A line an encoder broke for being full (76 characters, or a few fewer for an escape that did not fit).
+FULL_LINE = 60
+_ESCAPE = re.compile(rb"=[0-9A-F]{2}")
 
 
 #: The bytes a quoted-printable line may hold besides its characters: none of the control characters but tab and CR
@@ -31,13 +36,33 @@ _NOT_QP = re.compile(rb"[\x00-\x08\x0a-\x0c\x0e-\x1f\x7f]|=(?![0-9A-Fa-f]{2})")
 
 def qp_start(window: bytes, brk: int) -> int | None:
     """Where the quoted-printable text that a soft line break (its `=` at `brk`) ends starts on its line: after the
-    last byte no such text holds (`_NOT_QP`: text before it on the line is no part of it); None if that leaves
-    nothing."""
+    last byte no such text holds (`_NOT_QP`: text before it on the line is no part of it). None if that leaves
+    nothing, or the line is none of quoted-printable's (`soft_break`)."""
     lo = max(0, brk - LOOKBACK)
-    first = max(lo, window.rfind(b"\n", lo, brk) + 1)
-    for m in _NOT_QP.finditer(window, first, brk):
+    line_start = max(lo, window.rfind(b"\n", lo, brk) + 1)
+    if not soft_break(window[line_start:brk]):
+        return None
+    first = line_start
+    for m in _NOT_QP.finditer(window, line_start, brk):
         first = m.end()
     return first if first < brk else None
+
+
+def escaped_soft_break(window: bytes, brk: int) -> bool:
+    """Whether the `=` at `brk`, an escaped line feed after it (`=\\n` in a JSON string), ends a line of
+    quoted-printable text (`soft_break`): the line from the escaped line break or the quote before it."""
+    lo = max(0, brk - 2 * MAX_QP_LINE)
+    start = max(window.rfind(b"\\n", lo, brk) + 2, window.rfind(b'"', lo, brk) + 1, lo)
+    return soft_break(window[start:brk])
+
+
+def soft_break(line: bytes) -> bool:
+    """Whether a line (without its last `=`) ends in a soft line break: it is no longer than `MAX_QP_LINE`, and holds
+    a space or an escape, as text does, or is nearly as long as an encoder's full line. A token with an `=` after
+    it is not (an env listing's `KEY=`, base64's padding on a block's last line, a base64 value)."""
+    if len(line) >= MAX_QP_LINE:
+        return False
+    return len(line) >= FULL_LINE or b" " in line or _ESCAPE.search(line) is not None
 
 
 def _text(line: bytes) -> bool:

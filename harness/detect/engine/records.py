@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
+import stringzilla
 
 from harness.detect.engine import signs
 from harness.detect.engine.matcher import Hit, Matcher
@@ -122,19 +123,32 @@ def utf8(text: str) -> bytes:
         return text.encode("utf-8", "surrogatepass")
 
 
-def cut_points(markers: list[int] | None, hits: Iterable[Hit], piece_ends: list[tuple[int, int]]) -> list[int] | None:
-    """Where a value may be cut across records, in order: every form of the marker (`markers`, from
-    `Matcher.find_marked`) that no hit covers, and every string's closing quote after a proper prefix of the marker
-    (`piece_ends`: `signs.PIECE_END`). None without `markers` (a canary without the marker): anywhere."""
+def cut_points(window: bytes, marked: tuple[list[Hit], list[int] | None], piece_ends: list[tuple[int, int]],
+               longest: int) -> list[int] | None:
+    """Where a value may be cut across records in `window`, in order: every form of the marker that no hit covers
+    within `longest` bytes (the longest form of a canary) of a string's quote, where the piece holding it ends or
+    starts (`marked`: the window's hits and where a form of the marker is, `Matcher.find_marked`), and every
+    string's closing quote after a proper prefix of the marker (`piece_ends`: `signs.PIECE_END`). None without
+    the marker's forms (a canary without the marker): anywhere."""
+    hits, markers = marked
     if markers is None:
         return None
-    if not markers:
-        return [end - 1 for _, end in piece_ends]
-    spans = sorted((h.start, h.end) for h in hits)
-    starts = [s for s, _ in spans]
-    reach = list(itertools.accumulate((e for _, e in spans), max))  # the furthest end of the hits so far
-    points = [p for p in markers if not _covered(p, starts, reach)]
-    return sorted(points + [end - 1 for _, end in piece_ends])
+    points = [end - 1 for _, end in piece_ends]
+    if markers:
+        spans = sorted((h.start, h.end) for h in hits)
+        starts = [s for s, _ in spans]
+        reach = list(itertools.accumulate((e for _, e in spans), max))  # the furthest end of the hits so far
+        points += [p for p in markers if not _covered(p, starts, reach)
+                   and (window.find(b'"', p, p + longest) >= 0 or window.rfind(b'"', max(0, p - longest), p) >= 0)]
+    return sorted(points)
+
+
+def in_escaped_records(window: bytes, pos: int) -> bool:
+    """Whether records written in a JSON string (escaped line breaks before a record: `\\n{`, `\\ndata:`) are
+    within `REACH` of `pos`: a tool's output of line-delimited records, whose string is decoded before they are
+    reassembled."""
+    lo, hi = max(0, pos - REACH), pos + REACH
+    return any(stringzilla.find(window, head, lo, hi) >= 0 for head in (b"\\n{", b"\\ndata:"))
 
 
 def may_cut(data: bytes, matcher: Matcher) -> bool:

@@ -133,17 +133,17 @@ class LayerWalk:
         (ending in (owned_from, limit] of `owns`, whose last item says whether the window ends the stream), and
         the records around the places a value may be cut across them (`_records`). A start inside a text layer
         or chunked body already decoded is skipped (`skip`) where that layer's output holds it again: inside one
-        that keeps what it does not decode (`codecs.KEEPING`), every start; inside a base64 or hex run, one of
-        the same codec."""
+        that keeps what it does not decode (`codecs.KEEPING`), every start but a framing's that joins lines
+        (`codecs.LINES`); inside a base64 or hex run, one of the same codec."""
         owned_from, limit, _ = owns
         found, markers = self.add_hits(window, base, owned_from, limit, layers)
         text_signs = signs.find(window) if window.count(0, 0, 4096) < 4 else None
-        points = self._cut_points(base, owns, (found, markers), text_signs)
+        points = self._cut_points(window, base, owns, (found, markers), text_signs)
         grid = self.paged.get(layers)
         starts = containers.layer_starts(window, top=top, min_bytes=self.min_bytes, paged=grid is not None,
                                          text_signs=text_signs)
         if points:  # records in a JSON string (a tool's output): decoded first, then reassembled
-            starts += containers.escaped_strings(window, points)
+            starts += containers.escaped_strings(window, [p for p in points if records.in_escaped_records(window, p)])
         if points != []:
             self._records(window, base, owns, layers, points)
         islands: set[Start] = set()  # the runs in a database's free space (a deleted row's text: no cell holds it)
@@ -154,7 +154,8 @@ class LayerWalk:
                             containers.island_starts(window[a:b], self.min_bytes) if (s.pos + a, s.codec) not in known}
         for start in sorted([*starts, *islands], key=lambda s: s.pos):
             at = base + start.pos
-            if not owned_from < base + start.seen <= limit or at < max(skip.get(start.codec, 0), skip.get("*", 0)):
+            kept = 0 if start.codec in codecs.LINES else skip.get("*", 0)
+            if not owned_from < base + start.seen <= limit or at < max(skip.get(start.codec, 0), kept):
                 continue
             first = len(self.hits)
             end = self._layer(window, start, layers, reopen, base + len(window), at)
@@ -164,15 +165,15 @@ class LayerWalk:
                 key = "*" if start.codec in codecs.KEEPING else start.codec
                 skip[key] = max(skip.get(key, 0), end)
 
-    def _cut_points(self, base: int, owns: tuple[int, int, bool], marked: tuple[list[Hit], list[int] | None],
-                    text_signs: signs.Signs | None) -> list[int] | None:
+    def _cut_points(self, window: bytes, base: int, owns: tuple[int, int, bool],
+                    marked: tuple[list[Hit], list[int] | None], text_signs: signs.Signs | None) -> list[int] | None:
         """The places in a text window (`text_signs`: its signs; None for binary data, which holds no records)
         where a value may be cut across records (`records.cut_points`; `marked`: the window's hits, and where a
         form of the marker is) that this window reassembles: those within `records.REACH` of its end are the next
         window's, which holds `records.REACH` bytes before them. None: anywhere (without the prefilter)."""
         if text_signs is None:
             return []
-        points = records.cut_points(marked[1], marked[0], text_signs[signs.PIECE_END])
+        points = records.cut_points(window, marked, text_signs[signs.PIECE_END], self.matcher.longest)
         if not points:
             return points
         owned_from, limit, last = owns
