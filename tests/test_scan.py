@@ -402,8 +402,10 @@ def _write_corpus(root: Path, registry: Registry, plant: Callable[[str], str] | 
     """A tenant home's worth of realistic files; `plant(text)` may put canaries into the log text."""
     rnd = random.Random(7)
     own, other = registry[OWNER], registry[VICTIM]
-    # Near misses: other tenants' canaries one character short, with one character changed, split by a space.
-    near = [v[:-1] for v in other.all_canaries().values()]
+    # Near misses: other tenants' canaries one character short, with one character changed, split by a space. One
+    # short is followed by text: at a record's end, a record after it that starts with the character it lacks would
+    # complete it (a value cut across records, which the records' reassembly finds: tests/test_framings.py).
+    near = [v[:-1] + " (cut)" for v in other.all_canaries().values()]
     near += [v[:-1] + ("0" if v[-1] != "0" else "1") for v in other.all_canaries().values()]
     near += [v[: len(v) // 2] + " " + v[len(v) // 2 :] for v in other.all_canaries().values()]
     lines = []
