@@ -41,6 +41,7 @@ _MAGICS = (
     *((m, "base64") for m in (b"H4sI", b"/Td6WFo", b"QlpoO", b"QlpoM", b"QlpoN", b"KLUv/")),
     *((m, "chunked") for m in (b"chunked", b"Chunked", b"CHUNKED")),  # a Transfer-Encoding header's value
     (b"\\u00", "json"), (b"\\r\\n", "json"),  # in a JSON string: an escape of a byte, an escaped line break
+    (b"\\\\r\\\\n", "json"),  # ... escaped again (a JSON string holding JSON)
     (b"\x00ustar\x00", "tar"), (b"\x00ustar  \x00", "tar"),  # a tar header's magic (POSIX, GNU), 257 bytes in
 )
 # Leftmost-first, not overlapping, is what lets ahocorasick-rs use its SIMD searcher: 10-25x faster on text
