@@ -86,7 +86,8 @@ def layer_starts(window: bytes, *, top: bool, min_bytes: int, paged: bool = Fals
     stray: list[int] = []  # a framing's lines made by a JSON string's escaped line breaks
     if text:
         found = signs.find(window) if text_signs is None else text_signs
-        starts += _framings(window, found, min_bytes)
+        if found[signs.QP] or found[signs.WORD] or found[signs.REFERENCE]:
+            starts += _framings(window, found, min_bytes)
         escapes += [(pos + 1, end) for pos, end in found[signs.QP_ESCAPED]  # the JSON string, decoded first
                     if mail.escaped_soft_break(window, pos)]
         if b"\n" in window or (b"\\" in window and b"\\n" in window):
@@ -100,9 +101,10 @@ def layer_starts(window: bytes, *, top: bool, min_bytes: int, paged: bool = Fals
             starts += _runs(window, marks, min_bytes)
             if b"%" in window:
                 starts += _url_runs(window, min_bytes)
-            dumped, rows = dumps.starts(window, marks, found[signs.DUMP_HEAD], min_bytes)
-            starts += [Start(first, "hexdump", seen, RUN) for first, seen in dumped]
-            stray += rows
+            if found[signs.DUMP_HEAD] or window.startswith((b"000", b" ")):
+                dumped, rows = dumps.starts(window, marks, found[signs.DUMP_HEAD], min_bytes)
+                starts += [Start(first, "hexdump", seen, RUN) for first, seen in dumped]
+                stray += rows
     if escapes:
         starts += _json_strings(window, sorted(escapes))
     if not paged and 0 in window:

@@ -171,8 +171,8 @@ class LayerWalk:
         where a value may be cut across records (`records.cut_points`; `marked`: the window's hits, and where a
         form of the marker is) that this window reassembles: those within `records.REACH` of its end are the next
         window's, which holds `records.REACH` bytes before them. None: anywhere (without the prefilter)."""
-        if text_signs is None:
-            return []
+        if text_signs is None or (b"\n" not in window and b"\\" not in window):
+            return []  # records are lines (real ones, or a JSON string's escaped ones)
         points = records.cut_points(window, marked, text_signs[signs.PIECE_END], self.matcher.longest)
         if not points:
             return points
