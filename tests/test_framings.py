@@ -369,3 +369,14 @@ def test_members_are_one_stream_within_the_caps(m: Matcher, registry: Registry) 
     assert [h.kind for h in hits if h.tenant == VICTIM] == ["soul"]  # the key is past the cap, the soul is not
     assert [(n.reason.split(" (")[0], n.partial) for n in skipped] == [("decompression cap", True)]
     assert {h.kind for h in scan_bytes(bomb, m) if h.tenant == VICTIM} == {"key", "soul"}  # within the default caps
+
+
+@pytest.mark.parametrize("order", ["le", "be"])
+@pytest.mark.parametrize("encoding", ["base64", "hex"])
+def test_utf16_after_other_text_on_its_line(m: Matcher, registry: Registry, order: str, encoding: str) -> None:
+    """A UTF-16 run after ASCII text (a log line's head, a JSON string's): both byte orders are tried, so the text
+    before it does not shift the run's characters."""
+    v = value(registry, "memory")
+    encoded = base64.b64encode(v) if encoding == "base64" else v.hex().encode()
+    assert found(m, b"note: " + F.utf16(order)(encoded) + b"\n")
+    assert not found(m, b"note: " + F.utf16(order)(encoded[:-2]) + b"\n")
