@@ -20,6 +20,7 @@ import mitmproxy.version
 import harness
 from harness.proof.channels import BY_NAME
 from harness.proof.encodings import BY_NAME as ENCODINGS
+from harness.proof.encodings import FRAMINGS
 from harness.proof.score import Scorecard, Tally
 from harness.proof.scorecard import Options, run
 
@@ -44,6 +45,10 @@ def table(card: Scorecard) -> list[str]:
              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     lines += [_row(name, t, BY_NAME[name].what) for name, t in card.channels.items()]
     lines.append(_row("**overall**", card.overall, "every channel, the saved flows included"))
+    lines += ["", "The framings, each over every channel that carries it (its cases are in those channels' rows too):",
+              "", "| framing | TP | FN | FP | TN | recall | FPR | Youden | what it is |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    lines += [_row(name, t, FRAMINGS[name]) for name, t in card.framings.items()]
     return lines
 
 

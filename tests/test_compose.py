@@ -4,8 +4,9 @@ character changed, the tail cut) gives nothing.
 
 Property-based (hypothesis, derandomized: the same examples on every run): a random canary of a minted
 registry at a random offset in random bytes, inside a random chain of layers with random parameters (base64
-alphabet and wrap width and line break, hex case, percent-encoding style, chunk size, zip method), in a
-random line of text. `test_every_pair_of_layers` is the hand-written table: every ordered pair, always.
+alphabet and wrap width and line break, hex case, percent-encoding style, chunk size, zip method, and the framings':
+where members are cut, quoted-printable's width, encoded words' size, a dump's tool), in a random line of text.
+`test_every_pair_of_layers` is the hand-written table: every ordered pair, always.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ from harness.detect.engine.matcher import Matcher, matcher_for
 from harness.detect.engine.stream import Limits, NotInspected, scan_bytes, scan_file
 from harness.detect.flows import inspect_flow
 from harness.detect.reconcile import read_flows
+from harness.proof import framings as F
 
 try:
     from compression import zstd  # type: ignore[import-not-found]
@@ -135,7 +137,13 @@ FIXED: dict[str, Callable[[bytes], bytes]] = {
     "tar": _tar,
     "sqlite": _sqlite,
 }
-KINDS = sorted([*FIXED, "base64", "hex", "url", "chunked", "zip"])
+#: The framings that cut or wrap what they carry (docs/detection.md, "Framings"): members back to back,
+#: quoted-printable, character references, encoded words, hex dumps.
+FRAMINGS = ["members", "qp", "refs", "words", "dump"]
+#: Framings whose text is their line's (quoted-printable) or its run of text (references): other text before them
+#: on the line is decoded with them.
+LINE_FRAMINGS = frozenset({"qp", "refs"})
+KINDS = sorted([*FIXED, "base64", "hex", "url", "chunked", "zip", *FRAMINGS])
 
 
 @st.composite
@@ -158,8 +166,30 @@ def layers(draw: st.DrawFn, anywhere: bool = False) -> Layer:
     if kind == "chunked":
         size = draw(st.integers(1, 64))
         return Layer(kind, (size,), lambda d: _chunked(d, size))
+    if kind in FRAMINGS:
+        return draw(framings(kind))
     method = draw(st.sampled_from([zipfile.ZIP_DEFLATED, zipfile.ZIP_STORED]))
     return Layer(kind, (method,), lambda d: _zip(d, method))
+
+
+@st.composite
+def framings(draw: st.DrawFn, kind: str) -> Layer:
+    """A framing with random parameters (`harness.proof.framings` writes each as its tool does)."""
+    if kind == "members":
+        codec = draw(st.sampled_from(["gzip", "bz2", "xz", "zstd"]))
+        cuts = tuple(sorted(set(draw(st.lists(st.integers(1, 999), min_size=1, max_size=3)))))
+        return Layer(kind, (codec, cuts), F.members(codec, cuts))
+    if kind == "qp":  # lines of 60 or more: a soft break ends a line of a token (base64, hex) only when it is full
+        width, brk = draw(st.integers(61, 76)), draw(st.sampled_from([b"\n", b"\r\n"]))
+        return Layer(kind, (width, brk), lambda d: F.quoted_printable(width, brk)(d) + brk)
+    if kind == "refs":
+        hexadecimal = draw(st.booleans())
+        return Layer(kind, (hexadecimal,), F.references(hexadecimal))
+    if kind == "words":
+        size, q = draw(st.integers(1, 40)), draw(st.sampled_from("BQ"))
+        return Layer(kind, (size, q), F.encoded_words(size, q))
+    tool = draw(st.sampled_from(sorted(F.DUMPS)))
+    return Layer(kind, (tool,), F.dump(tool))
 
 
 #: A line of a log: printable text (no byte of it is a base64 character next to the layer: a separator is).
@@ -194,6 +224,10 @@ def plants(draw: st.DrawFn, min_layers: int = 1, anywhere: bool = False) -> Plan
     before = draw(st.binary(max_size=200))
     after = draw(st.binary(max_size=40))
     line = (draw(TEXT) + draw(SEPARATORS), draw(SEPARATORS) + draw(TEXT))
+    if chain[0].kind == "qp" or (chain[0].kind in LINE_FRAMINGS and len(chain) > 1 and chain[1].kind in AT_A_START):
+        # A quoted-printable body starts on a line of its own (its lines are 76 characters at most), and what a
+        # framing of whole lines or runs decodes starts there: a stream in it starts with it.
+        line = (b"\n", line[1])
     return Plant(chain, before, after, line)
 
 
@@ -314,7 +348,12 @@ PAIR_LAYERS = {**{k: Layer(k, (), f) for k, f in FIXED.items()},
                "url": Layer("url", (), lambda d: _url(d, "quote")),
                "chunked": Layer("chunked", (), lambda d: _chunked(d, 7)),
                "zip": Layer("zip", (), lambda d: _zip(d, zipfile.ZIP_DEFLATED)),
-               "zip-stored": Layer("zip-stored", (), lambda d: _zip(d, zipfile.ZIP_STORED))}
+               "zip-stored": Layer("zip-stored", (), lambda d: _zip(d, zipfile.ZIP_STORED)),
+               "members": Layer("members", (), F.members("gzip", (500,))),
+               "qp": Layer("qp", (), lambda d: F.quoted_printable(76)(d) + b"\r\n"),
+               "refs": Layer("refs", (), F.references(False)),
+               "words": Layer("words", (), F.encoded_words(9)),
+               "dump": Layer("dump", (), F.dump("xxd"))}
 
 
 @pytest.mark.parametrize("inner", sorted(PAIR_LAYERS))

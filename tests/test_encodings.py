@@ -27,7 +27,7 @@ import pytest
 
 from harness.core.registry import Registry, mint
 from harness.detect.checks import RawRequest, RawResponse
-from harness.detect.engine import codecs, containers, forms, matcher, stream
+from harness.detect.engine import codecs, containers, forms, matcher, stream, wrapped
 from harness.detect.engine.matcher import Matcher, encodings_of, matcher_for
 from harness.detect.engine.stream import NotInspected, scan_bytes, scan_file
 from harness.detect.flows import Route, inspect_request, inspect_response
@@ -153,12 +153,12 @@ def test_wrapped_base64_negative_control(registry: Registry, m: Matcher, monkeyp
     # Some splits only the block decoder sees. Two finders start it, and either alone finds every split: the
     # wrapped block's line breaks, and its first line as a run of base64 characters.
     real_runs = containers._runs
-    monkeypatch.setattr(containers, "_runs", lambda window, min_bytes: [])
+    monkeypatch.setattr(containers, "_runs", lambda window, marks, min_bytes: [])
     assert all(found(scan_bytes(b, m)) for b in blocks)
     monkeypatch.setattr(containers, "_runs", real_runs)
-    monkeypatch.setattr(containers, "_wrapped_blocks", lambda window: [])
+    monkeypatch.setattr(wrapped, "blocks", lambda window: [])
     assert all(found(scan_bytes(b, m)) for b in blocks)
-    monkeypatch.setattr(containers, "_runs", lambda window, min_bytes: [])
+    monkeypatch.setattr(containers, "_runs", lambda window, marks, min_bytes: [])
     assert not all(found(scan_bytes(b, m)) for b in blocks)
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from harness import cli
 from harness.detect import scan
-from harness.detect.engine import codecs
+from harness.detect.engine import codecs, records
 from harness.proof.cases import KINDS, mint
 from harness.proof.channels import CHANNELS, DECOYS
 from harness.proof.encodings import BY_NAME
@@ -76,8 +76,28 @@ def test_a_broken_detector_lowers_the_score_and_fails_the_command(
     assert cli.main(argv) == 1
     doc = json.loads(out.read_text())
     assert doc["overall"]["recall"] < 1 and doc["misses"]
-    assert {m["encoding"] for m in doc["misses"]} <= {e.name for e in BY_NAME.values() if "gzip" in e.steps}
+    gzipped = {e.name for e in BY_NAME.values() if any(step.startswith("gzip") for step in e.steps)}  # members too
+    assert {m["encoding"] for m in doc["misses"]} <= gzipped
     assert "FAILED: Youden index" in capsys.readouterr().out
+
+
+def test_every_framing_is_scored_on_its_own_too(tmp_path: Path) -> None:
+    """A framing's cases count in their channel's row and in the framing's, which the JSON holds too; records not
+    reassembled (every cut point missed) lower the records' rows only."""
+    framed = tuple(BY_NAME[n] for n in ("plain", "records-ndjson", "qp", "xxd", "gzip-members", "utf16le/base64"))
+    card = run(Options(seed=12, quick=True, channels=("file", "log"), encodings=framed))
+    assert set(card.framings) == {"records-ndjson", "qp", "xxd", "gzip-members", "utf16le/base64"}
+    assert all(t.youden == 1.0 and t.tp and t.tn for t in card.framings.values())
+    assert sum(t.tp for t in card.framings.values()) < card.overall.tp  # the plain cases are in no framing's row
+    assert "framings" in card.to_dict() and any(line.startswith("framing ") for line in card.lines())
+
+
+def test_a_framing_not_reassembled_lowers_its_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(records, "cut_points", lambda window, marked, piece_ends, longest: [])
+    framed = tuple(BY_NAME[n] for n in ("records-ndjson", "records-jsonrpc", "xxd"))
+    card = run(Options(seed=13, quick=True, channels=("file",), encodings=framed))
+    assert card.framings["records-ndjson"].recall == card.framings["records-jsonrpc"].recall == 0
+    assert card.framings["xxd"].youden == 1.0
 
 
 def test_a_detector_reporting_a_tenants_own_canary_raises_the_false_positive_rate(

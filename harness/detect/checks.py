@@ -27,7 +27,8 @@ from harness.detect.decode import (
     decode_body,
     first_values,
     parse_json,
-    sse_streams,
+    reassembled,
+    stream_kind,
     utf8_bytes,
 )
 from harness.detect.engine.matcher import Matcher
@@ -325,7 +326,12 @@ class ResponseFacts:
     tenant: str | None
     headers: Headers
     decoded: Body
-    streamed: bool  # a `text/event-stream`
+    stream: str | None  # `decode.stream_kind`: "sse", "ndjson" or None
+
+    @property
+    def streamed(self) -> bool:
+        """Whether it is a `text/event-stream` (which the addon streams through)."""
+        return self.stream == "sse"
 
 
 def response_facts(matcher: Matcher, flow_id: str, tenant: str | None, headers: Headers,
@@ -333,8 +339,7 @@ def response_facts(matcher: Matcher, flow_id: str, tenant: str | None, headers: 
     """Decode a response once for every check."""
     first = first_values(headers)
     decoded = decode_body(body, first.get("content-encoding", ""), first.get("transfer-encoding", ""))
-    return ResponseFacts(matcher, flow_id, tenant, headers, decoded,
-                         "text/event-stream" in first.get("content-type", "").lower())
+    return ResponseFacts(matcher, flow_id, tenant, headers, decoded, stream_kind(first.get("content-type", "")))
 
 
 def check_response_leaks(resp: ResponseFacts, report: ResponseReport) -> None:
@@ -347,14 +352,15 @@ def check_response_leaks(resp: ResponseFacts, report: ResponseReport) -> None:
 
 
 def check_stream_leaks(resp: ResponseFacts, report: ResponseReport) -> None:
-    """`response_leak` in an SSE stream reassembled (the strings at one JSON path across its events, so a
-    canary split over two deltas is whole), for each canary not already reported."""
-    if not resp.streamed or resp.decoded.note:
+    """`response_leak` in an SSE or NDJSON stream reassembled whole (the strings at one JSON path across its
+    events or records, so a canary split over two deltas is whole, in whatever encoding), for each canary not
+    already reported. Location `response.sse.PATH` or `response.ndjson.PATH`."""
+    if resp.stream is None or resp.decoded.note:
         return
     scan = FlowScan(resp.matcher, resp.flow_id, resp.tenant, "response", "response_leak")
     scan.seen.update((f.victim, f.canary) for f in report.findings if f.victim and f.canary)
-    for path, text in sse_streams(resp.decoded.data).items():
-        scan.layered(utf8_bytes(text), f"response.sse.{path}", only_new=True)
+    for path, text in reassembled(resp.decoded.data, resp.stream).items():
+        scan.layered(utf8_bytes(text), f"response.{resp.stream}.{path}", only_new=True)
     report.findings += scan.findings
     report.not_inspected += scan.not_inspected
 

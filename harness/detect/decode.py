@@ -8,18 +8,15 @@ body can crash an inspection or hide from it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import orjson
-
-from harness.detect.engine import codecs
+from harness.detect.engine import codecs, records
 
 MAX_BODY = 16 * 1024 * 1024
 #: How deep the SSE walk follows nested JSON; deeper strings are still in the raw body's scan.
-MAX_SSE_DEPTH = 64
+MAX_SSE_DEPTH = records.MAX_DEPTH
 #: Headers that carry a provider credential (OpenAI `Authorization: Bearer`, Azure/Anthropic style keys).
 KEY_HEADERS = ("authorization", "api-key", "x-api-key")
 Headers = Sequence[tuple[str, str]]
@@ -105,17 +102,8 @@ def _unframe(raw: bytes) -> bytes | None:
         return None
 
 
-def loads(data: bytes) -> Any:
-    """A JSON document, or None. orjson parses it where it can (3-4x faster on small SSE events); json
-    takes what orjson refuses (NaN, lone surrogate escapes, nesting past 1024 levels)."""
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError:
-        pass
-    try:
-        return json.loads(data)
-    except (ValueError, RecursionError):
-        return None
+#: A JSON document, or None (orjson where it can, json where orjson refuses: `records.loads`).
+loads = records.loads
 
 
 def parse_json(body: Body) -> Any:
@@ -148,64 +136,49 @@ def bearer_of(first: dict[str, str]) -> str | None:
     return None
 
 
-def sse_streams(data: bytes) -> dict[str, str]:
-    """Reassemble an SSE body: every string at the same JSON path across `data:` events, concatenated.
+#: The content types of a body of line-delimited records (a streaming provider's NDJSON, JSON lines, JSON text
+#: sequences), besides SSE's.
+NDJSON_TYPES = ("application/x-ndjson", "application/ndjson", "application/jsonl", "application/x-jsonlines",
+                "application/json-seq", "application/stream+json")
+
+
+def stream_kind(content_type: str) -> str | None:
+    """`sse` for an SSE body, `ndjson` for one of line-delimited records (`NDJSON_TYPES`), else None."""
+    content_type = content_type.lower()
+    if "text/event-stream" in content_type:
+        return "sse"
+    return "ndjson" if any(t in content_type for t in NDJSON_TYPES) else None
+
+
+def reassembled(data: bytes, kind: str) -> dict[str, str]:
+    """Reassemble a streamed body (`kind`: `stream_kind`'s): every string at the same JSON path across its events
+    (SSE's `data:` lines) or records (every line), concatenated (`records.streams`, as the engine reassembles
+    line-delimited records anywhere, around the places a value may be cut: here, all of them).
 
     A streamed completion splits text and tool-call arguments over many events, so a canary can be cut
-    in two on the wire; it is whole again in the reassembled stream (schema-free: OpenAI and Anthropic).
+    in two on the wire; it is whole again in the reassembled stream (schema-free: OpenAI, Anthropic, Ollama).
     """
-    return json_streams(loads(line[5:]) for line in data.splitlines() if line.startswith(b"data:"))
-
-
-def json_streams(docs: Iterable[Any]) -> dict[str, str]:
-    """Every string at the same JSON path across `docs` (parsed JSON documents, in order; a top-level string
-    is at the path ""), concatenated: the paths seen in more than one document. An SSE stream's events
-    (`sse_streams`) and a websocket's JSON messages are reassembled so."""
-    streams: dict[str, list[str]] = {}
-    for event in docs:
-        kind = type(event)
-        if kind is str:
-            streams.setdefault("", []).append(event)
-        elif kind is dict or kind is list:
-            _collect(event, "", streams, MAX_SSE_DEPTH)
+    streams = records.streams(data.splitlines(), sse=kind == "sse")
     return {path: "".join(parts) for path, parts in streams.items() if len(parts) > 1}
 
 
-def _collect(node: dict[str, Any] | list[Any], path: str, streams: dict[str, list[str]], depth: int) -> None:
-    """Append every string under `node` (down to `depth` levels) to `streams[its path]`, in document
-    order. The paths of other leaves are never built: this walk is half of the reassembly's cost, so it
-    also compares exact types (a parsed document holds no subclasses)."""
-    if not depth:
-        return
-    if type(node) is dict:
-        prefix = f"{path}." if path else ""
-        for key, value in node.items():
-            kind = type(value)
-            if kind is str:
-                _append(streams, prefix + key, value)
-            elif kind is dict or kind is list:
-                _collect(value, prefix + key, streams, depth - 1)
-    else:
-        for i, value in enumerate(node):
-            kind = type(value)
-            if kind is str:
-                _append(streams, f"{path}[{i}]", value)
-            elif kind is dict or kind is list:
-                _collect(value, f"{path}[{i}]", streams, depth - 1)
+def json_streams(docs: Iterable[Any]) -> dict[str, str]:
+    """Every string at the same JSON path across `docs` (parsed JSON documents, in order; a top-level string is at
+    the path ""), concatenated: the paths seen in more than one document. A websocket's JSON messages are
+    reassembled so, as a streamed body's records are (`reassembled`)."""
+    streams: dict[str, list[str]] = {}
+    for doc in docs:
+        if type(doc) is str:
+            streams.setdefault("", []).append(doc)
+        elif type(doc) is dict or type(doc) is list:
+            records.collect(doc, "", streams, MAX_SSE_DEPTH)
+    return {path: "".join(parts) for path, parts in streams.items() if len(parts) > 1}
 
 
-def _append(streams: dict[str, list[str]], path: str, text: str) -> None:
-    parts = streams.get(path)
-    if parts is None:
-        streams[path] = [text]
-    else:
-        parts.append(text)
+def sse_streams(data: bytes) -> dict[str, str]:
+    """An SSE body reassembled (`reassembled`)."""
+    return reassembled(data, "sse")
 
 
-def utf8_bytes(text: str) -> bytes:
-    """`text` as the bytes it came from (surrogateescape). A lone surrogate from a JSON escape (`"\\ud83d"`,
-    or a pair cut across two events) cannot be written so; it is then written as surrogatepass does."""
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass")
+#: `text` as the bytes it came from (`records.utf8`).
+utf8_bytes = records.utf8

@@ -11,7 +11,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from harness.proof.encodings import at_start
+from harness.proof.encodings import TEXT_FRAMINGS, at_start
 
 LIVE, RECONCILE = "live", "reconcile"
 #: The decoys every channel gets (`cases.decoy_value`).
@@ -70,6 +70,8 @@ CHANNELS: tuple[Channel, ...] = (
     Channel("provider.path", LIVE, REQUEST, "a provider request's query string", url_safe),
     Channel("response.body", LIVE, RESPONSE, "a provider response's body"),
     Channel("response.sse", LIVE, RESPONSE, "an SSE response, the value split over three deltas", ascii_text),
+    Channel("response.ndjson", LIVE, RESPONSE, "an NDJSON streaming response, the value split over three chunks",
+            ascii_text),
     Channel("service.mcp", LIVE, REQUEST, "a request to the tenant's MCP server"),
     Channel("service.memory", LIVE, REQUEST, "a request to the tenant's mem0 memory provider"),
     Channel("service.web", LIVE, REQUEST, "a request to the tenant's web search API"),
@@ -80,7 +82,7 @@ CHANNELS: tuple[Channel, ...] = (
     Channel("file.name", RECONCILE, FILE, "a file's name in the tenant's home", name_safe),
     Channel("sqlite", RECONCILE, FILE, "a SQLite database's row"),
     Channel("sqlite.freed", RECONCILE, FILE, "a SQLite database's deleted row (a free page or freeblock)",
-            carries=lambda e: not at_start(e)),
+            carries=lambda e: not at_start(e) and e not in TEXT_FRAMINGS),
     Channel("sqlite.overflow", RECONCILE, FILE, "a SQLite row long enough to spill onto overflow pages"),
     Channel("sqlite.wal", RECONCILE, FILE, "a SQLite row still in the WAL (its frames not checkpointed)"),
     Channel("versions", RECONCILE, FILE, "a kept version of a home file, rewritten clean by the end"),

@@ -1,7 +1,8 @@
 """Every encoding the scanning engine claims to see through (docs/architecture.md, "A decoder"), as a chain of
 steps applied to a canary, innermost first: the matcher's own forms (JSON escapes, percent-encoding, base64 at
 each alignment and twice, hex, UTF-16), the containers (every compression, wrapped base64, hex and percent runs,
-JSON strings of escaped bytes, chunked bodies, tar and zip members) and chains of them.
+JSON strings of escaped bytes, chunked bodies, tar and zip members), chains of them, and the framings that cut or
+wrap a value (`FRAMINGS`, written by `harness.proof.framings`).
 
 Each encoding is named as findings name theirs, outermost first (`base64/gzip`: gzip inside base64). Every step
 is deterministic (no time stamp, no random byte), so a seed gives the same bytes."""
@@ -22,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import brotli
+
+from harness.proof import framings as F
 
 try:  # the stdlib's from 3.14
     from compression import zstd  # type: ignore[import-not-found]
@@ -97,6 +100,20 @@ def _chunked(data: bytes) -> bytes:
     return b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks
 
 
+#: What a mail's quoted-printable body says before the value: its first line (76 characters) ends inside it.
+QP_TEXT = b"Hello, as promised here is the value you asked me to keep for later: "
+#: The framings (`harness.proof.framings`): each cuts or wraps the value it carries.
+FRAMING_STEPS: dict[str, Step] = {
+    "records-ndjson": F.records("ndjson", 5), "records-sse": F.records("sse", 4), "records-jsonrpc": F.records(
+        "jsonrpc", 6),
+    "html-dec": F.references(False), "html-hex": F.references(True),
+    "qp": lambda d: b"\r\n" + F.quoted_printable(76)(QP_TEXT + d), "rfc2047-b": F.encoded_words(9, "B"),
+    "rfc2047-q": F.encoded_words(7, "Q", b" "), "base64-mime": lambda d: b"\r\n" + F.mime_base64(b"#" + d),
+    "gzip-members": F.members("gzip", (333, 666)), "bz2-streams": F.members("bz2", (500,)),
+    "xz-streams": F.members("xz", (500,)), "zstd-frames": F.members("zstd", (250, 500, 750)),
+    "utf16le": F.utf16("le"), "utf16be": F.utf16("be"),
+    "xxd": F.dump("xxd"), "hexdump-C": F.dump("hexdump -C"), "od-tx1": F.dump("od -An -tx1"), "xxd-p": F.dump("xxd -p"),
+}
 STEPS: dict[str, Step] = {
     "json": _json_u, "json-mixed": _json_mixed, "json-bytes": _json_bytes,
     "url": lambda d: "".join(f"%{b:02X}" for b in d).encode(),
@@ -111,6 +128,7 @@ STEPS: dict[str, Step] = {
     "lzma": lambda d: lzma.compress(d, format=lzma.FORMAT_ALONE), "bz2": bz2.compress,
     "zstd": lambda d: zstd.compress(d), "br": brotli.compress,
     "tar": _tar, "zip": _zip(zipfile.ZIP_STORED), "zip-deflate": _zip(zipfile.ZIP_DEFLATED), "chunked": _chunked,
+    **FRAMING_STEPS,
 }
 #: Formats the engine tries only at the start of a stream (no magic number): in an HTTP body, only as its
 #: Content-Encoding (the value to send); in a file, a log or a database value, as the whole of it.
@@ -154,5 +172,28 @@ ENCODINGS: tuple[Encoding, ...] = (
     _enc("hex/zlib", "zlib", "hex"), _enc("url/gzip", "gzip", "url"), _enc("json/gzip", "gzip", "json-bytes"),
     _enc("gzip/gzip", "gzip", "gzip"), _enc("gzip/tar", "tar", "gzip"), _enc("zip/base64", "base64+2", "zip"),
     _enc("xz/hex", "hex", "xz"), _enc("base64/zstd", "zstd", "base64+2"),
+    *(_enc(name, name) for name in FRAMING_STEPS if not name.startswith("utf16")),
+    _enc("utf16le/base64", "base64+1", "utf16le"), _enc("utf16be/hex", "hex", "utf16be"),
 )
+#: The framings (docs/detection.md, "Framings"), each scored on its own too: what it is.
+FRAMINGS: dict[str, str] = {
+    "records-ndjson": "a streaming provider's NDJSON chunks, 5 characters of the value each",
+    "records-sse": "SSE events of a stream, 4 characters each",
+    "records-jsonrpc": "JSON-RPC notifications of a backend's log, 6 characters each",
+    "html-dec": "every character a decimal character reference (`&#109;`)",
+    "html-hex": "every character a hex character reference (`&#x6d;`)",
+    "qp": "a quoted-printable mail body (76 columns), its first soft line break in the value",
+    "rfc2047-b": "RFC 2047 encoded words (base64) of 9 bytes, on folded header lines",
+    "rfc2047-q": "RFC 2047 encoded words (quoted-printable) of 7 bytes",
+    "base64-mime": "a MIME body's base64, 76 columns, CRLF",
+    "gzip-members": "three gzip members back to back, the value cut by both ends",
+    "bz2-streams": "two bz2 streams back to back", "xz-streams": "two xz streams, padded",
+    "zstd-frames": "four zstd frames back to back",
+    "utf16le/base64": "base64 in a UTF-16LE line", "utf16be/hex": "hex in a UTF-16BE line",
+    "xxd": "`xxd`'s dump", "hexdump-C": "`hexdump -C`'s dump", "od-tx1": "`od -An -tx1`'s dump",
+    "xxd-p": "`xxd -p`'s dump (hex lines of 60)",
+}
+#: Framings whose text structure (lines, runs, words) is looked for in text: a deleted row's bytes in a database's
+#: raw pages carry none (`channels`: sqlite.freed).
+TEXT_FRAMINGS = frozenset(FRAMINGS) - {"base64-mime", "gzip-members", "bz2-streams", "xz-streams", "zstd-frames"}
 BY_NAME = {e.name: e for e in ENCODINGS}

@@ -1,5 +1,6 @@
 """The scorecard's figures: per channel and overall, true and false positives and negatives, recall, false-positive
-rate and Youden's index (recall minus false-positive rate), with every miss and every false positive listed."""
+rate and Youden's index (recall minus false-positive rate), with every miss and every false positive listed; and the
+same per framing (`encodings.FRAMINGS`), over the channels that carry it (counted in the channels' too)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from harness.core.files import write_private
 from harness.core.findings import Finding
 from harness.proof.cases import Case
 from harness.proof.channels import Channel
+from harness.proof.encodings import FRAMINGS
 
 
 @dataclass
@@ -45,6 +47,10 @@ class Tally:
                 "fpr": round(self.fpr, 4), "youden": round(self.youden, 4)}
 
 
+def _row(name: str, t: Tally) -> str:
+    return f"{name:<18} {t.tp:>5} {t.fn:>4} {t.fp:>4} {t.tn:>5}  {t.recall:>6.4f}  {t.fpr:>6.4f}  {t.youden:>6.4f}"
+
+
 def sees(case: Case, channel: Channel, finding: Finding) -> bool:
     """Whether `finding` reports the case's canary as its channel should (a decoy: any finding of its kinds)."""
     if finding.kind not in channel.kinds:
@@ -62,6 +68,7 @@ class Scorecard:
     seed: int
     quick: bool
     channels: dict[str, Tally] = field(default_factory=dict)
+    framings: dict[str, Tally] = field(default_factory=dict)  # the cases of each framing, every channel's
     misses: list[dict[str, Any]] = field(default_factory=list)
     false_positives: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
@@ -71,6 +78,8 @@ class Scorecard:
         findings = list(findings)
         reported = any(sees(case, channel, f) for f in findings)
         self.channels.setdefault(channel.name, Tally()).add(case.positive, reported)
+        if case.encoding in FRAMINGS:
+            self.framings.setdefault(case.encoding, Tally()).add(case.positive, reported)
         got = sorted({f"{f.kind}:{f.victim}:{f.canary}:{f.encoding}" for f in findings})
         if case.positive and not reported:
             self.misses.append(case.summary() | {"reader": channel.name, "got": got})
@@ -87,6 +96,7 @@ class Scorecard:
     def to_dict(self) -> dict[str, Any]:
         return {"version": 1, "seed": self.seed, "quick": self.quick, "seconds": round(self.seconds, 1),
                 "overall": self.overall.to_dict(), "channels": {n: t.to_dict() for n, t in self.channels.items()},
+                "framings": {n: t.to_dict() for n, t in self.framings.items()},
                 "misses": self.misses, "false_positives": self.false_positives}
 
     def write(self, path: Path) -> None:
@@ -100,8 +110,10 @@ class Scorecard:
         for name, t in [*self.channels.items(), ("overall", self.overall)]:
             if name == "overall":
                 rows.append("-" * len(head))
-            rows.append(f"{name:<18} {t.tp:>5} {t.fn:>4} {t.fp:>4} {t.tn:>5}  {t.recall:>6.4f}  {t.fpr:>6.4f}  "
-                        f"{t.youden:>6.4f}")
+            rows.append(_row(name, t))
+        if self.framings:
+            rows += ["", head.replace("channel", "framing", 1), "-" * len(head)]
+            rows += [_row(name, t) for name, t in self.framings.items()]
         for title, items in (("missed", self.misses), ("false positive", self.false_positives)):
             rows += [f"{title}: {i['reader']} {i['encoding']} {i['kind']} {i['decoy'] or ''} ({i['case']}) "
                      f"got {', '.join(i['got']) or 'nothing'}" for i in items[:limit]]

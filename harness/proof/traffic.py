@@ -73,6 +73,16 @@ def _sse(case: Case, rng: random.Random) -> Answer:
     return Answer(200, (("content-type", "text/event-stream"),), body.encode())
 
 
+def _ndjson(case: Case, rng: random.Random) -> Answer:
+    """The payload split at two random places over three chunks of a streaming provider's NDJSON response."""
+    text = f"note {case.id}: {case.payload.decode()}"
+    a, b = sorted(rng.sample(range(1, len(text)), 2))
+    chunks = [{"model": "m", "message": {"role": "assistant", "content": part}, "done": False}
+              for part in (text[:a], text[a:b], text[b:])]
+    body = "".join(json.dumps(c) + "\n" for c in [*chunks, {"model": "m", "done": True}])
+    return Answer(200, (("content-type", "application/x-ndjson"),), body.encode())
+
+
 def _probe(case: Case, tenant: Tenant) -> bytes:
     """A main turn whose tool result is the env probe's output, the payload in a variable of the environment
     (masked in the plain listing when it is a secret, as Hermes masks secrets there; whole in the base64 dump)."""
@@ -107,6 +117,8 @@ def request_of(case: Case, registry: Registry, rng: random.Random) -> Request:
         return Request(case.id, port, path, headers, clean, Answer(200, tuple(answer_headers.items()), body))
     if case.channel == "response.sse":
         return Request(case.id, port, path, headers, clean, _sse(case, rng))
+    if case.channel == "response.ndjson":
+        return Request(case.id, port, path, headers, clean, _ndjson(case, rng))
     if case.channel == "env":
         return Request(case.id, port, path, headers, _probe(case, tenant))
     body, extra = _body(case)

@@ -1,7 +1,9 @@
 """Streaming decoders for every layer a canary can hide in: compression (gzip, zlib, raw deflate, xz, lzma,
 bz2, zstd, brotli), HTTP chunked transfer-encoding, and the text encodings: base64 blocks (wrapped at any
 column, with real or JSON-escaped line breaks), hex, percent-encoding (`url`) and JSON string escapes
-(`json`).
+(`json`); and the framings that cut or wrap a value, each decoded in its own module: markup character
+references (`html`, `markup`), quoted-printable and encoded words (`qp`, `rfc2047`, `mail`), UTF-16 text
+(`utf16le`, `utf16be`, `utf16`) and hex dumps (`hexdump`, `dumps`).
 
 `decode(codec, chunks, progress)` is a generator: it pulls input chunks only as it needs them and yields
 output pieces of at most `PIECE` bytes, so no stream, however large, and no bomb is ever held whole. The
@@ -16,25 +18,31 @@ mitmproxy dependencies.
 from __future__ import annotations
 
 import binascii
+import functools
 import json
 import re
 import struct
 import urllib.parse
 from collections.abc import Iterable, Iterator
 
-from harness.detect.engine import compressed
-from harness.detect.engine.compressed import COMPRESSION, HEAD, plausible
-from harness.detect.engine.progress import PIECE, Chunk, Progress, in_steps
+from harness.detect.engine import compressed, dumps, mail, markup, utf16
+from harness.detect.engine.compressed import COMPRESSION, HEAD, MEMBERS, plausible
+from harness.detect.engine.progress import PIECE, Chunk, Progress, in_steps, text_bytes
 
-#: Text encodings: each decodes a run of its characters (or a JSON string) to fewer bytes.
-TEXT = ("base64", "hex", "url", "json")
+#: Text encodings and framings: each decodes a run of its characters (a JSON string, a run of character references,
+#: quoted-printable lines, encoded words, UTF-16 text, a hex dump's lines) to fewer bytes.
+TEXT = ("base64", "hex", "url", "json", "html", "qp", "rfc2047", "utf16le", "utf16be", "hexdump")
 #: Archive members: a tar member, a zip entry stored as it is.
 ARCHIVE = ("tar", "zip")
 CODECS = (*COMPRESSION, "chunked", *TEXT, *ARCHIVE)
 #: The decoders whose output keeps every byte they do not decode (an escape, a chunk's size line, a member's
 #: header): what starts inside their input also starts in their output.
 KEEPING = frozenset({"chunked", "json", "url", *ARCHIVE})
-__all__ = ["CODECS", "COMPRESSION", "HEAD", "KEEPING", "PIECE", "TEXT", "Chunk", "Progress", "decode", "plausible"]
+#: The framings that join lines: what they decode goes on past where a layer that keeps what it does not decode
+#: (a percent-encoded run, a JSON string) ends, so starting inside one does not make them its output's.
+LINES = frozenset({"qp", "rfc2047", "hexdump"})
+__all__ = ["CODECS", "COMPRESSION", "HEAD", "KEEPING", "LINES", "MEMBERS", "PIECE", "TEXT", "Chunk", "Progress",
+           "decode", "plausible"]
 
 
 def decode(codec: str, chunks: Iterable[Chunk], progress: Progress) -> Iterator[bytes]:
@@ -197,7 +205,7 @@ def _json(steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
     """Decode the rest of a JSON string (from just after its opening quote) up to its closing quote.
 
     An escape of a character below U+0100 gives one byte (binary data written as a JSON string:
-    `\\u001f\\u008b`); a string that holds a character above it gives UTF-8 (`_as_bytes`)."""
+    `\\u001f\\u008b`); a string that holds a character above it gives UTF-8 (`text_bytes`)."""
     carry = b""  # an escape cut by the step's end
     for step in steps:
         data = carry + bytes(step)
@@ -254,26 +262,14 @@ def _unescape(raw: bytes) -> tuple[bytes, int]:
     up to its first invalid escape)."""
     text = raw.decode("utf-8", "surrogateescape")
     try:
-        return _as_bytes(_JSON.decode(f'"{text}"')), len(raw)
+        return text_bytes(_JSON.decode(f'"{text}"')), len(raw)
     except json.JSONDecodeError as exc:
         good = text[: max(0, exc.pos - 1)]
         good_raw = good.encode("utf-8", "surrogateescape")
         try:
-            return _as_bytes(_JSON.decode(f'"{good}"')), len(good_raw)
+            return text_bytes(_JSON.decode(f'"{good}"')), len(good_raw)
         except json.JSONDecodeError:
             return b"", 0
-
-
-def _as_bytes(text: str) -> bytes:
-    """Characters below U+0100 as one byte each when all are; else UTF-8 (raw undecodable bytes as they were)."""
-    try:
-        return text.encode("latin-1")
-    except UnicodeEncodeError:
-        pass
-    try:
-        return text.encode("utf-8", "surrogateescape")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "surrogatepass")
 
 
 # -- archive members ----------------------------------------------------------------------------------------
@@ -318,4 +314,7 @@ def _fill(steps: Iterator[memoryview], buf: bytes, size: int) -> bytes:
     return buf
 
 
-_TEXT_DECODERS = {"base64": _base64, "chunked": _chunked, "hex": _hex, "url": _url, "json": _json}
+_TEXT_DECODERS = {"base64": _base64, "chunked": _chunked, "hex": _hex, "url": _url, "json": _json,
+                  "html": markup.decode, "qp": mail.quoted_printable, "rfc2047": mail.encoded_words,
+                  "utf16le": functools.partial(utf16.decode, "utf16le"),
+                  "utf16be": functools.partial(utf16.decode, "utf16be"), "hexdump": dumps.decode}

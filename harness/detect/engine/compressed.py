@@ -76,6 +76,7 @@ def _stdlib(d, steps: Iterator[memoryview], progress: Progress) -> Iterator[byte
             if d.eof:
                 progress.consumed += len(step) - len(d.unused_data)
                 progress.eof = True
+                _give_back(steps, d.unused_data)
                 return
             if d.needs_input:
                 break
@@ -106,6 +107,7 @@ def _zlib(d: zlib._Decompress, steps: Iterator[memoryview], progress: Progress, 
         if d.eof:
             progress.consumed += len(step) - len(d.unused_data)
             progress.eof = True
+            _give_back(steps, d.unused_data)
             return
         progress.consumed += len(step)
 
@@ -217,7 +219,15 @@ def _brotli_end(data: bytes) -> int | None:
 
 
 def decode(codec: str, steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
-    """The output of the compressed stream of `codec` (one of COMPRESSION) read from `steps`."""
+    """The output of the compressed stream of `codec` (one of COMPRESSION) read from `steps`; for a format of
+    `MEMBERS`, of every member that follows it back to back (`_members`)."""
+    if codec in MEMBERS:
+        yield from _members(codec, Pushback(steps), progress)
+    else:
+        yield from _one(codec, steps, progress)
+
+
+def _one(codec: str, steps: Iterator[memoryview], progress: Progress) -> Iterator[bytes]:
     if codec in ("gzip", "zlib", "deflate"):
         # Only a gzip member (a checked header) gets the failing step's prefix back: a zlib or deflate start
         # found by its two magic bytes is mostly chance, and the search would cost more than it saves.
@@ -227,3 +237,72 @@ def decode(codec: str, steps: Iterator[memoryview], progress: Progress) -> Itera
         yield from _brotli(steps, progress)
     else:
         yield from _stdlib(_decompressor(codec), steps, progress)
+
+
+#: Formats whose files may hold several streams back to back, which their own tools decompress as one output
+#: (`cat a.gz b.gz`, pigz and bgzip write gzip members, pbzip2 bz2 streams, pzstd zstd frames, `xz` streams with
+#: their padding): the magic number each member starts with, and the NUL bytes allowed before it.
+MEMBERS = {"gzip": (b"\x1f\x8b\x08", 0), "bz2": (b"BZh", 0), "xz": (b"\xfd7zXZ\x00", 1024),
+           "zstd": (b"\x28\xb5\x2f\xfd", 0)}
+
+
+class Pushback:
+    """Input steps, with bytes a decoder read past its stream's end given back (`give_back`) to be read first."""
+
+    def __init__(self, steps: Iterator[memoryview]) -> None:
+        self._steps = steps
+        self._back: list[memoryview] = []
+
+    def __iter__(self) -> Pushback:
+        return self
+
+    def __next__(self) -> memoryview:
+        return self._back.pop() if self._back else next(self._steps)
+
+    def give_back(self, data: bytes | memoryview) -> None:
+        if data:
+            self._back.append(memoryview(data))
+
+    def drop(self, size: int) -> None:
+        """Read `size` bytes and forget them."""
+        while size > 0 and (step := next(self, None)) is not None:
+            self.give_back(step[size:])
+            size -= len(step)
+
+    def peek(self, size: int) -> bytes:
+        """Up to `size` next bytes, left to be read again."""
+        taken: list[memoryview] = []
+        have = 0
+        while have < size and (step := next(self, None)) is not None:
+            taken.append(step)
+            have += len(step)
+        self._back += reversed(taken)
+        return b"".join(bytes(t) for t in taken)[:size]
+
+
+def _give_back(steps: Iterator[memoryview], data: bytes) -> None:
+    if isinstance(steps, Pushback):
+        steps.give_back(data)
+
+
+def _members(codec: str, steps: Pushback, progress: Progress) -> Iterator[bytes]:
+    """Every member of a `MEMBERS` format from the first on, as one output: a value cut by a member's end is whole
+    again. A member whose decoding fails ends the output where its decodable prefix does; the members before it
+    count as ended (`eof`)."""
+    magic, padding = MEMBERS[codec]
+    yield from _one(codec, steps, progress)
+    while progress.eof and not progress.error:
+        head = steps.peek(padding + len(magic))
+        skip = len(head) - len(head.lstrip(b"\0"))
+        skip -= skip % 4  # xz stream padding comes in multiples of four bytes
+        if not head.startswith(magic, skip):
+            return
+        steps.drop(skip)
+        member = Progress()
+        try:
+            yield from _one(codec, steps, member)
+        except ERRORS:
+            member.eof = False  # damaged, or a magic number by chance: the output ends where its prefix does
+        progress.consumed += skip + member.consumed
+        if not member.eof:
+            return

@@ -27,7 +27,8 @@ from typing import NamedTuple
 import ahocorasick_rs
 import stringzilla
 
-from harness.detect.engine import codecs
+from harness.detect.engine import codecs, dumps, mail, markup, signs, utf16, wrapped
+from harness.detect.engine.wrapped import LINE_LOOKBACK
 
 #: Decoded stream starts, by magic number. The base64 forms of compressed streams start a base64 block.
 _MAGICS = (
@@ -40,33 +41,17 @@ _MAGICS = (
     *((m, "base64") for m in (b"H4sI", b"/Td6WFo", b"QlpoO", b"QlpoM", b"QlpoN", b"KLUv/")),
     *((m, "chunked") for m in (b"chunked", b"Chunked", b"CHUNKED")),  # a Transfer-Encoding header's value
     (b"\\u00", "json"), (b"\\r\\n", "json"),  # in a JSON string: an escape of a byte, an escaped line break
+    (b"\\\\r\\\\n", "json"),  # ... escaped again (a JSON string holding JSON)
     (b"\x00ustar\x00", "tar"), (b"\x00ustar  \x00", "tar"),  # a tar header's magic (POSIX, GNU), 257 bytes in
 )
 # Leftmost-first, not overlapping, is what lets ahocorasick-rs use its SIMD searcher: 10-25x faster on text
 # (no two magic numbers overlap, so no start is lost). A tar header holds NUL bytes: its magic is looked for
-# in binary windows only (in text it made the search 1.7x slower).
+# in binary windows only (in text it made the search 1.7x slower). The signs of the text framings are looked for
+# in text only (`signs`: in a compressed stream's bytes they are chance).
 _MAGIC_NAMES = [[name for _, name in _MAGICS if binary or name != "tar"] for binary in (False, True)]
 _MAGIC_AUTOMATA = [ahocorasick_rs.BytesAhoCorasick([m for m, name in _MAGICS if binary or name != "tar"],
                                                    matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
                    for binary in (False, True)]
-_B64_CHARS = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/-_")
-#: A line break followed by a base64 character: inside a wrapped block, if a line of them comes before.
-#: One automaton per kind of break (each small enough for the SIMD searcher), or a regex (`_breaks`).
-_BREAK_AUTOMATA = [
-    ahocorasick_rs.BytesAhoCorasick([brk + bytes([c]) for c in sorted(_B64_CHARS)],
-                                    matchkind=ahocorasick_rs.MatchKind.LeftmostFirst)
-    for brk in (b"\n", b"\\n")
-]
-#: Characters a wrapped block's line must have before a break (shorter lines are not taken for base64).
-MIN_LINE = 16
-_B64_CLASS = rb"[A-Za-z0-9+/_-]"
-_DENSE = 256  # breaks in a window's first 64 KiB above which the regex is used (logs, prose)
-_LINE_TAIL = re.compile(rb"%s{%d}|%s{%d}\r" % (_B64_CLASS, MIN_LINE, _B64_CLASS, MIN_LINE - 1))
-_WRAPPED_LINE = re.compile(rb"\n(?:(?<=%s{16}\n)|(?<=%s{16}\r\n))%s" % (_B64_CLASS, _B64_CLASS, _B64_CLASS))
-#: How far back the start of a wrapped block's line is looked for.
-LINE_LOOKBACK = 4096
-_BREAK_BEFORE = re.compile(rb"(?:\r?\n|\\+r\\+n|\\+n)$")
-_BLOCK_OPENERS = frozenset(b"\n\"' \t:,=(>")
 _CHUNKED_HEADER = re.compile(rb"(?i)transfer-encoding:[ \t]*chunked[ \t]*\r\n(?:[^\r\n]+\r\n)*\r\n")
 _CHUNK_LINE = re.compile(rb"[0-9a-fA-F]{1,8}[ \t]*(?:;[^\r\n]*)?\r\n")
 _BZ2_BLOCK = (b"1AY&SY", b"\x17rE8P\x90")
@@ -85,25 +70,47 @@ class Start(NamedTuple):
     sign: str
 
 
-def layer_starts(window: bytes, *, top: bool, min_bytes: int) -> list[Start]:
+def layer_starts(window: bytes, *, top: bool, min_bytes: int, paged: bool = False,
+                 text_signs: signs.Signs | None = None) -> list[Start]:
     """Every layer that may start in `window`, in the order to decode them: by offset, and at one offset a
     layer that keeps the bytes it does not decode first (`codecs.KEEPING`: what starts inside it starts in
     its output too). `top`: the window starts a stream, where the formats without a magic number are tried.
-    `min_bytes`: the fewest bytes a run must decode to (no layer shorter than a canary can hold one)."""
+    `min_bytes`: the fewest bytes a run must decode to (no layer shorter than a canary can hold one). `paged`:
+    a database's raw pages, whose text the database is read for (no UTF-16 run is looked for there).
+    `text_signs`: `signs.find` of the window, when the caller has it already."""
     # Runs are text: not looked for in binary data (NUL bytes in its first 4 KiB: raw SQLite pages, archives,
     # compressed or random bytes, whose text is scanned where it is decoded, as a cell, a member or a stream);
     # a wrapped block not in a window with no line break, real or escaped, either (memchr: most SQLite cells).
     text = window.count(0, 0, 4096) < 4
     starts, escapes = _magic_starts(window, text)
-    if escapes:
-        starts += _json_strings(window, escapes)
+    stray: list[int] = []  # a framing's lines made by a JSON string's escaped line breaks
     if text:
+        found = signs.find(window) if text_signs is None else text_signs
+        if found[signs.QP] or found[signs.WORD] or found[signs.REFERENCE]:
+            starts += _framings(window, found, min_bytes)
+        escapes += [(pos + 1, end) for pos, end in found[signs.QP_ESCAPED]  # the JSON string, decoded first
+                    if mail.escaped_soft_break(window, pos)]
         if b"\n" in window or (b"\\" in window and b"\\n" in window):
-            starts += _wrapped_blocks(window)
+            for pos, codec, seen in wrapped.blocks(window):
+                if codec == wrapped.ESCAPED:
+                    stray.append(pos)
+                else:
+                    starts.append(Start(pos, codec, seen, MAGIC))
         if len(window) >= min_bytes:
-            starts += _runs(window, min_bytes)
+            marks = b64_marks(window)
+            starts += _runs(window, marks, min_bytes)
             if b"%" in window:
                 starts += _url_runs(window, min_bytes)
+            if found[signs.DUMP_HEAD] or window.startswith((b"000", b" ")):
+                dumped, rows = dumps.starts(window, marks, found[signs.DUMP_HEAD], min_bytes)
+                starts += [Start(first, "hexdump", seen, RUN) for first, seen in dumped]
+                stray += rows
+    if escapes:
+        starts += _json_strings(window, sorted(escapes))
+    if not paged and 0 in window:
+        starts += [Start(pos, codec, seen, RUN) for pos, codec, seen in utf16.starts(window, min_bytes)]
+    if stray:
+        starts += escaped_strings(window, sorted(stray))
     if top and not (starts and any(s.pos == 0 and s.codec not in codecs.TEXT for s in starts)):  # no magic number
         starts += [Start(0, codec, 1, BARE) for codec in _headerless(window)]
     if len(starts) < 2:
@@ -120,7 +127,9 @@ def island_starts(window: bytes, min_bytes: int) -> list[Start]:
     """The runs (base64, hex, percent-encoded) and wrapped base64 blocks of a binary window, which `layer_starts`
     looks for in text only: for a database's raw pages, where a deleted row's text is no value any more, so no
     cell's stream holds it. A run stops at the first byte that is none of its characters, a NUL byte too."""
-    starts = _runs(window, min_bytes) + _wrapped_blocks(window)
+    starts = _runs(window, b64_marks(window), min_bytes) + [Start(pos, codec, seen, MAGIC)
+                                                           for pos, codec, seen in wrapped.blocks(window)
+                                         if codec != wrapped.ESCAPED]
     return starts + _url_runs(window, min_bytes) if b"%" in window else starts
 
 
@@ -156,7 +165,7 @@ def _magic_starts(window: bytes, text: bool) -> tuple[list[Start], list[tuple[in
             if window[pos + 4 : pos + 10] in _BZ2_BLOCK and window[pos + 3 : pos + 4] in b"123456789":
                 starts.append(Start(pos, "bz2", end, MAGIC))
         elif name == "base64":
-            if (pos == 0 or window[pos - 1] not in _B64_CHARS) and len(window) - pos > MIN_LINE:
+            if (pos == 0 or window[pos - 1] not in wrapped.B64_CHARS) and len(window) - pos > wrapped.MIN_LINE:
                 starts.append(Start(pos, "base64", end, MAGIC))
         elif name == "chunked":
             header = _CHUNKED_HEADER.search(window, max(0, pos - 64), pos + 8192)
@@ -170,6 +179,19 @@ def _magic_starts(window: bytes, text: bool) -> tuple[list[Start], list[tuple[in
         else:
             starts.append(Start(pos, name, end, MAGIC))
     return starts, escapes
+
+
+def _framings(window: bytes, found: signs.Signs, min_bytes: int) -> list[Start]:
+    """The starts the signs of the text framings show: quoted-printable (a soft line break, on a line of text, not
+    the end of an encoded word), encoded words, runs of character references."""
+    starts = []
+    for pos, end in found[signs.QP]:
+        first = mail.qp_start(window, pos)
+        if first is not None and not mail.word_ends(window, pos):
+            starts.append(Start(first, "qp", end, MAGIC))
+    starts += [Start(pos, "rfc2047", end, MAGIC) for pos, end in found[signs.WORD] if mail.WORD.match(window, pos)]
+    references = [pos for pos, _ in found[signs.REFERENCE]]
+    return starts + [Start(first, "html", seen, RUN) for first, seen in markup.starts(window, references, min_bytes)]
 
 
 #: What follows `\u00` in an escape of a byte that is no printable ASCII character (binary data); `\r\n`
@@ -210,18 +232,51 @@ def _opening_quote(window: bytes, pos: int) -> int:
     return -1
 
 
+def escaped_strings(window: bytes, positions: list[int]) -> list[Start]:
+    """The JSON string around each of `positions` (in order) that holds escaped line breaks (`\\n`): the lines of
+    a framing written in a JSON string, as a tool's output is (a dump, quoted-printable, line-delimited records),
+    which the framing's decoder reads once the string is decoded. Each from just after its opening quote (looked
+    for up to LINE_LOOKBACK bytes back; else just after the escaped break before the position)."""
+    starts = []
+    string_end = -1
+    for pos in positions:
+        if pos < string_end:
+            continue
+        line = window.rfind(b"\n", max(0, pos - LINE_LOOKBACK), pos) + 1  # a JSON string holds no real break
+        brk = window.rfind(b"\\n", line, pos)
+        if brk < 0:  # on the string's first line, maybe
+            brk = window.find(b"\\n", pos, pos + LINE_LOOKBACK)
+            if brk < 0 or b"\n" in window[pos:brk]:
+                continue
+        quote = _opening_quote(window, pos)
+        if quote >= line:
+            first = quote + 1
+        elif brk < pos:
+            first = brk + 2
+        else:
+            continue
+        starts.append(Start(first, "json", pos + 1, RUN))
+        close = codecs.closing_quote(window, pos)
+        string_end = len(window) if close < 0 else close
+    return starts
+
+
 #: Each byte as 1 if it is a base64 character (standard or URL-safe), else 0.
-_B64_MAP = bytes(c in _B64_CHARS for c in range(256))
+_B64_MAP = bytes(c in wrapped.B64_CHARS for c in range(256))
 
 
-def _runs(window: bytes, min_bytes: int) -> list[Start]:
+def b64_marks(window: bytes) -> bytes:
+    """Each byte of `window` as 1 if it is a base64 character (a hex digit too), else 0 (StringZilla's `translate`,
+    SIMD, the same bytes as `bytes.translate` in a twentieth of its time on 256 KiB)."""
+    return stringzilla.translate(window, _B64_MAP)
+
+
+def _runs(window: bytes, marks: bytes, min_bytes: int) -> list[Start]:
     """The runs of base64 characters that decode to `min_bytes` or more, and the runs of hex digits inside
-    them that do, from their first character (StringZilla's `translate`, SIMD, the same bytes as
-    `bytes.translate` in a twentieth of its time on 256 KiB; then `bytes.find`)."""
+    them that do, from their first character (`marks`: `b64_marks`, searched with `bytes.find`)."""
     length, probe, hex_run = _run_probes(min_bytes)
     if len(window) < length:
         return []
-    marks = stringzilla.translate(window, _B64_MAP)
     pos = marks.find(probe)
     if pos < 0:
         return []
@@ -263,78 +318,6 @@ def _url_runs(window: bytes, min_bytes: int) -> list[Start]:
             pos = max(pos + 1, end)
         pos = window.find(b"%", pos + 1)
     return starts
-
-
-def _wrapped_blocks(window: bytes) -> list[Start]:
-    """Every base64 block in `window` that holds a line break (a break after a line of at least MIN_LINE
-    base64 characters, followed by one), from its first character; seen at the end of its first break."""
-    starts = []
-    block_end = -1
-    for pos, end in _breaks(window):
-        if pos <= block_end:
-            continue
-        line = _line(window, pos)
-        if line is None:
-            continue
-        starts.append(Start(_block_start(window, *line), "base64", end, MAGIC))
-        m = codecs.B64_BLOCK.match(window, pos)
-        block_end = m.end() if m else pos
-    return starts
-
-
-def _breaks(window: bytes) -> list[tuple[int, int]]:
-    """(start, end) of the line breaks that may be inside a base64 block, in order. Real line breaks: the
-    automaton, unless a probe of the window's first 64 KiB finds them dense (logs and prose, where most
-    lines start with a letter or a digit): there a regex checks the line before every break in C."""
-    # No `b"\\n" in window` first: CPython searches for a two-byte string at 1.4 ns a byte, the automaton
-    # (a rare first byte) at 0.015.
-    out = [(s, e) for _, s, e in _BREAK_AUTOMATA[1].find_matches_as_indexes(window)]
-    lf = _BREAK_AUTOMATA[0]
-    if len(lf.find_matches_as_indexes(memoryview(window)[: 1 << 16])) > _DENSE:
-        out += [(m.start(), m.end()) for m in _WRAPPED_LINE.finditer(window)]
-    else:  # the line before each break is checked in C too; `_line_start` sees only the lines that pass
-        out += [(s, e) for _, s, e in lf.find_matches_as_indexes(window)
-                if s >= MIN_LINE and _LINE_TAIL.match(window, s - MIN_LINE, s)]
-    return sorted(out)
-
-
-def _line(window: bytes, brk: int) -> tuple[int, int] | None:
-    """Where the line ending at the break `brk` starts, and its length, if it is MIN_LINE to LINE_LOOKBACK
-    base64 characters (`brk` is the break's LF or the backslash of its `\\n`; a CR or `\\r` before it is
-    skipped)."""
-    end = brk
-    while end > 0 and window[end - 1] in b"\r\\":  # the CR of CRLF, or backslashes of a nested `\\n`
-        end -= 1
-    if end > 1 and window[end - 1] == ord("r") and window[end - 2] == ord("\\"):  # an escaped `\\r\\n`
-        end -= 1
-        while end > 0 and window[end - 1] == ord("\\"):
-            end -= 1
-    start, lo = end, max(0, end - LINE_LOOKBACK)
-    while start > lo and window[start - 1] in _B64_CHARS:
-        start -= 1
-    if start == lo and lo > 0:
-        return None  # longer than any wrapped line: not a line of a wrapped block
-    return (start, end - start) if end - start >= MIN_LINE else None
-
-
-def _block_start(window: bytes, line_start: int, width: int) -> int:
-    """The block's first character: walk back over the lines before `line_start` while each is a whole
-    line of `width` base64 characters, as an encoder wraps them (the one before an empty line, a shorter
-    or longer line, or text, is not part of the block)."""
-    while True:
-        m = _BREAK_BEFORE.search(window, max(0, line_start - 8), line_start)
-        if m is None:
-            return line_start
-        start = m.start()
-        while start > 0 and window[start - 1] in _B64_CHARS:
-            start -= 1
-        if start > 0 and window[start - 1] == ord("\\"):
-            start += 1  # the letter of an escaped break (`\\n`) before the line: the line starts after it
-        elif start > 0 and window[start - 1] not in _BLOCK_OPENERS:
-            return line_start  # the line starts in the middle of text
-        if m.start() - start != width:
-            return line_start  # an empty line, or one of another width: not the block's
-        line_start = start
 
 
 #: Printable ASCII, tab and line breaks.

@@ -4,12 +4,14 @@ bounds it reads within (`Limits`).
 Reporting scheme (`ScanHit`):
 - `container` is None for the raw bytes, else the layers joined by `/`: `gzip`, `zlib`, `deflate`, `xz`,
   `lzma`, `bz2`, `zstd`, `br`, `chunked`, `base64`, `hex`, `url` (percent-encoding), `json` (a JSON string's
-  escapes), `sqlite:<table>.<column>#<rowid>`, e.g.
+  escapes), the framings `html`, `qp`, `rfc2047`, `utf16le`, `utf16be`, `hexdump` and `records:<JSON path>` (the
+  text records spread over that path), `sqlite:<table>.<column>#<rowid>`, e.g.
   `sqlite:messages.content#3/gzip` for a gzip blob in a cell, `base64/gzip` for a gzip in a base64 block.
 - `offset` is the canary's byte offset inside the innermost layer (decoded bytes, or the cell value as
   UTF-8 / blob bytes); `layers` also records where each layer starts in its parent (None for a cell).
 - `encoding` is the matcher's encoding prefixed by every decoded layer, a trailing `plain` dropped:
-  `plain`, `base64`, `gzip` (plain text in a gzip stream), `gzip/base64`, `base64/gzip`, `zlib/utf16le`.
+  `plain`, `base64`, `gzip` (plain text in a gzip stream), `gzip/base64`, `base64/gzip`, `zlib/utf16le`; a
+  layer's name without what follows its `:` (`records/base64`).
   SQLite is a container, not an encoding: a plain canary in a cell has encoding `plain`.
 - `location(label)`: `path@OFFSET` for the raw bytes, `path@AT:gzip@OFFSET` in a stream that starts at AT,
   `path:sqlite:messages.content#3@OFFSET` in a cell.
@@ -114,7 +116,7 @@ class ScanHit:
 
     @property
     def encoding(self) -> str:
-        codecs_ = [name for name, at in self.layers if at is not None]
+        codecs_ = [name.partition(":")[0] for name, at in self.layers if at is not None]
         if self.hit.encoding != "plain" or not codecs_:
             codecs_.append(self.hit.encoding)
         return "/".join(codecs_)

@@ -209,7 +209,18 @@ class Matcher:
         `exclude` names a tenant whose canaries are not reported (the rules apply to each canary alone)."""
         if self._automaton is None or not data:
             return []
+        return self._find(data, self._triggers.find(data), exclude)
+
+    def find_marked(self, data: bytes | bytearray | memoryview) -> tuple[list[Hit], list[int] | None]:
+        """`find`'s hits, and where a form of the marker starts in `data`, in order (None without the prefilter: a
+        canary need not hold one)."""
+        if self._automaton is None or not data:
+            return [], [] if self._prefiltered else None
         marks = self._triggers.find(data)
+        return self._find(data, marks, None), marks[WINDOW] if self._prefiltered else None
+
+    def _find(self, data: bytes | bytearray | memoryview, marks: dict[str, list[int]],
+              exclude: str | None) -> list[Hit]:
         if self._prefiltered and not any(marks.values()):
             return []  # no marker form, no double-base64 trigger, no escape: nothing can match
         found = self._direct(data, marks)

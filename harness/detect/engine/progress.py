@@ -1,8 +1,9 @@
-"""What every streaming decoder shares: the pieces it reads and yields, and what it did (`Progress`)."""
+"""What every streaming decoder shares: the pieces it reads and yields, what it did (`Progress`), and how a stream is
+read again from an offset (`Reopen`)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 #: Output bytes per yielded piece.
@@ -10,6 +11,7 @@ PIECE = 1 << 20
 #: Input bytes per decoder call (a corrupt zlib stream keeps the output of the calls before the damage).
 STEP = 1 << 16
 Chunk = bytes | bytearray | memoryview
+Reopen = Callable[[int], Iterator[bytes]]  # a stream's bytes again, from an offset
 
 
 @dataclass
@@ -26,3 +28,26 @@ def in_steps(chunks: Iterable[Chunk]) -> Iterator[memoryview]:
         view = memoryview(chunk)
         for i in range(0, len(view), STEP):
             yield view[i : i + STEP]
+
+
+def bytes_reopen(data: bytes | memoryview) -> Reopen:
+    """The bytes of `data` again, from an offset (a buffer's `Reopen`)."""
+
+    def again(offset: int) -> Iterator[bytes]:
+        if offset < len(data):
+            yield bytes(data[offset:])
+
+    return again
+
+
+def text_bytes(text: str) -> bytes:
+    """Decoded text as bytes: characters below U+0100 as one byte each when all are (binary data written as text, as
+    `\\u001f\\u008b` or `&#31;&#139;`), else UTF-8 (raw undecodable bytes as they were)."""
+    try:
+        return text.encode("latin-1")
+    except UnicodeEncodeError:
+        pass
+    try:
+        return text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")

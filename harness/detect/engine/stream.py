@@ -11,7 +11,8 @@ from pathlib import Path
 
 from harness.detect.engine.hits import DEFAULT_LIMITS, Limits, NotInspected, ScanHit
 from harness.detect.engine.matcher import Matcher
-from harness.detect.engine.walk import WINDOW, LayerWalk, bytes_reopen
+from harness.detect.engine.progress import bytes_reopen
+from harness.detect.engine.walk import WINDOW, LayerWalk
 
 
 def scan_bytes(

@@ -9,10 +9,8 @@ One loop composes every layer with every other (`LayerWalk.stream`): in each win
 canaries, then every layer that starts there, of every kind, and scans what each decodes to exactly as it
 scans a file (the same finders, the same decoders, a stream without a magic number tried at its start),
 so a chain of layers is found in any order, to `Limits.depth`. SQLite files (`SQLite format 3\\0`) are
-scanned twice: the raw bytes, and every value of every column of every table (FTS shadow tables and
-`sqlite_master` included) read with `sqlite3` from a private copy of the database and its
-`-wal`/`-journal`, so a canary that straddles an overflow page or lives only in the WAL is found; each
-value is scanned as a stream of its own too.
+scanned twice: the raw bytes, and every value of every table, read logically (`harness.detect.engine.database`),
+each value a stream of its own.
 
 A decoded layer counts against `Limits` (`stream_bytes` per stream, `total_bytes` per file, `depth`,
 `seconds`). A limit that stops reading is a `NotInspected` entry; one that left part of a file unread
@@ -25,29 +23,22 @@ layer with a magic number): a run of base64 or hex characters decodes to somethi
 
 from __future__ import annotations
 
-import shutil
-import sqlite3
-import tempfile
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 
-from harness.detect.engine import codecs, containers
+from harness.detect.engine import codecs, containers, database, records, signs
 from harness.detect.engine.containers import BARE, MAGIC, RUN, Start
 from harness.detect.engine.hits import Layer, Limits, NotInspected, ScanHit, Snippet, where
-from harness.detect.engine.matcher import Matcher
+from harness.detect.engine.matcher import Hit, Matcher
 from harness.detect.engine.pages import SQLITE_MAGIC, cut_extension, free_spans, page_grid
+from harness.detect.engine.progress import Reopen, bytes_reopen
 
 #: Bytes read per window (each window also holds the last `Matcher.longest` bytes of the one before).
 WINDOW = 4 << 20
-#: Rows of a table whose values `LayerWalk._cells` looks at together first.
-CELL_BATCH = 32
 #: Layers that re-encode bytes which are scanned raw too (a canary their raw bytes show is reported there).
-TRANSFORMS = frozenset({*codecs.TEXT, *codecs.KEEPING})
-
-Reopen = Callable[[int], Iterator[bytes]]  # the stream's bytes again, from an offset
-
+TRANSFORMS = frozenset({*codecs.TEXT, *codecs.KEEPING, "records"})
 
 
 class LayerWalk:
@@ -65,9 +56,11 @@ class LayerWalk:
         self.paged: dict[tuple[Layer, ...], tuple[int, int]] = {}  # a database's (or WAL's) raw stream -> its grid
         self.skipped: list[tuple[tuple[Layer, ...], str, int]] = []  # (layers, reason, bytes read)
         self.reads: list[tuple[int, int]] = []  # (start, end) of what each decoded top-level layer may have read
-        # A hit must lie whole in one window with the base64 character on either side of it, and a wrapped
-        # block's line (up to `containers.LINE_LOOKBACK` bytes) with the break after it.
-        self.overlap = max(matcher.longest + 8, containers.LINE_LOOKBACK + 8)
+        # A hit must lie whole in one window with the base64 character on either side of it, a wrapped block's
+        # line (up to `containers.LINE_LOOKBACK` bytes) with the break after it, and the records around a place a
+        # value may be cut across them (`records.REACH` on either side: the next window reassembles those near
+        # the end of this one).
+        self.overlap = max(matcher.longest + 8, containers.LINE_LOOKBACK + 8, 2 * records.REACH + 8)
 
     def stream(self, chunks: Iterable[bytes], layers: tuple[Layer, ...], reopen: Reopen, *, top: bool,
                sqlite_path: Path | None = None) -> None:
@@ -84,10 +77,10 @@ class LayerWalk:
             if (grid := page_grid(window[:100])) is not None:
                 self.paged[layers] = grid
             first = len(self.hits)
-            self._window(window, 0, (0, len(window)), skip, layers, reopen, top)
+            self._window(window, 0, (0, len(window), True), skip, layers, reopen, top)
             self._drop_cut_paths(window, layers, first)
             if window.startswith(SQLITE_MAGIC):
-                self._sqlite(layers, reopen, sqlite_path)
+                database.read(self, layers, reopen, sqlite_path)
             return
         owned_from = 0  # absolute offset: what ends at or before it was handled by an earlier window
         base = 0  # absolute offset of the window's first byte
@@ -101,7 +94,7 @@ class LayerWalk:
                 header = window[:100]
                 if (grid := page_grid(header)) is not None:
                     self.paged[layers] = grid
-            self._window(window, base, (owned_from, limit), skip, layers, reopen, top and base == 0)
+            self._window(window, base, (owned_from, limit, last), skip, layers, reopen, top and base == 0)
             owned_from = limit
             if last:
                 break
@@ -109,17 +102,17 @@ class LayerWalk:
             base += len(window) - len(tail)
         self._drop_cut_paths(header, layers, first)
         if header.startswith(SQLITE_MAGIC):
-            self._sqlite(layers, reopen, sqlite_path)
+            database.read(self, layers, reopen, sqlite_path)
 
     def resume(self, data: bytes, cut: int) -> None:
         """Scan a buffer from `cut` on, as the window after one that ended at `cut` (whose hits and reads the walk
         holds already): it starts `overlap` bytes before `cut` and owns what ends after it."""
         base = max(0, cut - self.overlap)
-        self._window(data[base:], base, (cut, len(data)), {}, (), bytes_reopen(data), top=False)
+        self._window(data[base:], base, (cut, len(data), True), {}, (), bytes_reopen(data), top=False)
 
     def _drop_cut_paths(self, header: bytes, layers: tuple[Layer, ...], first: int) -> None:
         """A database's raw bytes (and its WAL's) cut a value at every page boundary and where a cell's local
-        part ends (its overflow page's number follows); its cells (read whole by `_sqlite`) do not. So a raw hit
+        part ends (its overflow page's number follows); its cells (read whole by `database.read`) do not. So a raw hit
         of a path that another tenant's path extends (the launch profile's home, which holds every other
         profile's) cannot tell the two apart when a page boundary follows it (within 6 bytes per character the
         longer path adds: its most expanded encoding) or a byte that is not text follows it, right after it or
@@ -141,17 +134,26 @@ class LayerWalk:
 
         self.hits[first:] = [h for h in self.hits[first:] if not cut(h)]
 
-    def _window(self, window: bytes, base: int, owns: tuple[int, int], skip: dict[str, int],
+    def _window(self, window: bytes, base: int, owns: tuple[int, int, bool], skip: dict[str, int],
                 layers: tuple[Layer, ...], reopen: Reopen, top: bool) -> None:
         """Scan one window (its first byte at absolute offset `base`): the hits and layer starts it owns
-        (ending in `owns`, (owned_from, limit]). A start inside a text layer or chunked body already decoded is
-        skipped (`skip`) where that layer's output holds it again: inside one that keeps what it does not
-        decode (`codecs.KEEPING`), every start; inside a base64 or hex run, one of the same codec."""
-        owned_from, limit = owns
-        self._hits(window, base, owned_from, limit, layers)
-        starts = containers.layer_starts(window, top=top, min_bytes=self.min_bytes)
-        islands: set[Start] = set()  # the runs in a database's free space (a deleted row's text: no cell holds it)
+        (ending in (owned_from, limit] of `owns`, whose last item says whether the window ends the stream), and
+        the records around the places a value may be cut across them (`_records`). A start inside a text layer
+        or chunked body already decoded is skipped (`skip`) where that layer's output holds it again: inside one
+        that keeps what it does not decode (`codecs.KEEPING`), every start but a framing's that joins lines
+        (`codecs.LINES`); inside a base64 or hex run, one of the same codec."""
+        owned_from, limit, _ = owns
+        found, markers = self.add_hits(window, base, owned_from, limit, layers)
+        text_signs = signs.find(window) if window.count(0, 0, 4096) < 4 else None
+        points = self._cut_points(window, base, owns, (found, markers), text_signs)
         grid = self.paged.get(layers)
+        starts = containers.layer_starts(window, top=top, min_bytes=self.min_bytes, paged=grid is not None,
+                                         text_signs=text_signs)
+        if points:  # records in a JSON string (a tool's output): decoded first, then reassembled
+            starts += containers.escaped_strings(window, [p for p in points if records.in_escaped_records(window, p)])
+        if points != []:
+            self._records(window, base, owns, layers, points)
+        islands: set[Start] = set()  # the runs in a database's free space (a deleted row's text: no cell holds it)
         if grid is not None and window.count(0, 0, 4096) >= 4:
             known = {(s.pos, s.codec) for s in starts}
             for a, b in free_spans(window, base, grid):
@@ -159,7 +161,8 @@ class LayerWalk:
                             containers.island_starts(window[a:b], self.min_bytes) if (s.pos + a, s.codec) not in known}
         for start in sorted([*starts, *islands], key=lambda s: s.pos):
             at = base + start.pos
-            if not owned_from < base + start.seen <= limit or at < max(skip.get(start.codec, 0), skip.get("*", 0)):
+            kept = 0 if start.codec in codecs.LINES else skip.get("*", 0)
+            if not owned_from < base + start.seen <= limit or at < max(skip.get(start.codec, 0), kept):
                 continue
             first = len(self.hits)
             end = self._layer(window, start, layers, reopen, base + len(window), at)
@@ -169,20 +172,65 @@ class LayerWalk:
                 key = "*" if start.codec in codecs.KEEPING else start.codec
                 skip[key] = max(skip.get(key, 0), end)
 
-    def _hits(self, window: bytes, base: int, owned_from: int, limit: int, layers: tuple[Layer, ...]) -> None:
-        """Record the hits in `window` that end in (owned_from, limit] (offsets from `base`)."""
-        for hit in self.matcher.find(window, exclude=self.exclude):
-            if owned_from < base + hit.end <= limit:
+    def _cut_points(self, window: bytes, base: int, owns: tuple[int, int, bool],
+                    marked: tuple[list[Hit], list[int] | None], text_signs: signs.Signs | None) -> list[int] | None:
+        """The places in a text window (`text_signs`: its signs; None for binary data, which holds no records)
+        where a value may be cut across records (`records.cut_points`; `marked`: the window's hits, and where a
+        form of the marker is) that this window reassembles: those within `records.REACH` of its end are the next
+        window's, which holds `records.REACH` bytes before them. None: anywhere (without the prefilter)."""
+        if text_signs is None or (b"\n" not in window and b"\\" not in window):
+            return []  # records are lines (real ones, or a JSON string's escaped ones)
+        points = records.cut_points(window, marked, text_signs[signs.PIECE_END], self.matcher.longest)
+        if not points:
+            return points
+        owned_from, limit, last = owns
+        lo = owned_from - records.REACH if owned_from else -1
+        hi = limit if last else limit - records.REACH
+        return [p for p in points if lo < base + p <= hi]
+
+    def _records(self, window: bytes, base: int, owns: tuple[int, int, bool], layers: tuple[Layer, ...],
+                 points: list[int] | None) -> None:
+        """Reassemble the records around `points` (None: every record of the window's part) and scan each JSON
+        path's text over them as a stream of its own (layer `records:PATH`, at its first record). Where a path's
+        text near a point may go on past what was read, the bound is listed."""
+        owned_from, limit, last = owns
+        if points is None:
+            spans = [(max(0, owned_from - records.REACH - base), limit - base - (0 if last else records.REACH))]
+        else:
+            spans = records.regions(window, points)
+        for lo, hi in spans:
+            here = (*layers, ("records", base + lo))
+            if self.out_of_time(here):
+                return
+            edges = (lo > 0 or base > 0, hi < len(window) or not last)
+            near = [p for p in points or () if lo <= p < hi]
+            done = records.reassemble(window, (lo, hi), near, edges, self.matcher.longest)
+            for s in done.streams:
+                self.stream((s.text,), (*layers, (f"records:{s.path}", base + s.at)), bytes_reopen(s.text), top=False)
+            if done.short:
+                self.skipped.append((here, f"records: the text at {', '.join(done.short)} may go on past the "
+                                     f"{records.REACH >> 10} KiB read around a value cut across records", hi - lo))
+
+    def add_hits(self, window: bytes, base: int, owned_from: int, limit: int,
+                 layers: tuple[Layer, ...]) -> tuple[list[Hit], list[int] | None]:
+        """Record the hits in `window` that end in (owned_from, limit] (offsets from `base`), but the excluded
+        tenant's; returns every hit in `window`, and where a form of the marker is (`Matcher.find_marked`)."""
+        found, markers = self.matcher.find_marked(window)
+        for hit in found:
+            if owned_from < base + hit.end <= limit and hit.tenant != self.exclude:
                 self.hits.append(ScanHit(replace(hit, start=base + hit.start, end=base + hit.end), layers,
                                          Snippet(self.matcher, window, hit)))
+        return found, markers
 
     def _layer(self, window: bytes, start: Start, layers: tuple[Layer, ...], reopen: Reopen, after: int,
                at: int) -> int | None:
         """Decode the layer `start` shows (absolute offset `at`) and scan its output as a stream of its own;
-        returns where it ended in its parent, for a text layer or a chunked body."""
+        returns where it ended in its parent, for a text layer, a chunked body or the members of a compressed
+        format (`codecs.MEMBERS`: a member after the first is in its output)."""
         codec = start.codec
         child = (*layers, (codec, at))
-        if not codecs.plausible(codec, memoryview(window)[start.pos : start.pos + codecs.HEAD]) or self._late(child):
+        head = memoryview(window)[start.pos : start.pos + codecs.HEAD]
+        if not codecs.plausible(codec, head) or self.out_of_time(child):
             return None
 
         def source() -> Iterator[memoryview | bytes]:
@@ -205,7 +253,7 @@ class LayerWalk:
         self.stream(pieces, child, again, top=True)
         if not layers:  # a stream that did not end may have read (and failed) on to the end of the buffer
             self.reads.append((at, at + progress.consumed if progress.eof or codec in TRANSFORMS else after))
-        return at + progress.consumed if codec in TRANSFORMS else None
+        return at + progress.consumed if codec in TRANSFORMS or codec in codecs.MEMBERS else None
 
     def _ends(self, codec: str, source: Iterable[memoryview | bytes]) -> bool:
         """Whether the stream without a magic number at `source` decodes to something and ends properly within
@@ -228,7 +276,7 @@ class LayerWalk:
         return (any(h.encoding != "plain" for h in self.matcher.find(first))
                 or any(s.sign == MAGIC for s in containers.layer_starts(first, top=False, min_bytes=self.min_bytes)))
 
-    def _late(self, layers: tuple[Layer, ...], read: int = 0) -> bool:
+    def out_of_time(self, layers: tuple[Layer, ...], read: int = 0) -> bool:
         """Whether the time budget is spent. The first layer it stops is listed: every later one is not
         decoded either."""
         if time.monotonic() < self.deadline:
@@ -243,7 +291,7 @@ class LayerWalk:
         """`pieces` up to the stream and total limits; reaching one while output remains is recorded."""
         read = 0
         for piece in pieces:
-            if self._late(layers, read):
+            if self.out_of_time(layers, read):
                 return
             room = min(self.limits.stream_bytes - read, self.remaining)
             if room <= 0 or len(piece) > room:
@@ -261,86 +309,6 @@ class LayerWalk:
             self.remaining -= len(piece)
             yield piece
 
-    def _sqlite(self, layers: tuple[Layer, ...], reopen: Reopen, path: Path | None) -> None:
-        """Scan every value of every table of a private copy of the database (plus its -wal/-journal)."""
-        with tempfile.TemporaryDirectory(prefix="tenancy-scan-") as tmp:
-            copy = Path(tmp) / "db"
-            if path is not None:
-                shutil.copyfile(path, copy)
-                for suffix in ("-wal", "-journal"):
-                    side = Path(f"{path}{suffix}")
-                    if side.is_file() and not side.is_symlink():
-                        shutil.copyfile(side, f"{copy}{suffix}")
-            else:  # a database inside a layer: spooled to the copy, within the stream limit
-                written = 0
-                with copy.open("wb") as fh:
-                    for piece in reopen(0):
-                        fh.write(piece[: self.limits.stream_bytes - written])
-                        written += len(piece)
-                        if written > self.limits.stream_bytes:
-                            self.skipped.append(((*layers, ("sqlite", None)), "sqlite: database larger than the "
-                                                 f"stream cap ({self.limits.stream_bytes} bytes)", written))
-                            break
-            try:
-                conn = sqlite3.connect(f"file:{copy}?mode=ro", uri=True)
-                conn.text_factory = bytes
-            except sqlite3.Error as exc:
-                self.skipped.append(((*layers, ("sqlite", None)), f"sqlite: cannot open: {exc}", 0))
-                return
-            try:
-                tables = [
-                    r[0].decode("utf-8", "replace")
-                    for r in conn.execute(
-                        "SELECT name FROM sqlite_master"
-                        " WHERE type = 'table' AND coalesce(sql, '') NOT LIKE 'CREATE VIRTUAL%'"
-                    )
-                ]
-                for table in ["sqlite_master", *tables]:
-                    self._table(conn, table, layers)
-            except sqlite3.Error as exc:
-                self.skipped.append(((*layers, ("sqlite", None)), f"sqlite: cannot read: {exc}", 0))
-            finally:
-                conn.close()
-
-    def _table(self, conn: sqlite3.Connection, table: str, layers: tuple[Layer, ...]) -> None:
-        quoted = '"' + table.replace('"', '""') + '"'
-        try:
-            cur = conn.execute(f"SELECT rowid, * FROM {quoted}")
-            rowid_col = True
-        except sqlite3.OperationalError:  # WITHOUT ROWID: number the rows instead
-            cur = conn.execute(f"SELECT * FROM {quoted}")
-            rowid_col = False
-        names = [d[0] for d in cur.description][1 if rowid_col else 0 :]
-        shortest = self.matcher.shortest
-        batch: list[tuple[bytes, str, int]] = []  # (value, column, rowid)
-        for n, row in enumerate(cur):
-            if n % CELL_BATCH == 0:
-                self._cells(table, batch, layers)
-                batch = []
-                if self._late((*layers, (f"sqlite:{table}", None))):
-                    return
-            rowid = row[0] if rowid_col else n
-            batch += [(value, column, rowid) for column, value in zip(names, row[1:] if rowid_col else row, strict=True)
-                      if isinstance(value, bytes) and len(value) >= shortest]
-        self._cells(table, batch, layers)
-
-    def _cells(self, table: str, batch: list[tuple[bytes, str, int]], layers: tuple[Layer, ...]) -> None:
-        """Scan values of a table, each as a stream of its own. The values of text (no NUL byte) are first
-        looked at together, joined: when no layer can start in any of them (`containers.may_start`), each is
-        only searched for canaries, and not even that when none can be there (`Matcher.may_find`). Most
-        values of a database are so."""
-        text = [value for value, _, _ in batch if 0 not in value]
-        no_layer = len(text) > 1 and not containers.may_start(text, self.min_bytes)
-        no_canary = no_layer and not self.matcher.may_find(containers.SEPARATOR.join(text))
-        for value, column, rowid in batch:
-            if no_canary and 0 not in value:
-                continue
-            cell = (*layers, (f"sqlite:{table}.{column}#{rowid}", None))
-            if no_layer and 0 not in value:
-                self._hits(value, 0, 0, len(value), cell)
-            else:
-                self.stream((value,), cell, bytes_reopen(value), top=True)
-
     def result(self, not_inspected: list[NotInspected] | None, label: str = "") -> list[ScanHit]:
         """The hits, without those a decoded block repeats from its own raw bytes (see the module docstring)."""
         if not_inspected is not None:
@@ -348,7 +316,8 @@ class LayerWalk:
                               for layers, reason, read in self.skipped]
         shown = {(h.tenant, h.kind, h.layers) for h in self.hits}
         return [h for h in self.hits
-                if not (h.layers and h.layers[-1][0] in TRANSFORMS and (h.tenant, h.kind, h.layers[:-1]) in shown)]
+                if not (h.layers and h.layers[-1][0].partition(":")[0] in TRANSFORMS
+                        and (h.tenant, h.kind, h.layers[:-1]) in shown)]
 
 def _windows(chunks: Iterable[bytes]) -> Iterator[tuple[bytes, bool]]:
     """`chunks` regrouped into windows of about WINDOW bytes, each with whether it is the last."""
@@ -387,13 +356,3 @@ def _skip(pieces: Iterator[bytes], offset: int) -> Iterator[bytes]:
             continue
         yield piece[offset:]
         offset = 0
-
-
-def bytes_reopen(data: bytes | memoryview) -> Reopen:
-    """The bytes of `data` again, from an offset (a buffer's `Reopen`)."""
-
-    def again(offset: int) -> Iterator[bytes]:
-        if offset < len(data):
-            yield bytes(data[offset:])
-
-    return again
