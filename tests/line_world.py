@@ -5,8 +5,6 @@ read the ledger and the saved flows (`stop`)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import textwrap
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,8 +16,8 @@ from harness.capture.stubs.base import stop_all
 from harness.core.procs import ProcessSet
 from harness.core.registry import Registry, mint
 from harness.drive import services
-from harness.drive.hermes.agent import hermetic_env
 from harness.drive.services import SERVICES
+from tests import platform_adapters
 
 
 @dataclass
@@ -36,13 +34,8 @@ class World:
 
     def run(self, hermes_python: Path, code: str, env: dict[str, str], timeout: float = 90) -> dict[str, Any]:
         """`code` (dedented) in the Hermes venv with `env` and the proxy's CA trusted; the JSON of its last line."""
-        home = self.tmp / "home"
-        (home / ".hermes").mkdir(parents=True, exist_ok=True)
         extra = {"SSL_CERT_FILE": self.proxy.child_env()["SSL_CERT_FILE"], **env}
-        done = subprocess.run([str(hermes_python), "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                              timeout=timeout, env=hermetic_env(home, hermes_python, extra), cwd=home)
-        assert done.returncode == 0, done.stderr[-3000:]
-        return json.loads(done.stdout.strip().splitlines()[-1])
+        return platform_adapters.run(hermes_python, code, self.tmp / "home", env=extra, timeout=timeout).out
 
     def stop(self) -> list[dict[str, Any]]:
         """Stop the proxy; its ledger's lines."""

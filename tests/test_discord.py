@@ -9,8 +9,6 @@ own stub never sees it, the phase's failed step); the near miss: the target's ow
 from __future__ import annotations
 
 import json
-import subprocess
-import textwrap
 import threading
 import time
 import zlib
@@ -22,18 +20,18 @@ import pytest
 
 from harness.capture.proxy import Proxy, free_port
 from harness.core.procs import ProcessSet
-from harness.core.registry import Registry, mint
+from harness.core.registry import Registry
 from harness.detect.checks import RawRequest
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import Route, inspect_request
 from harness.detect.reconcile import read_flows
 from harness.detect.websocket import Message, WebsocketScan
 from harness.drive import services
-from harness.drive.hermes.agent import hermetic_env
 from harness.drive.platforms.base import lead
 from harness.drive.platforms.discord import HOSTS, configure
 from harness.drive.platforms.discord.stub import DiscordStub, error, snowflake
 from harness.drive.surface import Where
+from tests.platform_adapters import adapter_script, media_file, registry, run
 
 
 @dataclass
@@ -47,10 +45,7 @@ def _registry(tmp_path: Path) -> Registry:
     ports: set[int] = set()
     while len(ports) < 2:  # two free ports, never the same one twice
         ports.add(free_port())
-    reg = mint(["default", "alpha"], tmp_path / "work", {n: {"listen": p} for n, p in zip(("default", "alpha"),
-                                                                                      sorted(ports), strict=True)})
-    services.mint(reg, ["discord"])
-    return reg
+    return registry(tmp_path, ["discord"], ports=sorted(ports), attach=False)
 
 
 @pytest.fixture
@@ -70,52 +65,32 @@ def world(tmp_path: Path) -> Iterator[World]:
             stub.stop()
 
 
-ADAPTER = """
-    import asyncio, json, os
-    from gateway.config import PlatformConfig
-    from plugins.platforms.discord.adapter import DiscordAdapter
-
-    async def main():
-        a = DiscordAdapter(PlatformConfig(enabled=True, token=os.environ["DISCORD_BOT_TOKEN"]))
-        got, arrived = [], asyncio.Event()
-        async def take(event):
-            got.append(event)
-            if len(got) == 2:
-                arrived.set()
-        a.handle_message = take
-        ok = await a.connect()
-        await asyncio.wait_for(arrived.wait(), 60)
-        out = {"ok": ok, "events": [[e.source.user_id, e.source.chat_id, e.source.chat_type, e.text] for e in got]}
-        dm = got[0]
-        await a.on_processing_start(dm)
-        sent = await a.send(dm.source.chat_id, "reply to " + dm.text, reply_to=dm.message_id)
-        doc = await a.send_document(dm.source.chat_id, FILE)
-        await a.send_typing(got[1].source.chat_id)
-        await asyncio.sleep(1)  # the typing loop's first request
-        said = await a.send(got[1].source.chat_id, "in the channel")
-        await a.stop_typing(got[1].source.chat_id)
-        if APPROVE:  # a button prompt; the test presses its buttons, the adapter answers each press
-            asked = await a.send_exec_approval(dm.source.chat_id, "rm -rf /tmp/tenancy-x", "session-1")
-            out["asked"] = asked.success
-            await asyncio.sleep(APPROVE)
-        await a.disconnect()
-        print(json.dumps({**out, "sent": sent.success, "doc": doc.success, "said": said.success}))
-
-    asyncio.run(main())
-"""
+ADAPTER = adapter_script("plugins.platforms.discord.adapter:DiscordAdapter", 'token=os.environ["DISCORD_BOT_TOKEN"]',
+                         events=2, steps="""
+    await asyncio.wait_for(arrived.wait(), 60)
+    out = {"ok": ok, "events": [[e.source.user_id, e.source.chat_id, e.source.chat_type, e.text] for e in got]}
+    dm = got[0]
+    await a.on_processing_start(dm)
+    sent = await a.send(dm.source.chat_id, "reply to " + dm.text, reply_to=dm.message_id)
+    doc = await a.send_document(dm.source.chat_id, FILE)
+    await a.send_typing(got[1].source.chat_id)
+    await asyncio.sleep(1)  # the typing loop's first request
+    said = await a.send(got[1].source.chat_id, "in the channel")
+    await a.stop_typing(got[1].source.chat_id)
+    if APPROVE:  # a button prompt; the test presses its buttons, the adapter answers each press
+        asked = await a.send_exec_approval(dm.source.chat_id, "rm -rf /tmp/tenancy-x", "session-1")
+        out["asked"] = asked.success
+        await asyncio.sleep(APPROVE)
+    await a.disconnect()
+    print(json.dumps({**out, "sent": sent.success, "doc": doc.success, "said": said.success}))
+""")
 
 
 def _run_adapter(tmp_path: Path, hermes_python: Path, w: World, tenant: str, token: str, approve: float = 0) -> dict:
     home = tmp_path / f"home-{tenant}"
-    (home / ".hermes").mkdir(parents=True)
-    media = home / "report.txt"
-    media.write_bytes(b"attachment " + w.reg[tenant].canaries["discord_file"].encode() + bytes(range(256)))
+    media = media_file(home, b"attachment " + w.reg[tenant].canaries["discord_file"].encode() + bytes(range(256)))
     env = {**configure(w.reg[tenant], Where()).env, "DISCORD_BOT_TOKEN": token, **w.proxy.child_env()}
-    code = f"FILE, APPROVE = {str(media)!r}, {approve}\n" + textwrap.dedent(ADAPTER)
-    done = subprocess.run([str(hermes_python), "-c", code], capture_output=True, text=True, timeout=120,
-                          env=hermetic_env(home, hermes_python, env), cwd=home)
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run(hermes_python, ADAPTER, home, {"FILE": str(media), "APPROVE": approve}, env, timeout=120).out
 
 
 def test_the_discord_stub_answers_hermes_adapter_at_discords_own_hosts(tmp_path, hermes_python, world):

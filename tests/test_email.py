@@ -22,31 +22,18 @@ from harness.detect.reconcile import reconcile
 from harness.drive.platforms.email import EmailStub, address, bot_address, configure, imap_args, in_set, lead
 from harness.drive.surface import Where
 from tests.line_world import World, world
+from tests.platform_adapters import adapter_script
 
-ADAPTER = """
-    import asyncio, json, os
-    from gateway.config import PlatformConfig
-    from plugins.platforms.email.adapter import EmailAdapter
-
-    async def main():
-        a = EmailAdapter(PlatformConfig(enabled=True, extra={}))
-        got, arrived = [], asyncio.Event()
-        async def take(event):
-            got.append(event)
-            arrived.set()
-        a._message_handler = a.handle_message = take
-        ok = await a.connect()
-        if os.environ.get("WAIT") == "1":
-            await asyncio.wait_for(arrived.wait(), 60)
-            e = got[0]
-            sent = await a.send(e.source.chat_id, "reply to " + e.text, reply_to=e.message_id)
-            doc = await a.send_document(e.source.chat_id, os.environ["MEDIA"])
-        await a.disconnect()
-        print(json.dumps({"ok": ok, "events": [[e.source.user_id, e.source.chat_type, e.text] for e in got],
-                          "sent": bool(got) and sent.success and doc.success}))
-
-    asyncio.run(main())
-"""
+ADAPTER = adapter_script("plugins.platforms.email.adapter:EmailAdapter", "extra={}", handler=True, steps="""
+    if os.environ.get("WAIT") == "1":
+        await asyncio.wait_for(arrived.wait(), 60)
+        e = got[0]
+        sent = await a.send(e.source.chat_id, "reply to " + e.text, reply_to=e.message_id)
+        doc = await a.send_document(e.source.chat_id, os.environ["MEDIA"])
+    await a.disconnect()
+    print(json.dumps({"ok": ok, "events": [[e.source.user_id, e.source.chat_type, e.text] for e in got],
+                      "sent": bool(got) and sent.success and doc.success}))
+""")
 
 
 def _env(w: World, tenant: str, password: str, media: str, wait: bool) -> dict[str, str]:

@@ -16,33 +16,26 @@ from harness.drive.platforms.base import bot_id
 from harness.drive.platforms.irc import IrcStub, configure, lead, parse
 from harness.drive.surface import Where
 from tests.line_world import world
+from tests.platform_adapters import adapter_script
 
-ADAPTER = """
-    import asyncio, json, os
-    from gateway.config import PlatformConfig
-    from plugins.platforms.irc.adapter import IRCAdapter
+ADAPTER = adapter_script("plugins.platforms.irc.adapter:IRCAdapter", "extra={}", events=2, handler=True, steps="""
+    print("connected", flush=True)
+    await a._send_raw("WHOIS nobody")  # a command the stub does not know
+    await asyncio.wait_for(arrived.wait(), 60)
+    for e in got:
+        await a.send(e.source.chat_id, "reply to " + e.text)
+    doc = await a.send_document(got[0].source.chat_id, os.environ["MEDIA"])
+    await a.disconnect()
+    print(json.dumps({"ok": ok, "events": [[e.source.user_id, e.source.chat_id, e.source.chat_type, e.text]
+                                           for e in got], "doc": doc.success}))
+""")
 
-    async def main():
-        a = IRCAdapter(PlatformConfig(enabled=True, extra={}))
-        got, arrived = [], asyncio.Event()
-        async def take(event):
-            got.append(event)
-            if len(got) == 2:
-                arrived.set()
-        a._message_handler = a.handle_message = take  # the adapter dispatches only with a handler set
-        ok = await a.connect()
-        print("connected", flush=True)
-        await a._send_raw("WHOIS nobody")  # a command the stub does not know
-        await asyncio.wait_for(arrived.wait(), 60)
-        for e in got:
-            await a.send(e.source.chat_id, "reply to " + e.text)
-        doc = await a.send_document(got[0].source.chat_id, os.environ["MEDIA"])
-        await a.disconnect()
-        print(json.dumps({"ok": ok, "events": [[e.source.user_id, e.source.chat_id, e.source.chat_type, e.text]
-                                               for e in got], "doc": doc.success}))
-
-    asyncio.run(main())
-"""
+#: The plant's bot: it signs in, sends its unknown command and leaves (no message comes).
+SIGN_IN = adapter_script("plugins.platforms.irc.adapter:IRCAdapter", "extra={}", handler=True, steps="""
+    await a._send_raw("WHOIS nobody")
+    await a.disconnect()
+    print(json.dumps({"ok": ok}))
+""")
 
 
 def _env(w, tenant: str, password: str, media: str) -> dict[str, str]:
@@ -93,12 +86,7 @@ def test_a_bot_that_gives_another_tenants_password_is_a_wrong_key_at_the_proxy(t
     """The plant `irc-key`: default's password in alpha's profile; alpha's own (the test above) is the near miss."""
     with world(tmp_path, "irc") as w:
         theirs = w.reg["default"].canaries["irc_key"]
-        media = tmp_path / "report.txt"
-        media.write_text("x\n")
-        code = ADAPTER.replace("await asyncio.wait_for(arrived.wait(), 60)", "got.clear()").replace(
-            "doc = await a.send_document(got[0].source.chat_id, os.environ[\"MEDIA\"])", "doc = a")
-        code = code.replace('"doc": doc.success', '"doc": True')
-        got = w.run(hermes_python, code, _env(w, "alpha", theirs, str(media)))
+        got = w.run(hermes_python, SIGN_IN, _env(w, "alpha", theirs, ""))
         ledger = w.stop()
     assert got["ok"]
     (line,) = [x for x in ledger if x["tenant"] == "alpha"]

@@ -5,73 +5,30 @@ authenticates with its token, receives a direct message over the websocket, post
 
 from __future__ import annotations
 
-import json
-import subprocess
-import textwrap
-from pathlib import Path
-
 from harness.capture.stubs.provider import answer_for
-from harness.core.registry import mint
 from harness.detect.checks import RawRequest
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import Route, inspect_request
-from harness.drive import doors, services
-from harness.drive.hermes.agent import hermetic_env
+from harness.drive import doors
 from harness.drive.platforms.mattermost import MattermostStub, bot_id, media_text, multipart
+from tests.platform_adapters import adapter_script, media_file, registry, run
 
-
-def _registry(tmp_path: Path):
-    reg = mint(["default", "alpha"], tmp_path / "work", {"default": {"listen": 42000}, "alpha": {"listen": 42001}})
-    services.mint(reg, ["mattermost"])
-    for port, t in enumerate(reg, 42100):
-        services.attach(reg, "mattermost", t.name, {"listen": port}, f"http://127.0.0.1:{port}")
-    return reg
-
-
-ADAPTER = """
-    import asyncio, json
-    from gateway.config import PlatformConfig
-    from plugins.platforms.mattermost.adapter import MattermostAdapter
-
-    async def main():
-        a = MattermostAdapter(PlatformConfig(enabled=True, token=TOKEN, extra={"url": URL}))
-        got = []
-        arrived = asyncio.Event()
-        async def take(event):
-            got.append(event)
-            arrived.set()
-        a.handle_message = take
-        ok = await a.connect()
-        await asyncio.wait_for(arrived.wait(), 60)  # the stub's message, however loaded the machine
-        e = got[0]
-        sent = await a.send(e.source.chat_id, "reply to " + e.text)
-        doc = await a.send_document(e.source.chat_id, FILE)
-        await a.disconnect()
-        print(json.dumps({"ok": ok, "user": e.source.user_id, "chat": e.source.chat_id, "text": e.text,
-                          "sent": sent.success, "doc": doc.success}))
-
-    asyncio.run(main())
-"""
+ADAPTER = adapter_script("plugins.platforms.mattermost.adapter:MattermostAdapter", 'token=TOKEN, extra={"url": URL}')
 
 
 def test_the_mattermost_stub_answers_hermes_adapter(tmp_path, hermes_python):
-    a = _registry(tmp_path)["alpha"]
+    a = registry(tmp_path, ["mattermost"])["alpha"]
     stub = MattermostStub(a).start()
     user, channel = a.canaries["mattermost_user"], a.canaries["mattermost_channel"]
     stub.deliver(user, channel, "hello")
     home = tmp_path / "home"
-    (home / ".hermes").mkdir(parents=True)
-    media = home / "report.txt"
-    media.write_bytes(media_text(a.canaries["mattermost_file"]) + bytes(range(256)))  # every byte value, verbatim
-    code = (f"TOKEN, URL, FILE = {a.canaries['mattermost_key']!r}, {stub.url!r}, {str(media)!r}\n"
-            + textwrap.dedent(ADAPTER))
+    media = media_file(home, media_text(a.canaries["mattermost_file"])
+                       + bytes(range(256)))  # every byte value, verbatim
     try:
-        done = subprocess.run([str(hermes_python), "-c", code], capture_output=True, text=True, timeout=60,
-                              env=hermetic_env(home, hermes_python, {}), cwd=home)
+        got = run(hermes_python, ADAPTER, home, {"TOKEN": a.canaries["mattermost_key"], "URL": stub.url,
+                                                 "FILE": str(media)}, timeout=60).out
     finally:
         stub.stop()
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got == {"ok": True, "user": user, "chat": channel, "text": "hello", "sent": True, "doc": True}
     assert stub.challenges == [a.canaries["mattermost_key"]]
     post, attached = stub.posts_in(channel)
@@ -109,7 +66,7 @@ def _upload(reg, tenant: str, data: bytes, token: str = ""):
 
 
 def test_another_tenants_file_in_an_upload_is_a_request_leak_and_the_tenants_own_is_not(tmp_path):
-    reg = _registry(tmp_path)
+    reg = registry(tmp_path, ["mattermost"])
     theirs = _upload(reg, "alpha", media_text(reg["default"].canaries["mattermost_file"]))
     assert [(f.kind, f.victim, f.seen_in, f.canary, f.service) for f in theirs.findings] == [
         ("request_leak", "default", "alpha", "mattermost_file", "mattermost")]
@@ -117,7 +74,7 @@ def test_another_tenants_file_in_an_upload_is_a_request_leak_and_the_tenants_own
 
 
 def test_an_upload_through_another_tenants_bot_is_a_wrong_key_at_the_service(tmp_path):
-    reg = _registry(tmp_path)
+    reg = registry(tmp_path, ["mattermost"])
     own = media_text(reg["alpha"].canaries["mattermost_file"])
     report = _upload(reg, "alpha", own, token=reg["default"].canaries["mattermost_key"])
     assert [(f.kind, f.victim, f.seen_in, f.canary, f.service) for f in report.findings] == [
@@ -125,7 +82,7 @@ def test_an_upload_through_another_tenants_bot_is_a_wrong_key_at_the_service(tmp
 
 
 def test_a_reply_ends_with_the_lines_it_is_told_to_say(tmp_path):
-    a = _registry(tmp_path)["alpha"]
+    a = registry(tmp_path, ["mattermost"])["alpha"]
     body = {"messages": [{"role": "user", "content": "hi"}], "tools": [{"type": "function",
                                                                        "function": {"name": "other"}}]}
     assert answer_for(a, body)["content"] == "probe done for tenant alpha"

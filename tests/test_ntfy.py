@@ -7,70 +7,28 @@ profile's ntfy settings (the mechanism of F55-F57): the launch profile's environ
 from __future__ import annotations
 
 import json
-import subprocess
-import textwrap
 import urllib.request
 from pathlib import Path
 
-from harness.core.registry import mint
-from harness.drive import services
-from harness.drive.hermes.agent import hermetic_env
 from harness.drive.platforms.ntfy import NtfyStub, configure
 from harness.drive.surface import Where
+from tests.platform_adapters import adapter_script, media_file, registry, run
 
-
-def _registry(tmp_path: Path):
-    reg = mint(["default", "alpha"], tmp_path / "work", {"default": {"listen": 42000}, "alpha": {"listen": 42001}})
-    services.mint(reg, ["ntfy"])
-    for port, t in enumerate(reg, 42100):
-        services.attach(reg, "ntfy", t.name, {"listen": port}, f"http://127.0.0.1:{port}")
-    return reg
-
-
-ADAPTER = """
-    import asyncio, json
-    from gateway.config import PlatformConfig
-    from plugins.platforms.ntfy.adapter import NtfyAdapter
-
-    async def main():
-        a = NtfyAdapter(PlatformConfig(enabled=True, extra={"server": URL, "topic": TOPIC, "token": TOKEN}))
-        got = []
-        arrived = asyncio.Event()
-        async def take(event):
-            got.append(event)
-            arrived.set()
-        a.handle_message = take
-        ok = await a.connect()
-        await asyncio.wait_for(arrived.wait(), 60)  # the stub's message, however loaded the machine
-        e = got[0]
-        sent = await a.send(e.source.chat_id, "reply to " + e.text)
-        doc = await a.send_document(e.source.chat_id, FILE)
-        await a.disconnect()
-        print(json.dumps({"ok": ok, "user": e.source.user_id, "chat": e.source.chat_id, "text": e.text,
-                          "sent": sent.success, "doc": doc.success}))
-
-    asyncio.run(main())
-"""
+ADAPTER = adapter_script("plugins.platforms.ntfy.adapter:NtfyAdapter",
+                         'extra={"server": URL, "topic": TOPIC, "token": TOKEN}')
 
 
 def test_the_ntfy_stub_answers_hermes_adapter(tmp_path, hermes_python):
-    a = _registry(tmp_path)["alpha"]
+    a = registry(tmp_path, ["ntfy"])["alpha"]
     stub = NtfyStub(a).start()
     topic, key = a.canaries["ntfy_topic"], a.canaries["ntfy_key"]
     stub.deliver(a.canaries["ntfy_user"], topic, "hello", "O")
     home = tmp_path / "home"
-    (home / ".hermes").mkdir(parents=True)
-    media = home / "report.txt"
-    media.write_bytes(f"attachment {a.canaries['ntfy_file']}\n".encode())
-    code = (f"URL, TOPIC, TOKEN, FILE = {stub.url!r}, {topic!r}, {key!r}, {str(media)!r}\n"
-            + textwrap.dedent(ADAPTER))
+    media = media_file(home, f"attachment {a.canaries['ntfy_file']}\n".encode())
     try:
-        done = subprocess.run([str(hermes_python), "-c", code], capture_output=True, text=True, timeout=90,
-                              env=hermetic_env(home, hermes_python, {}), cwd=home)
+        got = run(hermes_python, ADAPTER, home, {"URL": stub.url, "TOPIC": topic, "TOKEN": key, "FILE": str(media)}).out
     finally:
         stub.stop()
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got == {"ok": True, "user": topic, "chat": topic, "text": "hello", "sent": True, "doc": True}
     assert stub.challenges == [key] and stub.unknown == []
     reply, notice = stub.posts_in("any chat")  # every reply goes to the one publish topic
@@ -82,7 +40,7 @@ def test_the_ntfy_stub_answers_hermes_adapter(tmp_path, hermes_python):
 
 
 def test_a_request_the_ntfy_stub_does_not_know_is_its_404_and_kept(tmp_path):
-    stub = NtfyStub(_registry(tmp_path)["alpha"]).start()
+    stub = NtfyStub(registry(tmp_path, ["ntfy"])["alpha"]).start()
     try:
         request = urllib.request.Request(stub.url + "/v1/account", method="GET")
         try:
@@ -97,7 +55,7 @@ def test_a_request_the_ntfy_stub_does_not_know_is_its_404_and_kept(tmp_path):
 
 
 def test_a_foreign_token_at_the_ntfy_stub_is_a_wrong_key(tmp_path):
-    reg = _registry(tmp_path)
+    reg = registry(tmp_path, ["ntfy"])
     stub = NtfyStub(reg["alpha"]).start()
     try:
         for key in (reg["default"].canaries["ntfy_key"], reg["alpha"].canaries["ntfy_key"]):  # the near miss last
@@ -136,17 +94,14 @@ def _load(tmp_path: Path, hermes_python: Path, launch: dict[str, str], alpha: di
     (hermes / ".env").write_text("".join(f"{k}={v}\n" for k, v in launch.items()))
     (hermes / "profiles" / "alpha" / ".env").write_text("".join(f"{k}={v}\n" for k, v in alpha.items()))
     (hermes / "profiles" / "alpha" / "config.yaml").write_text(alpha_yaml)
-    done = subprocess.run([str(hermes_python), "-c", textwrap.dedent(LOAD)], capture_output=True, text=True,
-                          timeout=120, env=hermetic_env(home, hermes_python, {}), cwd=home)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    return run(hermes_python, LOAD, home, timeout=120).out
 
 
 def test_a_secondary_profiles_ntfy_settings_are_the_launch_profiles(tmp_path, hermes_python):
     """F55: alpha's own server, topic and token in its `.env` are not what its bot gets: the launch's are. Its
     adapter then holds the launch's token, so the gateway refuses it as the launch's duplicate (F55's audit)."""
-    reg = _registry(tmp_path)
-    d, a = (configure(t, Where(f"http://127.0.0.1:{42100 + i}")).env for i, t in enumerate(reg))
+    reg = registry(tmp_path, ["ntfy"])
+    d, a = (configure(t, Where(t.services["ntfy"].upstream)).env for t in reg)
     got = _load(tmp_path, hermes_python, d, a)
     assert got["enabled"] and got["adapter"] == [d["NTFY_SERVER_URL"], d["NTFY_TOPIC"], d["NTFY_TOKEN"]]
     assert a["NTFY_TOKEN"] not in json.dumps(got)
@@ -156,8 +111,8 @@ def test_without_a_launch_token_a_secondary_subscribes_at_the_launch_server_with
     """F56: the launch's `.env` names its server and topic, not a token (a public topic); alpha's config.yaml
     names its own server, topic and token: alpha's bot takes the launch's server and topic, and its own token,
     which it then presents at the launch's server."""
-    reg = _registry(tmp_path)
-    d, a = (configure(t, Where(f"http://127.0.0.1:{42100 + i}")).env for i, t in enumerate(reg))
+    reg = registry(tmp_path, ["ntfy"])
+    d, a = (configure(t, Where(t.services["ntfy"].upstream)).env for t in reg)
     launch = {k: v for k, v in d.items() if k != "NTFY_TOKEN"}
     yaml = (f"platforms:\n  ntfy:\n    enabled: true\n    extra:\n      server: {a['NTFY_SERVER_URL']}\n"
             f"      topic: {a['NTFY_TOPIC']}\n      token: {a['NTFY_TOKEN']}\n")
@@ -169,8 +124,8 @@ def test_a_secondary_has_no_ntfy_bot_unless_the_launch_environment_names_a_topic
     """F57: alpha configures ntfy fully (its `.env` and its config.yaml); the launch profile does not: alpha gets
     no adapter (`check_fn` reads `NTFY_TOPIC` from the process environment only). The near miss: the same alpha
     under a launch that names a topic has one."""
-    reg = _registry(tmp_path)
-    d, a = (configure(t, Where(f"http://127.0.0.1:{42100 + i}")).env for i, t in enumerate(reg))
+    reg = registry(tmp_path, ["ntfy"])
+    d, a = (configure(t, Where(t.services["ntfy"].upstream)).env for t in reg)
     yaml = (f"platforms:\n  ntfy:\n    enabled: true\n    extra:\n      server: {a['NTFY_SERVER_URL']}\n"
             f"      topic: {a['NTFY_TOPIC']}\n")
     got = _load(tmp_path, hermes_python, {}, a, yaml)

@@ -8,80 +8,46 @@ kept, never a silent success."""
 from __future__ import annotations
 
 import json
-import subprocess
-import textwrap
 import time
 import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
-from harness.core.registry import mint
 from harness.detect.engine.matcher import matcher_for
-from harness.drive import services
-from harness.drive.hermes.agent import hermetic_env
 from harness.drive.phases import attachments, messaging
 from harness.drive.plants import apply
 from harness.drive.platforms.signal import MEDIA_FILE, SignalStub, lead, media_text
 from harness.drive.surface import PlantContext
+from tests.platform_adapters import adapter_script, media_file, registry, run
 
-
-def _registry(tmp_path: Path):
-    reg = mint(["default", "alpha"], tmp_path / "work", {"default": {"listen": 42000}, "alpha": {"listen": 42001}})
-    services.mint(reg, ["signal"])
-    for port, t in enumerate(reg, 42100):
-        services.attach(reg, "signal", t.name, {"listen": port}, f"http://127.0.0.1:{port}")
-    return reg
-
-
-ADAPTER = """
-    import asyncio, json
-    from gateway.config import PlatformConfig
-    from gateway.platforms.signal import SignalAdapter
-
-    async def main():
-        a = SignalAdapter(PlatformConfig(enabled=True, extra={"http_url": URL, "account": ACCOUNT}))
-        got = []
-        arrived = asyncio.Event()
-        async def take(event):
-            got.append(event)
-            if len(got) == 2:
-                arrived.set()
-        a.handle_message = take
-        ok = await a.connect()
-        await asyncio.wait_for(arrived.wait(), 60)  # the stub's messages, however loaded the machine
-        dm, group = got
-        await a.on_processing_start(dm)
-        sent = await a.send(dm.source.chat_id, "reply to " + dm.text)
-        doc = await a.send_document(group.source.chat_id, FILE)
-        await a.disconnect()
-        print(json.dumps({"ok": ok, "dm": [dm.source.user_id, dm.source.chat_id, dm.text],
-                          "group": [group.source.user_id, group.source.chat_id, group.source.chat_type],
-                          "sent": sent.success, "doc": doc.success}))
-
-    asyncio.run(main())
-"""
+ADAPTER = adapter_script("gateway.platforms.signal:SignalAdapter", 'extra={"http_url": URL, "account": ACCOUNT}',
+                         events=2, steps="""
+    await asyncio.wait_for(arrived.wait(), 60)  # the stub's messages, however loaded the machine
+    dm, group = got
+    await a.on_processing_start(dm)
+    sent = await a.send(dm.source.chat_id, "reply to " + dm.text)
+    doc = await a.send_document(group.source.chat_id, FILE)
+    await a.disconnect()
+    print(json.dumps({"ok": ok, "dm": [dm.source.user_id, dm.source.chat_id, dm.text],
+                      "group": [group.source.user_id, group.source.chat_id, group.source.chat_type],
+                      "sent": sent.success, "doc": doc.success}))
+""")
 
 
 def test_the_signal_stub_answers_hermes_adapter(tmp_path, hermes_python):
-    a = _registry(tmp_path)["alpha"]
+    a = registry(tmp_path, ["signal"])["alpha"]
     stub = SignalStub(a).start()
     user, group, account = a.canaries["signal_user"], a.canaries["signal_group"], a.canaries["signal_account"]
     stub.deliver(user, "leadchannel-elsewhere", "in a group it does not allow", "O")  # the adapter drops it
     stub.deliver(user, f"dm-{user}", "hello")
     stub.deliver(lead(a), group, "in its group", "O")
     home = tmp_path / "home"
-    (home / ".hermes").mkdir(parents=True)
-    media = home / "report.txt"
-    media.write_bytes(media_text(a.canaries["signal_file"]) + bytes(range(256)))
-    code = f"URL, ACCOUNT, FILE = {stub.url!r}, {account!r}, {str(media)!r}\n" + textwrap.dedent(ADAPTER)
+    media = media_file(home, media_text(a.canaries["signal_file"]) + bytes(range(256)))
     env = {"SIGNAL_GROUP_ALLOWED_USERS": group, "SIGNAL_ALLOWED_USERS": f"{user},{lead(a)}"}
     try:
-        done = subprocess.run([str(hermes_python), "-c", code], capture_output=True, text=True, timeout=90,
-                              env=hermetic_env(home, hermes_python, env), cwd=home)
+        got = run(hermes_python, ADAPTER, home, {"URL": stub.url, "ACCOUNT": account, "FILE": str(media)}, env).out
     finally:
         stub.stop()
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
     assert got == {"ok": True, "dm": [user, user, "hello"], "group": [lead(a), f"group:{group}", "group"],
                    "sent": True, "doc": True}
     assert stub.challenges == [account] and stub.unknown == []
@@ -107,7 +73,7 @@ def _call(stub: SignalStub, path: str, body: dict | None = None) -> tuple[int, d
 
 
 def test_a_call_the_daemon_stub_does_not_know_is_an_error_in_its_shape_and_kept(tmp_path):
-    stub = SignalStub(_registry(tmp_path)["alpha"]).start()
+    stub = SignalStub(registry(tmp_path, ["signal"])["alpha"]).start()
     try:
         status, answer = _call(stub, "/api/v1/rpc", {"jsonrpc": "2.0", "method": "updateGroup", "id": "1",
                                                       "params": {"account": "x"}})
@@ -123,7 +89,7 @@ def test_a_call_the_daemon_stub_does_not_know_is_an_error_in_its_shape_and_kept(
 
 
 def _ctx(tmp_path: Path) -> SimpleNamespace:
-    reg = _registry(tmp_path)
+    reg = registry(tmp_path, ["signal"])
     return SimpleNamespace(registry=reg, scenario="gateway", matcher=lambda: matcher_for(reg))
 
 
@@ -140,7 +106,7 @@ def test_another_tenants_file_the_daemon_read_is_a_request_leak_and_the_tenants_
 
 
 def test_the_media_plant_puts_the_donors_canary_in_the_targets_file(tmp_path):
-    reg = _registry(tmp_path)
+    reg = registry(tmp_path, ["signal"])
     home = tmp_path / "alpha"
     home.mkdir()
     assert apply("signal-media", PlantContext(reg["default"], reg["alpha"], home, "", "")) == {"request_leak"}
@@ -149,7 +115,7 @@ def test_the_media_plant_puts_the_donors_canary_in_the_targets_file(tmp_path):
 
 def test_a_sign_in_with_the_tenants_own_account_is_no_finding_and_another_tenants_is_a_wrong_key(tmp_path):
     """Signal is keyless (no credential in the registry): a sign-in is judged by the account it names."""
-    reg = _registry(tmp_path)
+    reg = registry(tmp_path, ["signal"])
     stubs = {(t.name, "signal"): SignalStub(t) for t in reg}
     ctx = SimpleNamespace(registry=reg, scenario="gateway", service_stubs=stubs, services=lambda: ["signal"])
     d, a = reg["default"], reg["alpha"]

@@ -8,60 +8,29 @@ workspace: a `wrong_identity`. The stub answers in Slack's own shapes and record
 from __future__ import annotations
 
 import json
-import subprocess
-import textwrap
 import time
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-from harness.core.registry import mint
 from harness.detect.checks import RawRequest
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import Route, inspect_request
-from harness.drive import services
-from harness.drive.hermes.agent import hermetic_env
 from harness.drive.platforms.base import media_text
 from harness.drive.platforms.slack import HOST, SlackStub
 from harness.drive.surface import issued_host
 from harness.session import AuditSession, Setup, tenant_names
+from tests.platform_adapters import adapter_script, media_file, registry, run
 
-ADAPTER = """
-    import asyncio, json, os
-    from gateway.config import PlatformConfig
-    from plugins.platforms.slack.adapter import SlackAdapter
-
-    async def main():
-        a = SlackAdapter(PlatformConfig(enabled=True, token=os.environ["SLACK_BOT_TOKEN"]))
-        got, arrived = [], asyncio.Event()
-        async def take(event):
-            got.append(event)
-            arrived.set()
-        a.handle_message = take
-        ok = await a.connect()
-        await asyncio.wait_for(arrived.wait(), 60)  # the stub's message, however loaded the machine
-        e = got[0]
-        sent = await a.send(e.source.chat_id, "reply to " + e.text)
-        doc = await a.send_document(e.source.chat_id, os.environ["MEDIA"])
-        await a.disconnect()
-        print(json.dumps({"ok": ok, "user": e.source.user_id, "chat": e.source.chat_id, "text": e.text,
-                          "sent": sent.success, "doc": doc.success}))
-
-    asyncio.run(main())
-"""
+ADAPTER = adapter_script("plugins.platforms.slack.adapter:SlackAdapter", 'token=os.environ["SLACK_BOT_TOKEN"]')
 
 
 def _adapter(session: AuditSession, hermes_python: Path, bot: str, app: str, media: Path) -> dict[str, Any]:
     """Hermes' Slack adapter with these tokens, given the environment every Hermes child gets (the proxy)."""
     assert session.proxy is not None
-    env = hermetic_env(session.sandbox.home, hermes_python,
-                       {**session.proxy.child_env(), "SLACK_BOT_TOKEN": bot, "SLACK_APP_TOKEN": app,
-                        "MEDIA": str(media)})
-    done = subprocess.run([str(hermes_python), "-c", textwrap.dedent(ADAPTER)], capture_output=True, text=True,
-                          timeout=120, env=env, cwd=session.sandbox.home)
-    assert done.returncode == 0, done.stderr[-2000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    env = {**session.proxy.child_env(), "SLACK_BOT_TOKEN": bot, "SLACK_APP_TOKEN": app}
+    return run(hermes_python, ADAPTER, session.sandbox.home, {"FILE": str(media)}, env, timeout=120).out
 
 
 def _ledger(session: AuditSession, sockets: int = 0) -> list[dict[str, Any]]:
@@ -82,9 +51,8 @@ def test_hermes_slack_adapter_signs_in_receives_replies_and_uploads_through_the_
         d, a = reg["default"], reg["alpha"]
         mine: SlackStub = session.service_stubs[("alpha", "slack")]  # type: ignore[assignment]
         theirs: SlackStub = session.service_stubs[("default", "slack")]  # type: ignore[assignment]
-        (session.sandbox.home / ".hermes").mkdir(parents=True, exist_ok=True)
-        media = session.sandbox.home / "report.txt"
-        media.write_bytes(media_text(a.canaries["slack_file"]) + bytes(range(256)))  # every byte value, verbatim
+        media = media_file(session.sandbox.home, media_text(a.canaries["slack_file"])
+                           + bytes(range(256)))  # every byte value, verbatim
         mine.deliver(a.canaries["slack_user"], "dm-alpha", "hello", "D")
         got = _adapter(session, hermes_python, a.canaries["slack_bot_key"], a.canaries["slack_app_key"], media)
         clean = _ledger(session, sockets=1)
@@ -119,16 +87,8 @@ def test_hermes_slack_adapter_signs_in_receives_replies_and_uploads_through_the_
     assert ("wrong_identity", "default", "alpha", "slack_user", "slack") in crossed, crossed
 
 
-def _registry(tmp_path: Path):
-    reg = mint(["default", "alpha"], tmp_path / "work", {"default": {"listen": 42000}, "alpha": {"listen": 42001}})
-    services.mint(reg, ["slack"])
-    for port, t in enumerate(reg, 42100):
-        services.attach(reg, "slack", t.name, None, f"http://127.0.0.1:{port}")
-    return reg
-
-
 def test_slack_canaries_have_slacks_shapes_and_the_service_its_routes(tmp_path):
-    a = _registry(tmp_path)["alpha"]
+    a = registry(tmp_path, ["slack"])["alpha"]
     assert a.canaries["slack_bot_key"].startswith("xoxb-") and a.canaries["slack_app_key"].startswith("xapp-1-")
     assert a.canaries["slack_user"].startswith("U") and a.canaries["slack_channel"].startswith("C")
     assert a.services["slack"].route == {"host": HOST, "by": ["slack_bot_key", "slack_app_key"]}
@@ -148,7 +108,7 @@ def _inspect(reg, host: str, method: str, path: str, token: str = "", body: byte
 
 
 def test_each_token_claims_its_tenant_and_the_other_tenants_ids_there_are_crossings(tmp_path):
-    reg = _registry(tmp_path)
+    reg = registry(tmp_path, ["slack"])
     d, a = reg["default"], reg["alpha"]
     # the app token is one of alpha's own credentials at slack.com (not a `wrong_key`): the near miss of another of
     # its secrets presented there (its provider key, the request claimed by its bot token in the form body)
@@ -182,7 +142,7 @@ def _call(stub: SlackStub, path: str, token: str = "", body: bytes = b"", method
 
 
 def test_the_stub_answers_in_slacks_error_shapes_and_records_what_it_does_not_know(tmp_path):
-    reg = _registry(tmp_path)
+    reg = registry(tmp_path, ["slack"])
     d, a = reg["default"], reg["alpha"]
     stub = SlackStub(a).start()
     try:

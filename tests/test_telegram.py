@@ -7,22 +7,16 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import textwrap
 import urllib.error
 import urllib.request
-from pathlib import Path
 from types import SimpleNamespace
 
 import yaml
 
-from harness.core.registry import mint
 from harness.detect.checks import RawRequest
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import Route, inspect_request
-from harness.drive import services
 from harness.drive.context import Context
-from harness.drive.hermes.agent import hermetic_env
 from harness.drive.phases import messaging
 from harness.drive.platforms.telegram import (
     FALLBACK_IP,
@@ -38,67 +32,42 @@ from harness.drive.platforms.telegram import (
     user_canary,
 )
 from harness.drive.surface import PlantContext, Where
+from tests.platform_adapters import adapter_script, media_file, registry, run
 
-
-def _registry(tmp_path: Path):
-    reg = mint(["default", "alpha"], tmp_path / "work", {"default": {"listen": 42000}, "alpha": {"listen": 42001}})
-    services.mint(reg, ["telegram"])
-    for port, t in enumerate(reg, 42100):
-        services.attach(reg, "telegram", t.name, {"listen": port}, f"http://127.0.0.1:{port}")
-    return reg
-
-
-ADAPTER = """
-    import asyncio, json, logging
-    from gateway.config import PlatformConfig
-    from plugins.platforms.telegram.adapter import TelegramAdapter
-
-    logging.basicConfig(level=logging.INFO)
-
-    async def main():
-        a = TelegramAdapter(PlatformConfig(enabled=True, token=TOKEN, extra={**URLS, "fallback_ips": [IP]}))
-        got = []
-        async def take(event):
-            got.append(event)
-        a.handle_message = take
-        ok = await a.connect()
-        for _ in range(600):  # the stub's two messages, however loaded the machine
-            if len(got) == 2:
-                break
-            await asyncio.sleep(0.1)
-        e, g = sorted(got, key=lambda e: e.source.chat_type)
-        sent = await a.send(e.source.chat_id, "reply to " + e.text)
-        doc = await a.send_document(e.source.chat_id, FILE)
-        in_group = await a.send(g.source.chat_id, "reply to " + g.text)
-        await a.disconnect()
-        print(json.dumps({"ok": ok, "user": e.source.user_id, "chat": e.source.chat_id, "text": e.text,
-                          "sent": sent.success, "doc": doc.success, "group": [g.source.chat_type,
-                          g.source.chat_id, g.source.user_id, g.text, in_group.success]}))
-
-    asyncio.run(main())
-"""
+ADAPTER = adapter_script("plugins.platforms.telegram.adapter:TelegramAdapter",
+                         'token=TOKEN, extra={**URLS, "fallback_ips": [IP]}',
+                         head="import logging\nlogging.basicConfig(level=logging.INFO)", steps="""
+    for _ in range(600):  # the stub's two messages, however loaded the machine
+        if len(got) == 2:
+            break
+        await asyncio.sleep(0.1)
+    e, g = sorted(got, key=lambda e: e.source.chat_type)
+    sent = await a.send(e.source.chat_id, "reply to " + e.text)
+    doc = await a.send_document(e.source.chat_id, FILE)
+    in_group = await a.send(g.source.chat_id, "reply to " + g.text)
+    await a.disconnect()
+    print(json.dumps({"ok": ok, "user": e.source.user_id, "chat": e.source.chat_id, "text": e.text,
+                      "sent": sent.success, "doc": doc.success, "group": [g.source.chat_type,
+                      g.source.chat_id, g.source.user_id, g.text, in_group.success]}))
+""")
 
 
 def test_the_telegram_stub_answers_hermes_adapter(tmp_path, hermes_python):
-    a = _registry(tmp_path)["alpha"]
+    a = registry(tmp_path, ["telegram"])["alpha"]
     stub = TelegramStub(a).start()
     user, key = a.canaries["telegram_user"], a.canaries["telegram_key"]
     channel = a.canaries["telegram_channel"]
     stub.deliver(user, "dm-alpha", "hello")
     stub.deliver(user, channel, f"{stub.mention()}hello group", "O")
     home = tmp_path / "home"
-    (home / ".hermes").mkdir(parents=True)
-    media = home / "report.txt"
-    media.write_bytes(media_text(a.canaries["telegram_file"]) + bytes(range(256)))  # every byte value, verbatim
-    code = (f"TOKEN, URLS, IP, FILE = {key!r}, {urls(stub.url)!r}, {FALLBACK_IP!r}, {str(media)!r}\n"
-            + textwrap.dedent(ADAPTER))
+    media = media_file(home, media_text(a.canaries["telegram_file"])
+                       + bytes(range(256)))  # every byte value, verbatim
     try:
-        done = subprocess.run([str(hermes_python), "-c", code], capture_output=True, text=True, timeout=90,
-                              env=hermetic_env(home, hermes_python, {}), cwd=home)
+        done = run(hermes_python, ADAPTER, home, {"TOKEN": key, "URLS": urls(stub.url), "IP": FALLBACK_IP,
+                                                  "FILE": str(media)})
     finally:
         stub.stop()
-    assert done.returncode == 0, done.stderr[-3000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = done.out
     assert got == {"ok": True, "user": user, "chat": user, "text": "hello", "sent": True, "doc": True,
                    "group": ["group", channel, user, "hello group", True]}, got
     assert "DNS-over-HTTPS" not in done.stderr and f"fallback IPs active: {FALLBACK_IP}" in done.stderr
@@ -127,7 +96,7 @@ def _call(stub: TelegramStub, token: str, method: str, fields: bytes = b"") -> t
 
 
 def test_a_method_the_stub_does_not_know_is_telegrams_error_and_is_kept(tmp_path):
-    a = _registry(tmp_path)["alpha"]
+    a = registry(tmp_path, ["telegram"])["alpha"]
     stub = TelegramStub(a).start()
     try:
         status, body = _call(stub, a.canaries["telegram_key"], "getStarTransactions")
@@ -141,7 +110,7 @@ def test_a_method_the_stub_does_not_know_is_telegrams_error_and_is_kept(tmp_path
 
 
 def test_another_tenants_token_in_the_path_is_a_wrong_key_at_the_stub(tmp_path):
-    reg = _registry(tmp_path)
+    reg = registry(tmp_path, ["telegram"])
     theirs, own = reg["default"].canaries["telegram_key"], reg["alpha"].canaries["telegram_key"]
     observe, strict = TelegramStub(reg["alpha"]).start(), TelegramStub(reg["alpha"], "strict").start()
     try:
@@ -159,7 +128,7 @@ def test_another_tenants_token_in_the_path_is_a_wrong_key_at_the_stub(tmp_path):
 
 
 def test_a_bot_polls_only_its_own_updates(tmp_path):
-    reg = _registry(tmp_path)
+    reg = registry(tmp_path, ["telegram"])
     a = reg["alpha"]
     stub = TelegramStub(a).start()
     stub.deliver(lead(a), f"dm-{lead(a)}", "hi")
@@ -177,9 +146,7 @@ def test_a_bot_polls_only_its_own_updates(tmp_path):
 
 
 def test_the_canaries_are_telegrams_shapes_and_unique(tmp_path):
-    reg = mint(["default", "alpha", "beta"], tmp_path / "work", {n: {"listen": 42000 + i} for i, n in
-                                                                 enumerate(["default", "alpha", "beta"])})
-    services.mint(reg, ["telegram"])  # the registry validates: no tenant's canary holds another's
+    reg = registry(tmp_path, ["telegram"], ["default", "alpha", "beta"])  # it validates: no canary holds another's
     for t in reg:
         token, user, channel = (t.canaries[k] for k in ("telegram_key", "telegram_user", "telegram_channel"))
         bot, _, secret = token.partition(":")
@@ -193,7 +160,7 @@ def test_the_canaries_are_telegrams_shapes_and_unique(tmp_path):
 
 
 def test_a_profile_points_its_bot_at_its_own_listener_with_its_own_allowlists(tmp_path):
-    t = _registry(tmp_path)["alpha"]
+    t = registry(tmp_path, ["telegram"])["alpha"]
     setup = SERVICE.configure(t, Where("http://127.0.0.1:9"))
     assert setup.config["platforms"]["telegram"]["extra"] == {"base_url": "http://127.0.0.1:9/bot",
                                                              "base_file_url": "http://127.0.0.1:9/file/bot"}
@@ -212,7 +179,7 @@ def _bot_request(reg, tenant: str, token: str, body: bytes = b"chat_id=1&text=hi
 
 
 def test_the_proxy_reads_the_token_in_the_path(tmp_path):
-    reg = _registry(tmp_path)
+    reg = registry(tmp_path, ["telegram"])
     theirs = _bot_request(reg, "alpha", reg["default"].canaries["telegram_key"])
     assert [(f.kind, f.victim, f.seen_in, f.canary, f.location) for f in theirs.findings] == [
         ("wrong_key", "default", "alpha", "telegram_key", "flow:f1:request.path.bot")]
@@ -223,7 +190,7 @@ def test_the_proxy_reads_the_token_in_the_path(tmp_path):
 
 
 def test_the_server_plant_points_the_targets_bot_at_the_donors_listener(tmp_path):
-    reg = _registry(tmp_path)
+    reg = registry(tmp_path, ["telegram"])
     home = tmp_path / "alpha"
     home.mkdir()
     (home / "config.yaml").write_text(yaml.safe_dump(SERVICE.configure(reg["alpha"], Where("http://x")).config))
@@ -233,7 +200,7 @@ def test_the_server_plant_points_the_targets_bot_at_the_donors_listener(tmp_path
 
 
 def test_a_long_poll_that_got_nothing_leaves_hermes_idle(tmp_path):
-    stub = TelegramStub(_registry(tmp_path)["alpha"])
+    stub = TelegramStub(registry(tmp_path, ["telegram"])["alpha"])
     ctx = SimpleNamespace(stubs={}, service_stubs={("alpha", "telegram"): stub})
     stub.record("POST", "/bot1:x/sendMessage", {}, b"", 200)
     stub.requests[-1].time -= 60
@@ -244,7 +211,7 @@ def test_a_long_poll_that_got_nothing_leaves_hermes_idle(tmp_path):
 
 
 def test_a_request_the_stub_did_not_know_is_a_failed_step_of_the_phase(tmp_path):
-    reg = _registry(tmp_path)
+    reg = registry(tmp_path, ["telegram"])
     stubs = {(t.name, "telegram"): TelegramStub(t) for t in reg}
     stubs[("alpha", "telegram")].add_unknown("getStarTransactions")
     steps: list[tuple] = []
@@ -268,7 +235,7 @@ def _document(reg, tenant: str, data: bytes):
 
 
 def test_the_media_plant_puts_the_donors_file_in_the_targets_own_upload(tmp_path):
-    reg = _registry(tmp_path)
+    reg = registry(tmp_path, ["telegram"])
     home = tmp_path / "alpha"
     home.mkdir()
     SERVICE.plants["telegram-media"].action(PlantContext(reg["default"], reg["alpha"], home, "", ""))
@@ -279,7 +246,7 @@ def test_the_media_plant_puts_the_donors_file_in_the_targets_own_upload(tmp_path
 
 
 def test_a_parameter_of_the_wrong_type_is_a_bad_request(tmp_path):
-    a = _registry(tmp_path)["alpha"]
+    a = registry(tmp_path, ["telegram"])["alpha"]
     stub = TelegramStub(a).start()
     try:
         status, body = _call(stub, a.canaries["telegram_key"], "getUpdates", b"offset=soon")

@@ -8,8 +8,6 @@ launch profile's bot (to the launch profile's home channel when the route names 
 from __future__ import annotations
 
 import json
-import subprocess
-import textwrap
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,27 +16,22 @@ import pytest
 import yaml
 
 from harness.core.findings import Finding
-from harness.core.registry import mint
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.incidents import build
-from harness.drive import services
 from harness.drive.context import Context
-from harness.drive.hermes.agent import Sandbox, hermetic_env
+from harness.drive.hermes.agent import Sandbox
 from harness.drive.phases import webhooks
 from harness.drive.phases.webhooks import Post
 from harness.drive.platforms.mattermost import MattermostStub
 from harness.drive.surface import PlantContext
 from harness.options import RunOptions, UsageError, check_options
+from tests.platform_adapters import registry, run
 
 NAMES = ["default", "alpha", "beta"]
 
 
 def _ctx(tmp_path: Path, platforms: tuple[str, ...] = ("mattermost",), unset: tuple[str, ...] = ()) -> SimpleNamespace:
-    reg = mint(NAMES, tmp_path / "work", {n: {"listen": 42000 + i} for i, n in enumerate(NAMES)})
-    services.mint(reg, list(platforms))
-    for port, t in enumerate(reg, 42100):
-        for p in platforms:
-            services.attach(reg, p, t.name, {"listen": port}, f"http://127.0.0.1:{port}")
+    reg = registry(tmp_path, platforms, NAMES)
     for t in reg:
         t.canaries[webhooks.PAYLOAD] = f"webhookpayload-{t.name}-qxcvyb{t.name:0>12}"
     steps: list[tuple[str, str, bool, str]] = []
@@ -238,14 +231,10 @@ ADAPTER = """
 def test_hermes_takes_the_signature_and_delivers_through_the_launch_profiles_bot_or_a_borrowed_one(
         tmp_path, hermes_python):
     body = json.dumps({"text": "Hello (hook1) x", "channel": "c"}).encode()
-    headers = webhooks.signed("the route's secret", body, int(time.time()))
-    code = (f"HEADERS, BODY, SECRET = {headers!r}, {body!r}, 'the route\\'s secret'\n" + textwrap.dedent(ADAPTER))
-    home = tmp_path / "home"
-    (home / ".hermes").mkdir(parents=True)
-    done = subprocess.run([str(hermes_python), "-c", code], capture_output=True, text=True, timeout=120,
-                          env=hermetic_env(home, hermes_python, {}), cwd=home)
-    assert done.returncode == 0, done.stderr[-2000:]
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    secret = "the route's secret"
+    headers = webhooks.signed(secret, body, int(time.time()))
+    got = run(hermes_python, ADAPTER, tmp_path / "home", {"HEADERS": headers, "BODY": body, "SECRET": secret},
+              timeout=120).out
     assert got["checked"] == [True, False, True]  # the near miss: another route's secret
     assert got["sent"] == [["default", "alpha-home"],  # the channel the route names, through the launch's bot (F63)
                            ["default", "default-home"],  # none named: the launch profile's home channel

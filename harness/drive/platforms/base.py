@@ -17,13 +17,16 @@ import base64
 import email.parser
 import email.policy
 import hashlib
+import select
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from wsproto.connection import Connection, ConnectionType
+from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
 
 from harness.capture.stubs.base import JsonApiStub, JsonHandler
 from harness.core.registry import Tenant
@@ -47,6 +50,27 @@ def accept_websocket(handler: JsonHandler) -> tuple[socket.socket, Connection]:
     handler.wfile.flush()
     handler.close_connection = True
     return handler.connection, Connection(ConnectionType.SERVER)
+
+
+def websocket_rounds(sock: socket.socket, ws: Connection, closing: threading.Event,
+                     ) -> Iterator[list[TextMessage | BytesMessage]]:
+    """An accepted websocket's client messages, a round at a time: what came in the last 50 ms (often nothing), pings
+    answered, until either side closes or `closing` is set. Between rounds the stub sends what it has queued."""
+    while not closing.is_set():
+        messages: list[TextMessage | BytesMessage] = []
+        if select.select([sock], [], [], 0.05)[0]:
+            data = sock.recv(65536)
+            if not data:
+                return
+            ws.receive_data(data)
+            for event in ws.events():
+                if isinstance(event, CloseConnection):
+                    return
+                if isinstance(event, Ping):
+                    sock.sendall(ws.send(event.response()))
+                elif isinstance(event, TextMessage | BytesMessage):
+                    messages.append(event)
+        yield messages
 
 
 def bot_id(tenant: str) -> str:

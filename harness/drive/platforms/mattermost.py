@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import json
 import queue
-import select
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from wsproto.events import CloseConnection, Ping, TextMessage
+from wsproto.events import TextMessage
 
 from harness.capture.stubs.base import JsonHandler
 from harness.core.registry import Tenant
-from harness.drive.platforms.base import ChatStub, accept_websocket, bot_id, media_text, multipart
+from harness.drive.platforms.base import ChatStub, accept_websocket, bot_id, media_text, multipart, websocket_rounds
 from harness.drive.platforms.base import lead as _lead
 from harness.drive.surface import (
     Battery,
@@ -123,19 +122,10 @@ class MattermostStub(ChatStub):
         side closes."""
         sock, ws = accept_websocket(handler)
         seq = 0
-        while not self._closing.is_set():
-            if select.select([sock], [], [], 0.05)[0]:
-                data = sock.recv(65536)
-                if not data:
-                    return
-                ws.receive_data(data)
-                for event in ws.events():
-                    if isinstance(event, TextMessage):
-                        self._challenge(event.data)
-                    elif isinstance(event, Ping):
-                        sock.sendall(ws.send(event.response()))
-                    elif isinstance(event, CloseConnection):
-                        return
+        for messages in websocket_rounds(sock, ws, self._closing):
+            for message in messages:
+                if isinstance(message, TextMessage):
+                    self._challenge(message.data)
             while self._connected.is_set():
                 try:  # another bot signed in here too (a plant) may take an event first: never block on it
                     event = self._events.get_nowait()

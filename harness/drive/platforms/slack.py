@@ -21,7 +21,6 @@ import itertools
 import json
 import queue
 import secrets
-import select
 import threading
 import time
 import urllib.parse
@@ -29,11 +28,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from wsproto.events import CloseConnection, Ping, TextMessage
+from wsproto.events import TextMessage
 
 from harness.capture.stubs.base import JsonHandler, presented
 from harness.core.registry import Tenant
-from harness.drive.platforms.base import MESSAGING_EXTRA, ChatStub, accept_websocket, bot_id, media_text
+from harness.drive.platforms.base import (
+    MESSAGING_EXTRA,
+    ChatStub,
+    accept_websocket,
+    bot_id,
+    media_text,
+    websocket_rounds,
+)
 from harness.drive.platforms.base import lead as _lead
 from harness.drive.surface import (
     Battery,
@@ -281,19 +287,10 @@ class SlackStub(ChatStub):
                 self._inboxes.remove(inbox)
 
     def _serve(self, sock: Any, ws: Any, inbox: queue.Queue[dict[str, Any]]) -> None:
-        while not self._closing.is_set():
-            if select.select([sock], [], [], 0.05)[0]:
-                data = sock.recv(65536)
-                if not data:
-                    return
-                ws.receive_data(data)
-                for event in ws.events():
-                    if isinstance(event, Ping):
-                        sock.sendall(ws.send(event.response()))
-                    elif isinstance(event, TextMessage):
-                        self._ack(event.data)
-                    elif isinstance(event, CloseConnection):
-                        return
+        for messages in websocket_rounds(sock, ws, self._closing):
+            for message in messages:
+                if isinstance(message, TextMessage):
+                    self._ack(message.data)
             while True:
                 try:
                     envelope = inbox.get_nowait()

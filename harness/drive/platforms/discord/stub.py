@@ -10,17 +10,16 @@ import itertools
 import json
 import queue
 import re
-import select
 import zlib
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from wsproto.connection import Connection
-from wsproto.events import BytesMessage, CloseConnection, Ping, TextMessage
+from wsproto.events import BytesMessage, CloseConnection, TextMessage
 
 from harness.capture.stubs.base import JsonHandler
 from harness.detect.decode import loads
-from harness.drive.platforms.base import ChatStub, accept_websocket, bot_id, lead, multipart
+from harness.drive.platforms.base import ChatStub, accept_websocket, bot_id, lead, multipart, websocket_rounds
 from harness.drive.surface import issued_host
 
 API = "/api/v10"
@@ -276,23 +275,13 @@ class DiscordStub(ChatStub):
         conn.send(10, {"heartbeat_interval": HEARTBEAT_MS})
         owner: DiscordStub | None = None
         session, text = 0, b""
-        while not self._closing.is_set():
-            if select.select([sock], [], [], 0.05)[0]:
-                data = sock.recv(65536)
-                if not data:
-                    return
-                ws.receive_data(data)
-                for event in ws.events():
-                    if isinstance(event, Ping):
-                        sock.sendall(ws.send(event.response()))
-                    elif isinstance(event, CloseConnection):
-                        return
-                    elif isinstance(event, TextMessage | BytesMessage):
-                        text += event.data.encode() if isinstance(event.data, str) else event.data
-                        if event.message_finished:
-                            found = self._frame(conn, text)
-                            owner, session = found if found is not None else (owner, session)
-                            text = b""
+        for messages in websocket_rounds(sock, ws, self._closing):
+            for message in messages:
+                text += message.data.encode() if isinstance(message.data, str) else message.data
+                if message.message_finished:
+                    found = self._frame(conn, text)
+                    owner, session = found if found is not None else (owner, session)
+                    text = b""
             while owner is not None and owner._session == session and not owner._closing.is_set():
                 try:
                     name, payload = owner._events.get_nowait()
