@@ -39,26 +39,36 @@ def load(python: Path, home: Path, launch: dict[str, str], alpha: dict[str, str]
     return json.loads(done.stdout.strip().splitlines()[-1])["adapter"]
 
 
-def main(base: Path, out: Path) -> None:
-    pythons = {"0.19.0": base,
-               "F55": patched_copy(base, [FIXES / "F55.patch"], out / "v55"),
-               "F55+F57": patched_copy(base, [FIXES / "F55.patch", FIXES / "F57.patch"], out / "v57")}
+def cases(out: Path) -> tuple[dict[str, tuple[dict[str, str], dict[str, str], str]], dict[str, str]]:
+    """F55's, F56's and F57's (the launch profile's `.env`, alpha's `.env`, alpha's `config.yaml`), and whose each
+    value is."""
     reg = mint(["default", "alpha"], out / "work", {"default": {"listen": 42000}, "alpha": {"listen": 42001}})
     services.mint(reg, ["ntfy"])
     for port, t in enumerate(reg, 42100):
         services.attach(reg, "ntfy", t.name, {"listen": port}, f"http://127.0.0.1:{port}")
     d, a = (configure(t, Where(f"http://127.0.0.1:{42100 + i}")).env for i, t in enumerate(reg))
     extra = f"platforms:\n  ntfy:\n    enabled: true\n    extra:\n      server: {a['NTFY_SERVER_URL']}\n"
-    cases = {"F55": (d, a, ""),
-             "F56": ({k: v for k, v in d.items() if k != "NTFY_TOKEN"}, {},
-                     extra + f"      topic: {a['NTFY_TOPIC']}\n      token: {a['NTFY_TOKEN']}\n"),
-             "F57": ({}, a, extra + f"      topic: {a['NTFY_TOPIC']}\n")}
     owner = {v: f"{name}'s" for name, env in (("default", d), ("alpha", a)) for v in env.values()}
-    for label, python in pythons.items():
-        for case, (launch, alpha, yaml) in cases.items():
-            got = load(python, out / "homes" / label.replace("+", "_") / case, launch, alpha, yaml)
-            print(f"{label:8} {case}: {', '.join(owner.get(v, v) for v in got) if got else 'none'}")
+    return {"F55": (d, a, ""),
+            "F56": ({k: v for k, v in d.items() if k != "NTFY_TOKEN"}, {},
+                    extra + f"      topic: {a['NTFY_TOPIC']}\n      token: {a['NTFY_TOKEN']}\n"),
+            "F57": ({}, a, extra + f"      topic: {a['NTFY_TOPIC']}\n")}, owner
 
+
+def alphas_adapter(python: Path, out: Path, case: str) -> str:
+    """alpha's adapter in one case, each value named by its owner (`none`: no adapter)."""
+    found, owner = cases(out)
+    got = load(python, out / "home", *found[case])
+    return ", ".join(owner.get(v, v) for v in got) if got else "none"
+
+
+def main(base: Path, out: Path) -> None:
+    pythons = {"0.19.0": base,
+               "F55": patched_copy(base, [FIXES / "F55.patch"], out / "v55"),
+               "F55+F57": patched_copy(base, [FIXES / "F55.patch", FIXES / "F57.patch"], out / "v57")}
+    for label, python in pythons.items():
+        for case in ("F55", "F56", "F57"):
+            print(f"{label:8} {case}: {alphas_adapter(python, out / label.replace('+', '_') / case, case)}")
 
 if __name__ == "__main__":
     main(Path(sys.argv[1]), Path(sys.argv[2]))
