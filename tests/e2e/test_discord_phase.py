@@ -58,7 +58,9 @@ def test_every_discord_bot_signs_in_with_its_own_token_but_admits_by_the_launch_
     assert media == {"default": True}, media  # the launch profile's own file, through its own bot (the near miss)
     uploaded = {(f["victim"], f["seen_in"], f["canary"]) for f in found if f["kind"] == "request_leak"}
     assert {("beta", "default", "discord_file"), ("beta", "default", "discord_key")} <= uploaded, uploaded  # F31
-    assert not [u for u in uploaded if u[0] == "default"], uploaded  # none of the launch profile's own
+    # none of the launch profile's own (text a model derived from its data is the spread of F47's turns: a secondary
+    # bot's reply to a message the launch profile's allowlist admitted)
+    assert not [u for u in uploaded if u[0] == "default" and not u[2].startswith("derived_")], uploaded
     documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
     assert {"F31", "F47", "F48"} <= documented, documented
     assert not [i for i in audit.doc["incidents"] if not i["documented"] and "discord" in i["entry"]]

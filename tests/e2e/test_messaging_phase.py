@@ -91,6 +91,13 @@ def _uploaded(audit: Audit, service: str) -> set[tuple[str, str, str]]:
             if f.get("service") == service and f["kind"] == "request_leak"}
 
 
+def _made_of(canary: str, suffix: str) -> bool:
+    """Whether a canary that reached a platform is one of the launch profile's files (`suffix`) or text a model derived
+    from the launch profile's data (`derived_*`: a secondary bot's reply to a message in the launch profile's channel
+    (F24, F40, F47) carries it, that crossing's spread, not Hermes' `.env` denylist at work)."""
+    return canary.endswith(suffix) or canary.startswith("derived_")
+
+
 def _lines(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line]
 
@@ -115,7 +122,7 @@ def test_every_profile_has_its_bot_but_the_process_environment_decides_who_it_an
     uploaded = _uploaded(audit, "mattermost")
     assert {(NEIGHBOUR[n], n, "mattermost_file") for n in attached} <= uploaded, uploaded
     assert {(NEIGHBOUR[n], n, "mattermost_key") for n in attached if NEIGHBOUR[n] != "default"} <= uploaded, uploaded
-    assert not [u for u in uploaded if u[0] == "default" and not u[2].endswith("_file")]  # Hermes denies its .env
+    assert not [u for u in uploaded if u[0] == "default" and not _made_of(u[2], "_file")]  # Hermes denies its .env
     cron = {(t["tenant"], t["driver"]): t["ok"] for t in audit.doc["timeline"] if t["phase"] == "messaging"}
     assert cron[("default", "mattermost cron-delivery")], cron  # the jobs deliver on the first platform
     fired = {t["tenant"]: t["ok"] for t in audit.doc["timeline"] if t["phase"] == "cron"}
@@ -140,7 +147,7 @@ def test_every_telegram_bot_signs_in_at_its_own_server_but_a_secondary_filters_b
     steps = _media(audit, "telegram")
     uploaded = _uploaded(audit, "telegram")
     assert {(NEIGHBOUR[n], n, "telegram_file") for n, ok in steps.items() if ok} <= uploaded, uploaded
-    assert not [u for u in uploaded if u[0] == "default" and not u[2].endswith("_file")]  # Hermes denies its .env
+    assert not [u for u in uploaded if u[0] == "default" and not _made_of(u[2], "_file")]  # Hermes denies its .env
     documented = {d for i in audit.doc["incidents"] for d in i["documented"]}
     assert {"F25", "F31", "F36"} <= documented, documented
     assert not [i for i in audit.doc["incidents"] if not i["documented"] and "telegram" in i["entry"]]
@@ -160,7 +167,7 @@ def test_every_signal_bot_streams_its_own_account_but_takes_the_launch_profiles_
     read = _uploaded(audit, "signal")
     assert {(NEIGHBOUR[n], n, "signal_file") for n in attached} <= read, read
     # default's media files and home (the path names it), never its `.env` (Hermes' denylist, F31)
-    assert not [u for u in read if u[0] == "default" and not (u[2].endswith("_file") or u[2] == "home")], read
+    assert not [u for u in read if u[0] == "default" and not (_made_of(u[2], "_file") or u[2] == "home")], read
     documented = {d for i in audit.doc["incidents"] if i["entry"] == "service signal" for d in i["documented"]}
     assert {"F25", "F31", "F40", "F41"} <= documented, documented
 

@@ -3,6 +3,7 @@ the tool battery), and every planted leak caught."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sqlite3
 import stat
@@ -90,7 +91,8 @@ def check_forms(out: Path) -> None:
     registry = load(out / "registry.yaml")
     for t in registry:
         [db] = out.glob(f"sandbox/*/.hermes/{'' if t.name == 'default' else f'profiles/{t.name}/'}state.db")
-        with sqlite3.connect(f"file:{db}?mode=ro", uri=True) as conn:
+        # immutable: SQLite writes no -shm or -wal beside a database of the evidence (the manifest would not know them)
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro&immutable=1", uri=True)) as conn:
             results = {row[0]: row[1] for row in conn.execute(
                 "SELECT tool_name, group_concat(content, ' ') FROM messages WHERE role = 'tool' GROUP BY tool_name")}
         assert t.canaries["relative_note"] in results["read_file"], t.name
