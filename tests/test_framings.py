@@ -334,6 +334,24 @@ def test_records_read_around_a_cut_are_bounded_and_the_bound_is_listed(m: Matche
     assert found(m, stream_of(10), skipped) and skipped == []
 
 
+def test_a_cut_point_outside_every_record_lists_no_bound(m: Matcher, registry: Registry) -> None:
+    """A form of the marker on a line that is no record (a path in a log line, base64 in a flow file) is no value
+    cut across records: the records before it (a stream whose fields repeat) are not its, so nothing is listed.
+    The same marker form inside the last of those records is (the near miss of the bound's own test)."""
+    v = value(registry, "memory")
+    marker = v[v.index(b"qxc"):][:6]
+    chunks = b"".join(b'{"id": "chunk", "n": %d}\n' % i for i in range(3))
+    log = b"# a log line of no record\n" * 2000
+    tail = b'plain text "home-' + marker + b'0123456789/x" here\n' + log
+
+    skipped: list[NotInspected] = []
+    assert not found(m, log + chunks + b"# between\n" * 100 + tail, skipped)
+    assert skipped == []
+    inside = chunks + b'{"id": "home-' + marker + b'0123"}\n'
+    assert not found(m, log + inside + log, skipped)
+    assert [n.reason.startswith("records: the text at id may go on past") for n in skipped] == [True]
+
+
 def test_reassembly_stops_at_the_time_budget(m: Matcher, registry: Registry) -> None:
     v = value(registry, "memory")
     skipped: list[NotInspected] = []

@@ -217,6 +217,7 @@ def reassemble(window: bytes, span: tuple[int, int], points: list[int], edges: t
     between the point and the edge may hold a value's rest past it: it is `short`."""
     lo, hi = span
     offsets: list[int] = []
+    ends: list[int] = []
     texts: list[dict[str, list[str]]] = []
     pos = lo
     for line in window[lo:hi].split(b"\n"):
@@ -226,6 +227,7 @@ def reassemble(window: bytes, span: tuple[int, int], points: list[int], edges: t
             collect(doc, "", found, MAX_DEPTH)
             if found:
                 offsets.append(pos)
+                ends.append(pos + len(line))
                 texts.append(found)
         pos += len(line) + 1
     by_path: dict[str, list[int]] = {}  # path -> the records holding it
@@ -234,16 +236,18 @@ def reassemble(window: bytes, span: tuple[int, int], points: list[int], edges: t
             by_path.setdefault(path, []).append(i)
     out = [Stream(offsets[held[0]], path, utf8("".join(s for i in held for s in texts[i][path])))
            for path, held in by_path.items() if len(held) > 1]
-    return Reassembly(out, _short(offsets, texts, by_path, points, edges, longest))
+    held_points = {r for p in points if (r := bisect.bisect_right(offsets, p) - 1) >= 0 and p <= ends[r]}
+    return Reassembly(out, _short(texts, by_path, held_points, edges, longest))
 
 
-def _short(offsets: list[int], texts: list[dict[str, list[str]]], by_path: dict[str, list[int]], points: list[int],
-           edges: tuple[bool, bool], longest: int) -> list[str]:
-    """The paths of a point's record that run into an edge where the region was cut (`edges`) with less than
-    `longest` characters between the point's record and it."""
+def _short(texts: list[dict[str, list[str]]], by_path: dict[str, list[int]], at: set[int], edges: tuple[bool, bool],
+           longest: int) -> list[str]:
+    """The paths of the records holding a point (`at`: their indexes; a point on a line that is no record has
+    none) that run into an edge where the region was cut (`edges`) with less than `longest` characters between
+    the point's record and it."""
     cumulative: dict[str, dict[int, tuple[int, int]]] = {}  # path -> record -> its characters before, after it
     short = set()
-    for r in {bisect.bisect_right(offsets, p) - 1 for p in points} - {-1}:
+    for r in at:
         for path in texts[r]:
             held = by_path[path]
             if len(held) < 2 or path in short:
