@@ -5,7 +5,7 @@
 The order matters: the leak scan leaves out a canary that the key or the model check has already reported at
 that part of the request (it is that finding, not a leak besides); the egress check reads whether a refused
 request carried a canary (its leaks); the identity check renames the leaks the scan found; the stream check
-reports only canaries the headers and body did not already show.
+reports only canaries the headers and body did not already show, but for those the body showed only in its records.
 """
 
 from __future__ import annotations
