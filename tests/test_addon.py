@@ -355,7 +355,7 @@ def test_sse_is_passed_through_chunk_by_chunk_and_inspected_reassembled(tctx, ad
     assert f.response.raw_content == body and f.response.stream is False  # the saved flow keeps the stream
     (finding,) = f.metadata["tenancy"]["findings"]
     assert finding["kind"] == "response_leak" and finding["canary"] == "workdir"
-    assert finding["location"].startswith(f"flow:{f.id}:response.body@0:records:choices[0].delta.content@")
+    assert finding["location"].startswith(f"flow:{f.id}:response.sse.choices[0].delta.content@")
     assert f.metadata["tenancy"]["streamed"] is True
 
 
@@ -392,7 +392,7 @@ def test_sse_with_lone_surrogates_is_inspected_not_crashed(tctx, addon, reg, tmp
     f = reverse_flow("alpha", main_turn(reg, "alpha", stream=True), key=reg["alpha"].key)
     stream_through(addon, f, body)
     (finding,) = f.metadata["tenancy"]["findings"]
-    assert finding["canary"] == "workdir" and finding["location"].startswith(f"flow:{f.id}:response.body@0:records:c@")
+    assert finding["canary"] == "workdir" and finding["location"].startswith(f"flow:{f.id}:response.sse.c@")
     assert [line["flow"] for line in ledger(tmp_path)] == [f.id]
 
 
@@ -405,7 +405,7 @@ def test_sse_that_orjson_refuses_is_reassembled_by_json(tctx, addon, reg):
     f = reverse_flow("alpha", main_turn(reg, "alpha", stream=True), key=reg["alpha"].key)
     stream_through(addon, f, body)
     (finding,) = f.metadata["tenancy"]["findings"]
-    assert finding["canary"] == "memory" and finding["location"].startswith(f"flow:{f.id}:response.body@0:records:c@")
+    assert finding["canary"] == "memory" and finding["location"].startswith(f"flow:{f.id}:response.sse.c@")
 
 
 @pytest.mark.parametrize("depth", [1500, 100_000])

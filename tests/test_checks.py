@@ -304,6 +304,28 @@ def test_stream_leaks(reg):
     assert run_response(check_stream_leaks, response(reg, split, "text/event-stream"), seen) == ["elsewhere"]
 
 
+def test_stream_leaks_take_the_place_of_the_body_records(reg):
+    """A canary the body's scan found only in its records (`records:PATH`) is reported at the stream's field, in
+    the same place in the report; a finding in the body's bytes or in another layer, and one the stream does not
+    hold, stay."""
+    soul = reg["beta"].canaries["soul"]
+    split = response(reg, sse("x ", soul[:9], soul[9:]), "text/event-stream")
+    assert run_response(check_response_leaks, split) == ["flow:f1:response.body@0:records:c@2"]
+    both = ResponseReport(200, 0)
+    for check in RESPONSE_CHECKS:
+        check(split, both)
+    assert [f.location for f in both.findings] == ["flow:f1:response.sse.c@2"]
+
+    def found(canary: str, location: str) -> Finding:
+        return Finding("response_leak", "beta", "alpha", canary, "response", location)
+
+    kept = [found("memory", "flow:f1:response.body@0:records:c@9"), found("soul", "flow:f1:response.body@3:base64@0")]
+    report = ResponseReport(200, 0, findings=list(kept))
+    assert run_response(check_stream_leaks, split, report) == [f.location for f in kept]
+    report = ResponseReport(200, 0, findings=[kept[0], found("soul", "flow:f1:response.body@40:records:c@2")])
+    assert run_response(check_stream_leaks, split, report) == [kept[0].location, "flow:f1:response.sse.c@2"]
+
+
 def test_every_check_is_a_function_of_this_module_with_a_docstring():
     for check in REQUEST_CHECKS + RESPONSE_CHECKS:
         assert getattr(checks, check.__name__) is check and check.__doc__

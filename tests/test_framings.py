@@ -20,6 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mitmproxy.test import tflow
 
+from harness.core.findings import Finding
 from harness.core.registry import Registry, mint
 from harness.detect.engine import stream, walk
 from harness.detect.engine.matcher import Matcher, matcher_for
@@ -277,17 +278,26 @@ def test_records_in_a_database_value_are_reassembled(tmp_path: Path, m: Matcher,
 
 
 def test_an_ndjson_response_is_inspected(m: Matcher, registry: Registry) -> None:
-    """A streaming provider's NDJSON response (the live addon and `reconcile` share this)."""
+    """A streaming provider's NDJSON response (the live addon and `reconcile` share this): the value the body's
+    records reassemble is reported at the stream's field, the better evidence; the same records in a response
+    that is not a stream (by its content type) are reported in the body's records."""
     v = value(registry, "workdir")
-    flow = tflow.tflow(resp=True)
-    flow.request.host = flow.request.headers["host"] = "alice.llm.test"
-    flow.response.headers.clear()
-    flow.response.headers["content-type"] = "application/x-ndjson"
-    flow.response.raw_content = F.records("ndjson", 4)(b"working in " + v + b" now")
-    report = inspect_flow(registry, m, flow)
-    (finding,) = [f for f in report.findings if f.victim == VICTIM]
+
+    def leak(content_type: str) -> tuple[str, Finding]:
+        flow = tflow.tflow(resp=True)
+        flow.request.host = flow.request.headers["host"] = "alice.llm.test"
+        flow.response.headers.clear()
+        flow.response.headers["content-type"] = content_type
+        flow.response.raw_content = F.records("ndjson", 4)(b"working in " + v + b" now")
+        (finding,) = [f for f in inspect_flow(registry, m, flow).findings if f.victim == VICTIM]
+        return flow.id, finding
+
+    flow_id, finding = leak("application/x-ndjson")
+    assert (finding.kind, finding.canary, finding.encoding) == ("response_leak", "workdir", "plain")
+    assert finding.location.startswith(f"flow:{flow_id}:response.ndjson.message.content@")
+    flow_id, finding = leak("text/plain")
     assert (finding.kind, finding.canary, finding.encoding) == ("response_leak", "workdir", "records")
-    assert finding.location.startswith(f"flow:{flow.id}:response.body@1:records:message.content@")
+    assert finding.location.startswith(f"flow:{flow_id}:response.body@1:records:message.content@")
 
 
 def test_members_in_a_file(tmp_path: Path, m: Matcher, registry: Registry) -> None:

@@ -5,7 +5,7 @@
 The order matters: the leak scan leaves out a canary that the key or the model check has already reported at
 that part of the request (it is that finding, not a leak besides); the egress check reads whether a refused
 request carried a canary (its leaks); the identity check renames the leaks the scan found; the stream check
-reports only canaries the headers and body did not already show.
+reports only canaries the headers and body did not already show, but for those the body showed only in its records.
 """
 
 from __future__ import annotations
@@ -354,15 +354,34 @@ def check_response_leaks(resp: ResponseFacts, report: ResponseReport) -> None:
 def check_stream_leaks(resp: ResponseFacts, report: ResponseReport) -> None:
     """`response_leak` in an SSE or NDJSON stream reassembled whole (the strings at one JSON path across its
     events or records, so a canary split over two deltas is whole, in whatever encoding), for each canary not
-    already reported. Location `response.sse.PATH` or `response.ndjson.PATH`."""
+    already reported. Location `response.sse.PATH` or `response.ndjson.PATH`.
+
+    The body's scan reassembles records too, around the places a value may be cut (`records:PATH`, the engine's
+    framing): a canary it found only so is the same text, better located by the stream's field. Its finding is
+    replaced, in place, by this check's, so every path that inspects a response reports the one location."""
     if resp.stream is None or resp.decoded.note:
         return
     scan = FlowScan(resp.matcher, resp.flow_id, resp.tenant, "response", "response_leak")
-    scan.seen.update((f.victim, f.canary) for f in report.findings if f.victim and f.canary)
+    in_records = {(f.victim, f.canary): i for i, f in enumerate(report.findings)
+                  if f.victim and f.canary and _in_body_records(f.location, resp.flow_id)}
+    scan.seen.update((f.victim, f.canary) for f in report.findings
+                     if f.victim and f.canary and (f.victim, f.canary) not in in_records)
     for path, text in reassembled(resp.decoded.data, resp.stream).items():
         scan.layered(utf8_bytes(text), f"response.{resp.stream}.{path}", only_new=True)
-    report.findings += scan.findings
+    for finding in scan.findings:
+        at = in_records.get((finding.victim, finding.canary))
+        if at is None:
+            report.findings.append(finding)
+        else:
+            report.findings[at] = finding
     report.not_inspected += scan.not_inspected
+
+
+def _in_body_records(location: str, flow_id: str) -> bool:
+    """Whether a response finding's `location` is in the records the body's scan reassembled at its top level
+    (`flow:ID:response.body@AT:records:PATH@OFFSET`), not in the body's bytes or another layer."""
+    rest = location.removeprefix(f"flow:{flow_id}:response.body@")
+    return rest != location and rest.lstrip("0123456789").startswith(":records:")
 
 
 ResponseCheck = Callable[[ResponseFacts, ResponseReport], None]
