@@ -23,7 +23,7 @@ from harness.core.findings import Finding
 from harness.core.protocol import FLOW_HEADER
 from harness.core.registry import Registry, mint
 from harness.detect import decode, flows
-from harness.detect.engine.matcher import Matcher
+from harness.detect.engine.matcher import Matcher, matcher_for
 from harness.detect.routes import Route, route_of
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -723,6 +723,29 @@ def test_registry_reload_picks_up_new_canaries_and_survives_a_broken_file(tctx, 
     with caplog.at_level(logging.ERROR, logger="tenancy"):
         third = run(addon, reverse_flow("alpha", {"m": minted}))
     assert "keeping the previous registry" in caplog.text and kinds(third) == ["request_leak"]
+
+
+def test_a_canary_minted_while_its_flow_is_in_flight_is_found_in_that_flows_response(tctx, addon, reg, regfile):
+    """A model stub mints the derived canary its answer carries (the registry file saved) just before the answer
+    leaves, with no other request meanwhile: the response is inspected under the new registry, so the flow carries
+    the finding `reconcile` (the final registry) reports for it. Near miss: alpha's own minted canary in alpha's
+    response."""
+    beta_token, _ = reg.derive("beta", "reply", "alpha")
+    own, _ = reg.derive("alpha", "title", "alpha")
+    leak = reverse_flow("alpha", main_turn(reg, "alpha"), key=reg["alpha"].key)
+    near = reverse_flow("alpha", main_turn(reg, "alpha", user="near"), key=reg["alpha"].key)
+    addon.request(leak)
+    addon.request(near)
+    reg.save(regfile)  # as the stub does before answering
+    for f, token in ((leak, beta_token), (near, own)):
+        respond(f, json.dumps({"content": f"done {token}"}))
+        addon.response(f)
+    assert kinds(leak) == ["response_leak"] and leak.metadata["tenancy"]["findings"][0]["canary"] == (
+        "derived_reply_via_alpha") and leak.marked and "response_leak" in leak.comment
+    assert kinds(near) == [] and not near.marked
+    again = flows.inspect_flow(reg, matcher_for(reg), leak)
+    assert [f.fingerprint() for f in again.findings] == [
+        x["fingerprint"] for x in leak.metadata["tenancy"]["findings"]]
 
 
 # --- bodies that are not JSON ---------------------------------------------------------------------------

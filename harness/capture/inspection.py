@@ -206,10 +206,13 @@ class Inspection:
     def finish(self, flow: http.HTTPFlow, endpoint: Endpoint | None) -> Awaitable[None] | None:
         """Inspect the finished flow (response or error), flag it and write its ledger line. `endpoint` is whose
         routing decided the flow is; it is read when routing answered the request itself (no request report).
-        A long response is scanned in the pool (awaitable)."""
+        A long response is scanned in the pool (awaitable). The registry is re-read first: a model stub mints the
+        derived canary its answer carries just before the answer leaves, and `reconcile` finds it in this response."""
         if flow.id in self._sockets:  # an error after the upgrade: the connection is over
             self._end(flow.id)
             return None
+        if self.tenants.registry is not None:
+            self.tenants.refresh()
         inflight = self._inflight.pop(flow.id, None)
         reg, matcher = self.tenants.registry, self.tenants.matcher
         if reg is None or matcher is None or "tenancy" not in flow.metadata:
