@@ -34,6 +34,7 @@ import replay_stub
 from ab import REPO
 from proxy_configs import STREAM_ADDON, Child, distinct_port, mitmdump_argv, old_tree, ready, spawn
 
+from harness.capture.proxy import ensure_ca
 from harness.core import registry_file
 from harness.core.procs import ProcessSet, descendants, stop_tree
 from harness.core.protocol import FLOW_HEADER
@@ -147,7 +148,9 @@ class Proxy:
 
 def start(procs: ProcessSet, rec: Recording, root: Path, stub: int, trees: dict[str, Path | None],
           workers: int | None, cpus: set[int] | None) -> list[Proxy]:
-    """Every configuration of `trees` (None: plain mitmdump, or streaming SSE for `stream`), up and accepting."""
+    """Every configuration of `trees` (None: plain mitmdump, or streaming SSE for `stream`), up and accepting. Their
+    CA is made first: mitmdumps starting side by side on an empty confdir would each write it as another reads it."""
+    ensure_ca(root / "confdir")
     proxies = []
     for name, tree in trees.items():
         ports = moved(rec, root / f"registry-{name}.yaml", stub)
@@ -218,7 +221,6 @@ def bench_replay(procs: ProcessSet, evidence: Path, root: Path, rounds: int, set
     ref, workers, cpus = setup
     rec = load(evidence, limit)
     (root / "recorded.yaml").write_bytes((evidence / "registry.yaml").read_bytes())
-    (root / "confdir").mkdir(exist_ok=True)
     stub = distinct_port()
     with (root / "responses.pickle").open("wb") as fh:
         pickle.dump(rec.responses, fh)

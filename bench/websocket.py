@@ -38,7 +38,7 @@ from websockets.sync.server import ServerConnection, serve
 from wsproto.frame_protocol import Opcode
 
 from harness.capture.addon import Tenancy
-from harness.capture.proxy import free_port
+from harness.capture.proxy import ensure_ca, free_port
 from harness.core.procs import ProcessSet
 from harness.core.registry import Registry
 
@@ -103,6 +103,7 @@ def through(port: int, stream: list[tuple[bool, bytes]]) -> float:
 def mitmdump(procs: ProcessSet, tmp: Path, reg: Registry, upstream: str, addon: bool
              ) -> tuple[subprocess.Popen[bytes], int]:
     port = free_port()
+    ensure_ca(ROOT / "certs")  # under the lock an audit starting at the same time takes too
     argv = [str(Path(sys.executable).parent / "mitmdump"), "-q", "--set", f"confdir={ROOT / 'certs'}",
             "--mode", f"reverse:{upstream}@127.0.0.1:{port}"]
     if addon:
