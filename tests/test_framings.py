@@ -362,6 +362,18 @@ def test_a_cut_point_outside_every_record_lists_no_bound(m: Matcher, registry: R
     assert [n.reason.startswith("records: the text at id may go on past") for n in skipped] == [True]
 
 
+def test_a_text_cut_in_its_last_line_is_read_to_its_end(m: Matcher, registry: Registry) -> None:
+    """Records whose text ends in a line cut short (a file truncated mid-record) are read to the end when it is
+    within reach: a form of the marker in the last whole record lists no bound (nothing lies past what was read)."""
+    v = value(registry, "memory")
+    near = v[:-1].decode() + " (cut)"
+    lines = [json.dumps({"i": i, "role": "user", "content": "hello"}) for i in range(50)]
+    text = "\n".join([*lines, json.dumps({"i": 50, "role": "user", "content": near}), '{"i": 51, "role": "us'])
+    skipped: list[NotInspected] = []
+    assert not found(m, text.encode(), skipped)
+    assert skipped == []
+
+
 def test_reassembly_stops_at_the_time_budget(m: Matcher, registry: Registry) -> None:
     v = value(registry, "memory")
     skipped: list[NotInspected] = []
