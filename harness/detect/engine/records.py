@@ -192,10 +192,8 @@ def regions(window: bytes, points: list[int]) -> list[tuple[int, int]]:
             lo = start
         else:  # the first line that starts within reach (the byte before `start` is a line break)
             lo = window.find(b"\n", reach - 1, start) + 1
-        if p + REACH >= len(window):  # the rest is within reach: a last line without its line break too
-            hi = len(window)
-        else:
-            hi = window.rfind(b"\n", end, p + REACH) + 1 or end
+        # the rest within reach is read to the text's end: a last line without its line break too
+        hi = len(window) if p + REACH >= len(window) else window.rfind(b"\n", end, p + REACH) + 1 or end
         if out and lo <= out[-1][1]:
             out[-1][1] = max(out[-1][1], hi)
         else:
