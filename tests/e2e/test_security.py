@@ -24,7 +24,7 @@ from harness.capture.proxy import CERTS
 from harness.core.registry import Registry
 from harness.core.registry_file import load
 from harness.detect import scan
-from harness.detect.flows import route_of
+from harness.detect.flows import refused, route_of
 from harness.detect.reconcile import read_flows, reconcile
 from harness.drive.hermes.agent import real_home
 
@@ -102,7 +102,9 @@ def test_eight_tenant_audit_is_clean_with_no_flow_lost_or_misattributed(audit, r
     print(f"\n8-tenant Hermes audit: {len(flows)} proxy flows, {len(stub_flows)} stub requests, "
           f"misattributed {len(misattributed)}, per tenant {per_tenant}")
     assert truncated is None and misattributed == [] and all(per_tenant.values())
-    assert sorted(stub_flows) == sorted(f.id for f in flows)  # 0 lost, none bypassed
+    # 0 lost, none bypassed; a request the proxy refused (a host no tenant routes, such as Hermes' model metadata
+    # fetch when it happens within the run) reached no stub, by design
+    assert sorted(stub_flows) == sorted(f.id for f in flows if not refused(f))
 
 
 def test_real_home_is_never_read_or_written(audit, registry):
