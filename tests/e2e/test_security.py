@@ -102,9 +102,13 @@ def test_eight_tenant_audit_is_clean_with_no_flow_lost_or_misattributed(audit, r
     print(f"\n8-tenant Hermes audit: {len(flows)} proxy flows, {len(stub_flows)} stub requests, "
           f"misattributed {len(misattributed)}, per tenant {per_tenant}")
     assert truncated is None and misattributed == [] and all(per_tenant.values())
-    # 0 lost, none bypassed; a request the proxy refused (a host no tenant routes, such as Hermes' model metadata
-    # fetch when it happens within the run) reached no stub, by design
-    assert sorted(stub_flows) == sorted(f.id for f in flows if not refused(f))
+    # 0 lost: every request a stub got is a flow; none bypassed: every flow answered but by the proxy's refusal (a
+    # host no tenant routes) was answered by a stub. A flow its client gave up on before an answer (Hermes' local
+    # provider probes have short timeouts) may or may not have reached one.
+    answered = {f.id for f in flows if f.response is not None and not refused(f)}
+    unanswered = [f for f in flows if f.response is None]
+    assert all(f.error and "Client disconnected" in f.error.msg for f in unanswered), [f.error for f in unanswered]
+    assert len(set(stub_flows)) == len(stub_flows) and answered <= set(stub_flows) <= {f.id for f in flows}
 
 
 def test_real_home_is_never_read_or_written(audit, registry):
