@@ -213,7 +213,11 @@ def parser(version_text: Callable[[], str] = lambda: "tenancy-audit") -> argpars
     mu.add_argument("--scenario", default="oneshot", choices=sorted(SCENARIOS))
     mu.add_argument("--tools", help="tool battery groups, as for run ('none': the env probe only)")
     mu.add_argument("--services", help="services, as for run ('none': the providers only)")
-    mu.add_argument("--hermes-python", type=Path, help="the install to mutate copies of (default: as for run)")
+    mu.add_argument("--series", type=Path, metavar="FILE",
+                    help="mutate the twin instead: the install with a fix series applied (as for patch-check "
+                         "--series; built once, cached by the series' hash), which is also the control")
+    mu.add_argument("--hermes-python", type=Path, help="the install to mutate copies of (default: as for run; with "
+                    "--series, the install the twin is built from)")
     mu.add_argument("--out", type=Path, help="a new or empty folder for the runs, the patches and mutants.json")
     sub.add_parser("cleanup", help="reap processes a killed run left behind")
     return p

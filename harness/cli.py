@@ -163,10 +163,11 @@ def cmd_patch_check(a: argparse.Namespace) -> int:
 
 
 def cmd_mutants(a: argparse.Namespace) -> int:
-    """Exit 1 when a mutant whose code ran and computed another value was not caught."""
+    """Exit 1 when a mutant whose code ran and computed another value was not caught (with --series: on the
+    twin, which is then the control too)."""
     opts = arguments.patch_check_options(a)
     check_options(opts)
-    doc = usecases.mutant_run(opts, [n for n in (a.only or "").split(",") if n], _say)
+    doc = usecases.mutant_run(opts, [n for n in (a.only or "").split(",") if n], _say, series=a.series)
     _show(console.mutant_lines(doc))
     return EXIT_LEAK if any(row["state"] == "missed" for row in doc["mutants"]) else EXIT_CLEAN
 

@@ -31,7 +31,7 @@ from harness.detect.reconcile import LogSource, Reading, read_flows, reconcile
 from harness.drive import plants
 from harness.drive.doors import default_tenants
 from harness.drive.hermes.patched import patched_copy, site_packages
-from harness.drive.hermes.twin import twin
+from harness.drive.hermes.twin import changes_of, twin
 from harness.judge import evaluate, release_versions, result_of, venv_warnings
 from harness.matrix import run_audits
 from harness.options import RunOptions, UsageError, hermes_python
@@ -350,13 +350,17 @@ def _traced(out: Path) -> str:
     return "computed" if "True" in lines else "same" if lines else "never ran"
 
 
-def mutant_run(opts: RunOptions, names: list[str], say: Callable[[str], None]) -> dict[str, Any]:
+def mutant_run(opts: RunOptions, names: list[str], say: Callable[[str], None],
+               series: Path | None = None) -> dict[str, Any]:
     """Audit the install (the control), then a copy of it per mutant (`proof.mutants`), each with the same
     options; a mutant is `caught` when its audit shows a crossing the control's does not, `missed` when its code
-    computed another value and nothing showed, `not exercised` when its code never did."""
+    computed another value and nothing showed, `not exercised` when its code never did, `not applicable: WHY` when
+    it does not fit the install. With `series` the install is its twin (`on_twin`): the control and every mutant's
+    copy are the twin's, and a mutant that does not fit says which patches of the series change its file."""
     chosen = [m for m in mutants.MUTANTS if not names or m.name in names]
     if names and len(chosen) != len(set(names)):
         raise UsageError(f"mutants: unknown mutant (choose from {', '.join(m.name for m in mutants.MUTANTS)})")
+    opts = on_twin(series, opts, say) if series is not None else opts
     python = hermes_python(opts.hermes_python, say)
     site = site_packages(python.parent.parent)
     folder = EvidenceFolder.for_run(opts.out, opts.force)
@@ -369,7 +373,9 @@ def mutant_run(opts: RunOptions, names: list[str], say: Callable[[str], None]) -
         try:
             write_private(patch, m.patch(site).encode())
         except mutants.MutantError as exc:
-            rows.append({"name": m.name, "surface": m.surface, "bug": m.bug, "state": f"not applicable: {exc}"})
+            why = f"{exc}" + (f" ({changes_of(series, m.file)})" if series is not None else "")
+            rows.append({"name": m.name, "surface": m.surface, "bug": m.bug, "state": f"not applicable: {why}"})
+            say(f"mutants: {m.name:<20} not applicable: {why}")
             continue
         copy = patched_copy(python, patch, folder.path / "venv")
         got = run_audit(replace(opts, out=folder.path / folder_name, hermes_python=copy, force=True, quiet=True))
@@ -381,6 +387,7 @@ def mutant_run(opts: RunOptions, names: list[str], say: Callable[[str], None]) -
                      "hops": shown, "folder": folder_name})
         say(f"mutants: {m.name:<20} {state} ({ran}; {len(shown)} crossing(s) the control lacks)")
     shutil.rmtree(folder.path / "venv", ignore_errors=True)
-    doc = {"scenario": opts.scenario, "control": control.verdict.status, "mutants": rows}
+    doc = {"scenario": opts.scenario, "series": str(series) if series else None, "control": control.verdict.status,
+           "mutants": rows}
     write_private(folder.path / "mutants.json", json.dumps(doc, indent=2).encode())
     return doc

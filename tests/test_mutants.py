@@ -1,14 +1,22 @@
 """The mutant set without Hermes: each mutant's patch replaces exactly one expression with one that still computes
 the original, writes to the trace whether the value differed, and yields the mutant's value; a mutant that does
-not fit the installed file says so; bad input is one line and exit 2."""
+not fit the installed file says so; bad input is one line and exit 2; on the twin (--series) the control is the twin,
+each mutant a copy of it, and a mutant whose line the series changed says so."""
 
 from __future__ import annotations
 
+import json
+import os
 import textwrap
+from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
-from harness import cli
+from harness import cli, usecases
+from harness.drive.hermes import twin as twins
+from harness.drive.hermes.patched import site_packages
+from harness.options import RunOptions
 from harness.proof.mutants import LAUNCH, MUTANTS, TRACE, Mutant, MutantError
 from harness.usecases import _traced
 
@@ -74,3 +82,84 @@ def test_an_unknown_mutant_is_one_line_and_exit_2(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and "\n" not in err and "unknown mutant" in err, err
     assert not (tmp_path / "m").exists()
+
+
+SKILLS_FILE = "lib/python3.13/site-packages/tools/skills_tool.py"
+SKILLS = 'from pathlib import Path\ndef skills_dir():\n    return get_hermes_home() / "skills"\n'
+#: A fix that changes the memory tool's line (the memory-dir mutant no longer fits) and leaves the skills' line alone.
+FIX = textwrap.dedent("""\
+    --- a/tools/memory_tool.py
+    +++ b/tools/memory_tool.py
+    @@ -3,3 +3,3 @@
+         return Path.home() / ".hermes" / "profiles" / "alpha"
+     def memory_dir():
+    -    return get_hermes_home() / "memories"
+    +    return profile_home() / "memories"
+    --- a/tools/skills_tool.py
+    +++ b/tools/skills_tool.py
+    @@ -1,2 +1,3 @@
+     from pathlib import Path
+    +FIXED = True
+     def skills_dir():
+    """)
+
+
+def _venv(root: Path) -> Path:
+    """A venv's shape (pyvenv.cfg, bin/python) whose site-packages holds the memory and skills tools' lines."""
+    site = root / "lib" / "python3.13" / "site-packages" / "tools"
+    site.mkdir(parents=True)
+    (site / "memory_tool.py").write_text(SOURCE)
+    (site / "skills_tool.py").write_text(SKILLS)
+    (root / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (root / "bin").mkdir()
+    (root / "bin" / "python").symlink_to(os.path.realpath("/proc/self/exe"))
+    return root / "bin" / "python"
+
+
+def test_mutants_on_the_twin_mutate_copies_of_it_and_name_the_patches_a_mutant_no_longer_fits(tmp_path, monkeypatch,
+                                                                                             capsys):
+    """--series: the control is the twin, a mutant is applied on top of a copy of it (the series' change and the
+    mutant's in one file), and a mutant whose line the series changed is `not applicable`, in one line naming the
+    patch; nothing is audited for it."""
+    python = _venv(tmp_path / "venv")
+    (tmp_path / "fixes").mkdir()
+    (tmp_path / "fixes" / "F1.patch").write_text(FIX)
+    (tmp_path / "fixes" / "series").write_text("F1.patch\n")
+    monkeypatch.setattr(twins, "cache_root", lambda: tmp_path / "twins")
+    audited: list[tuple[str, Path, str]] = []
+
+    def audit(opts: RunOptions) -> SimpleNamespace:
+        skills = site_packages(opts.hermes_python.parent.parent) / "tools" / "skills_tool.py"
+        audited.append((opts.out.name, opts.hermes_python, skills.read_text()))
+        if opts.out.name != "control":  # the mutated line ran, to the same value
+            (opts.out / "sandbox" / "home-a").mkdir(parents=True)
+            (opts.out / "sandbox" / "home-a" / TRACE).write_text("False\n")
+        return SimpleNamespace(verdict=SimpleNamespace(status="clean", findings=[]))
+
+    monkeypatch.setattr(usecases, "run_audit", audit)
+    out = tmp_path / "out"
+    code = cli.main(["mutants", "--series", str(tmp_path / "fixes" / "series"), "--only", "memory-dir,skills-read",
+                     "--hermes-python", str(python), "--out", str(out)])
+    captured = capsys.readouterr()
+    printed = captured.out.splitlines()
+    assert code == 0, captured.err
+    [(_, control, fixed), (folder, mutated, both)] = audited
+    assert control.parent.parent.parent == tmp_path / "twins" and "FIXED = True" in fixed  # the twin
+    assert folder == "m-00002" and mutated.parent.parent == out / "venv"  # a copy of the twin, mutated
+    assert "FIXED = True" in both and TRACE in both
+    assert TRACE not in fixed and "FIXED" not in (python.parent.parent / SKILLS_FILE).read_text()
+    doc = json.loads((out / "mutants.json").read_text())
+    assert doc["series"] == str(tmp_path / "fixes" / "series") and doc["control"] == "clean"
+    memory, skills = doc["mutants"]
+    assert memory["state"] == ("not applicable: 'return get_hermes_home() / \"memories\"' is on 0 lines of "
+                               "tools/memory_tool.py, not one holding 'get_hermes_home()' (the series changes "
+                               "tools/memory_tool.py (F1.patch))"), memory
+    assert skills["state"] == "not exercised" and skills["trace"] == "same"
+    assert printed[0].startswith("not applicable  memory-dir") and "(F1.patch)" in printed[0]
+    assert printed[-1] == (f"mutants (oneshot, on the twin of {tmp_path / 'fixes' / 'series'}, control clean): "
+                           "0 caught, 0 missed, 1 not exercised, 1 not applicable")
+
+
+def test_a_mutant_whose_file_is_not_in_the_install_says_so(tmp_path):
+    with pytest.raises(MutantError, match=r"^tools/memory_tool.py is not in the install$"):
+        MUTANT.patch(tmp_path)

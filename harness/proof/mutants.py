@@ -23,7 +23,7 @@ _RECORDING = ('(lambda o, n: (open(__import__("os").path.expanduser("~/{trace}")
 
 
 class MutantError(ValueError):
-    """A mutant does not fit the installed file (the line is missing or not unique)."""
+    """A mutant does not fit the install (its file is missing, its line missing or not unique): why, in words."""
 
 
 @dataclass(frozen=True)
@@ -38,12 +38,13 @@ class Mutant:
 
     def patch(self, site: Path) -> str:
         """The unified diff (paths a/FILE, b/FILE) that plants it in the install at `site`."""
+        if not (site / self.file).is_file():
+            raise MutantError(f"{self.file} is not in the install")
         text = (site / self.file).read_text(encoding="utf-8")
         lines = text.splitlines(keepends=True)
         at = [i for i, line in enumerate(lines) if self.line in line]
         if len(at) != 1 or self.old not in lines[at[0]]:
-            raise MutantError(f"mutant {self.name}: {self.line!r} is on {len(at)} lines of {self.file}, not one "
-                              f"holding {self.old!r}")
+            raise MutantError(f"{self.line!r} is on {len(at)} lines of {self.file}, not one holding {self.old!r}")
         changed = list(lines)
         changed[at[0]] = lines[at[0]].replace(self.old, _RECORDING.format(trace=TRACE, old=self.old, new=self.new), 1)
         return "".join(difflib.unified_diff(lines, changed, f"a/{self.file}", f"b/{self.file}"))

@@ -97,12 +97,15 @@ def patch_check_lines(doc: dict[str, Any]) -> list[str]:
 
 
 def mutant_lines(doc: dict[str, Any]) -> list[str]:
-    """What `mutants` prints: one line per mutant (its state, surface and the bug it reintroduces), then the tally."""
+    """What `mutants` prints: one line per mutant (its state, surface and the bug it reintroduces, or why it is not
+    applicable), then the tally."""
     rows = doc["mutants"]
-    lines = [f"{r['state'].split(':')[0]:<15} {r['name']:<20} {r['surface']:<18} {r['bug']}" for r in rows]
+    lines = [f"{state:<15} {r['name']:<20} {r['surface']:<18} {why or r['bug']}"
+             for r in rows for state, _, why in [r["state"].partition(": ")]]
     counts = {s: sum(r["state"].startswith(s) for r in rows) for s in ("caught", "missed", "not exercised",
                                                                         "not applicable")}
-    return [*lines, f"mutants ({doc['scenario']}, control {doc['control']}): "
+    on = f", on the twin of {doc['series']}" if doc.get("series") else ""
+    return [*lines, f"mutants ({doc['scenario']}{on}, control {doc['control']}): "
                     + ", ".join(f"{n} {s}" for s, n in counts.items())]
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from harness.core.evidence import UsageError
 from harness.core.files import write_private
 from harness.core.places import CHECKOUT, cache_dir
-from harness.drive.hermes.patched import PatchError, patched_copy
+from harness.drive.hermes.patched import PatchError, patched_copy, targets
 
 #: Hex digits of the series' hash in the name of a cached twin.
 KEY_DIGITS = 16
@@ -59,6 +59,13 @@ def read_series(series: Path) -> list[Path]:
     if missing is not None:
         raise UsageError(f"series {series} lists {missing.name}, which is not a file ({missing})")
     return patches
+
+
+def changes_of(series: Path, rel: str) -> str:
+    """Which patches of `series` change `rel` (a path under site-packages), in words: why a line of it may not be
+    in the twin as it is in the install."""
+    by = [p.name for p in read_series(series) if rel in targets(p)]
+    return f"the series changes {rel} ({', '.join(by)})" if by else f"no patch of the series changes {rel}"
 
 
 def series_key(python: Path, patches: list[Path]) -> str:
