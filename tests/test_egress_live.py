@@ -11,7 +11,10 @@ import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from harness.detect.reconcile import read_flows, reconcile
 from harness.drive.hermes.agent import hermetic_env
@@ -61,7 +64,8 @@ class Decoy:
         self.sock = socket.create_server(("0.0.0.0", 0))
         self.port = self.sock.getsockname()[1]
         self.accepted = 0
-        threading.Thread(target=self._serve, daemon=True).start()
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
 
     def _serve(self) -> None:
         while True:
@@ -72,9 +76,24 @@ class Decoy:
             self.accepted += 1
             conn.close()
 
+    def close(self) -> None:
+        """Stop listening and end the thread (`shutdown` wakes its `accept`; closing alone leaves it blocked on
+        the socket, alive after the test). With it left behind, a later test's websocket through a proxy in the
+        same process hung in 2 runs of 5 (tests/test_websocket_live.py after this module), in 0 of 7 without."""
+        self.sock.shutdown(socket.SHUT_RDWR)
+        self.sock.close()
+        self.thread.join(timeout=10)
+        assert not self.thread.is_alive()
 
-def test_a_child_with_the_harness_env_reaches_nothing_outside_the_machine(tmp_path: Path):
-    decoy = Decoy()
+
+@pytest.fixture
+def decoy() -> Iterator[Decoy]:
+    listener = Decoy()
+    yield listener
+    listener.close()
+
+
+def test_a_child_with_the_harness_env_reaches_nothing_outside_the_machine(tmp_path: Path, decoy: Decoy):
     out = tmp_path / "evidence"
     with AuditSession(out, tenant_names(2)) as session:
         proxy = session.open()
@@ -90,7 +109,6 @@ def test_a_child_with_the_harness_env_reaches_nothing_outside_the_machine(tmp_pa
                               capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stderr
         session.finish()
-    decoy.sock.close()
     seen = json.loads(done.stdout)
     assert seen["urllib"] == dict.fromkeys(urls, 403) and seen["httpx"] == 403
     assert seen["raw"] == "200 then closed"  # the CONNECT is answered; the stream after it reaches nothing
