@@ -43,7 +43,10 @@ def check_backend(tenancy_audit: Callable[..., Any], scenario: str) -> None:
     assert others == [], "new findings:\n" + _summaries(others)
     assert ("request_leak", "alpha") in {(f["kind"], f["seen_in"]) for f in planted}, _summaries(planted)
     assert audit.doc["fixed"] == [], f"baseline incidents no longer seen: {audit.doc['fixed']}"
-    assert audit.doc["warnings"] == [], audit.doc["warnings"]  # an incident baseline, made with the locked venv
+    # an incident baseline, made with the locked venv; Hermes' calls to hosts no tenant routes (model metadata, update
+    # checks) are refused at the proxy and named in one line, never a finding
+    warnings = [w for w in audit.doc["warnings"] if not w.startswith("the proxy refused ")]
+    assert warnings == [], audit.doc["warnings"]
     assert audit.doc["reasons"] == []
     assert audit.code == 1 and audit.verdict == "leak"
     assert audit.doc["known"], "Hermes 0.19.0 is known to leak here: the audit must see it"
