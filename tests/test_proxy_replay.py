@@ -3,34 +3,16 @@ first of them starts (each would otherwise write it while another reads it, and 
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import tarfile
 from pathlib import Path
-from types import ModuleType
 
 import pytest
 from mitmproxy.certs import CertStore
 
+from tests.bench_modules import load_bench
+
 ROOT = Path(__file__).resolve().parent.parent
-BENCH = ROOT / "bench"
-
-
-def _load() -> ModuleType:
-    """bench/proxy_replay.py as a module (it imports its siblings in bench/, so bench/ is on the path meanwhile)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_proxy_replay", BENCH / "proxy_replay.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-proxy_replay = _load()
+proxy_replay = load_bench("proxy_replay")
 
 
 def test_every_proxy_of_a_round_starts_on_a_whole_ca(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -2,31 +2,13 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from tests.bench_modules import load_bench
 
-
-def _load() -> ModuleType:
-    """bench/repeat.py as a module (it imports its sibling bench/children.py, so bench/ is on the path meanwhile)."""
-    sys.path.insert(0, str(BENCH))
-    try:
-        spec = importlib.util.spec_from_file_location("bench_repeat", BENCH / "repeat.py")
-        assert spec is not None and spec.loader is not None
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module  # its dataclasses look their module up there
-        spec.loader.exec_module(module)
-        return module
-    finally:
-        sys.path.remove(str(BENCH))
-
-
-repeat = _load()
+repeat = load_bench("repeat")
 TERMINAL = {"id": "b669160d1caca843", "entry": "tool terminal", "directions": [["default", "alpha"]],
             "documented": ["F2"], "new": False, "allowed": False}
 FILES = {"id": "0a4be19d3c6f7712", "entry": "tool read_file", "directions": [["alpha", "default"]],

@@ -18,11 +18,12 @@ from mitmproxy.test import taddons, tflow
 from harness.capture.addon import Tenancy
 from harness.capture.proxy import Proxy
 from harness.core.procs import ProcessSet
-from harness.core.registry import Registry, Service, mint
+from harness.core.registry import Registry
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import inspect_tcp_flow
 from harness.detect.reconcile import reconcile
 from harness.detect.websocket import CLIENT, SERVER
+from tests.service_registries import with_service
 
 PORTS = {"alpha": 18201, "beta": 18202}
 
@@ -31,15 +32,7 @@ PORTS = {"alpha": 18201, "beta": 18202}
 def reg(tmp_path: Path) -> Registry:
     """alpha and beta, each with a `mail` service (credential `mail_key`, identity `mail_user`) behind a raw TCP
     listener of its own."""
-    registry = mint(list(PORTS), tmp_path / "work", {n: {"listen": p} for n, p in PORTS.items()})
-    for name, port in PORTS.items():
-        t = registry[name]
-        t.upstream = f"http://127.0.0.1:{port + 1000}"
-        t.canaries |= {"mail_key": f"mailkey-{name}-{t.key[-18:]}", "mail_user": f"mailuser-{name}-{t.key[-18:]}"}
-        t.services["mail"] = Service("mail", {"listen": port + 50}, f"tcp://127.0.0.1:{port + 1050}", "mail_key",
-                                     ("mail_user",))
-    registry.validate()
-    return registry
+    return with_service(tmp_path, PORTS, "mail", "tcp")
 
 
 @pytest.fixture

@@ -17,11 +17,12 @@ from mitmproxy.websocket import WebSocketData, WebSocketMessage
 from wsproto.frame_protocol import Opcode
 
 from harness.capture.addon import Tenancy
-from harness.core.registry import Registry, Service, mint
+from harness.core.registry import Registry
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import inspect_flow
 from harness.detect.reconcile import reconcile
 from harness.detect.websocket import CLIENT, SERVER, Message, WebsocketScan
+from tests.service_registries import with_service
 
 PORTS = {"alpha": 18101, "beta": 18102}
 
@@ -30,15 +31,7 @@ PORTS = {"alpha": 18101, "beta": 18102}
 def reg(tmp_path: Path) -> Registry:
     """alpha and beta behind reverse listeners; each with a `chat` service (credential `chat_key`, identity
     `chat_user`) on a listener of its own."""
-    registry = mint(list(PORTS), tmp_path / "work", {n: {"listen": p} for n, p in PORTS.items()})
-    for name, port in PORTS.items():
-        t = registry[name]
-        t.upstream = f"http://127.0.0.1:{port + 1000}"
-        t.canaries |= {"chat_key": f"chatkey-{name}-{t.key[-18:]}", "chat_user": f"chatuser-{name}-{t.key[-18:]}"}
-        t.services["chat"] = Service("chat", {"listen": port + 50}, f"http://127.0.0.1:{port + 1050}", "chat_key",
-                                     ("chat_user",))
-    registry.validate()
-    return registry
+    return with_service(tmp_path, PORTS, "chat", "http")
 
 
 def scan(reg: Registry, messages: list[tuple[bool, bytes]], *, tenant: str = "alpha", service: str = "chat",

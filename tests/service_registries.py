@@ -1,0 +1,23 @@
+"""Registries for the tests of a service's traffic through the addon: two tenants, each with one service of its
+own behind a listener of its own."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from harness.core.registry import Registry, Service, mint
+
+
+def with_service(tmp_path: Path, ports: dict[str, int], name: str, scheme: str) -> Registry:
+    """Tenants `ports` (name: its provider listener), each with service `name` (credential `NAME_key`, identity
+    `NAME_user`) on the listener 50 ports above, its stub (`scheme`://, 1050 above) speaking that scheme."""
+    registry = mint(list(ports), tmp_path / "work", {n: {"listen": p} for n, p in ports.items()})
+    for tenant, port in ports.items():
+        t = registry[tenant]
+        t.upstream = f"http://127.0.0.1:{port + 1000}"
+        t.canaries |= {f"{name}_key": f"{name}key-{tenant}-{t.key[-18:]}",
+                       f"{name}_user": f"{name}user-{tenant}-{t.key[-18:]}"}
+        t.services[name] = Service(name, {"listen": port + 50}, f"{scheme}://127.0.0.1:{port + 1050}", f"{name}_key",
+                                   (f"{name}_user",))
+    registry.validate()
+    return registry
