@@ -9,7 +9,7 @@ from __future__ import annotations
 import fnmatch
 
 from harness.detect.incidents import build, entry_point
-from harness.drive.phases.approvals import ALLOWLIST, ALWAYS, SEEDED, bleeds
+from harness.drive.phases.approvals import ALLOWLIST, ALWAYS, SEEDED, bleeds, saved_always
 from harness.report.documented import documented
 from tests.phase_settings import laid, settings_context
 
@@ -50,3 +50,14 @@ def test_only_the_first_tenant_that_is_not_the_launch_profile_has_the_allowlist_
     assert laid(settings_context(["turns", "approvals"], scenario="gateway"), "alpha") == ({}, {})
     under_all = settings_context(["turns", "approvals"], scenario="all")
     assert laid(under_all, "alpha") == ({"command_allowlist": [ALLOWLIST]}, {})
+
+
+def test_an_always_an_earlier_door_saved_in_the_first_tenants_own_config_is_in_force_and_its_seed_is_not(tmp_path):
+    """In `--scenario all` Hermes saved the first tenant's "always" (`delete in root path`) into its own config in
+    the tui door, so in serve its recursive delete runs unasked: the part's precondition holds. Near misses: the
+    seeded allowlist alone, and no config, are no saved approval (never asked there is still a failed part)."""
+    (tmp_path / "config.yaml").write_text(f"command_allowlist:\n- {ALLOWLIST}\n- delete in root path\n")
+    assert saved_always(tmp_path)
+    (tmp_path / "config.yaml").write_text(f"approvals:\n  mode: manual\ncommand_allowlist:\n- {ALLOWLIST}\n")
+    assert not saved_always(tmp_path)
+    assert not saved_always(tmp_path / "missing")

@@ -87,6 +87,21 @@ def test_a_conversation_hermes_started_never_runs_the_plan(reg):
         assert "tool_calls" not in message, text
 
 
+def test_the_drivers_prompt_behind_the_task_list_hermes_kept_over_a_compression_runs_the_plan(reg):
+    """Once Hermes compressed a session it puts the open tasks in front of the next user message (the `generated`
+    phase compresses before the opt-in phases' turns): the driver's prompt after them still runs the plan. Near
+    misses: the task list alone, and the prompt inside a task of the list, are not the driver's turn."""
+    alpha = reg["alpha"]
+    plan = [[ToolStep("memory", {"action": "add", "target": "memory", "content": "x"})]]
+    kept = "[Your active task list was preserved across context compression]\n- [ ] t-1. todo-alpha (pending)"
+    message = answer_for(alpha, {"tools": TOOLS, "messages": [{"role": "user", "content": f"{kept}\n\n{PROMPT}"}]},
+                         plan)
+    assert _call(message)[0] == "memory"
+    for text in (kept, f"{kept} {PROMPT}"):
+        message = answer_for(alpha, {"tools": TOOLS, "messages": [{"role": "user", "content": text}]}, plan)
+        assert "tool_calls" not in message, text
+
+
 @pytest.mark.parametrize(("mode", "status"), [("observe", 200), ("strict", 401)])
 def test_a_foreign_key_is_recorded_and_answered_only_in_observe_mode(reg, mode, status):
     stub = StubProvider(reg["alpha"], mode=mode).start()

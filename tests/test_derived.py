@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import urllib.request
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -177,3 +178,18 @@ def test_text_the_recipients_model_made_of_crossed_data_is_spread_of_that_crossi
     assert [i.entry for i in build([crossing, other])] == ["tool terminal", "file state.db"]
     early = _leak("derived_title_via_alpha", t=0.5, tool=None, location="flow:0:request.body@3")
     assert sorted(len(i.crossings) for i in build([crossing, early])) == [1, 1]
+
+
+def test_text_the_recipients_model_made_in_an_earlier_door_is_spread_of_that_doors_crossing():
+    """Plant: in `all`, default's home crossed into alpha's one-shot lookup; alpha's model made default's
+    `derived_reply_via_alpha` of it, which alpha's MEMORY.md kept and alpha's tui turn sent back: spread of the
+    one-shot crossing, not a crossing of tui. Near misses: the same canary in tui before that crossing, and a
+    plain canary (no text of alpha's model) re-sent in tui, are each still a crossing of their own."""
+    lookup = replace(_leak("home", tool="search_files", t=1.0), scenario="oneshot", phase="lookups")
+    memory = _leak("derived_reply_via_alpha", t=5.0, tool=None, location="flow:5:request.body@9925")
+    [incident] = build([memory, lookup])
+    assert incident.crossings == [lookup] and incident.spread == [memory]
+    early = replace(memory, time=0.5)
+    assert sorted(len(i.crossings) for i in build([lookup, early])) == [1, 1]
+    plain = replace(memory, canary="home")
+    assert sorted(len(i.crossings) for i in build([lookup, plain])) == [1, 1]

@@ -7,9 +7,9 @@ provider, ...), the provider (a key, a model) or a channel (an RPC reply, a prom
 (`explains`: same victim, recipient and canary kind, in the same context, through the same entry point when
 the copy names one); a copy nothing explains is a crossing itself. A derived canary the recipient's own model
 generated from the victim's data (`derived_TEXT_via_RECIPIENT`, `stubs.derived`) is a copy of whatever of the
-victim's had crossed into the recipient before: any crossing between the two explains it. An incident is every
-crossing through one entry point (what a fix changes: that tool, that service's client, ...), with the spread they
-explain; its first hop is its earliest crossing.
+victim's had crossed into the recipient before: any earlier crossing between the two explains it, in any scenario.
+An incident is every crossing through one entry point (what a fix changes: that tool, that service's client, ...),
+with the spread they explain; its first hop is its earliest crossing.
 
 Evidence order is each finding's `time` (a flow's start, an RPC frame's, a service record's line; files and
 logs, read at the end of the run, have none). Pure and deterministic: the same findings, in any order, give the
@@ -105,7 +105,8 @@ def explains(crossing: Finding, copy: Finding) -> bool:
     of its scenario in its phase or before (a frame relays a tool's result before the provider sees it); a
     request or response by one of its scenario (any, at a service: its store outlives the backend) not later,
     through the same entry point when it names a tool or service (a later request re-sending a result; through a
-    carrier, the same tool too: what an isolation policy allows of a tool stays the tool's)."""
+    carrier, the same tool too: what an isolation policy allows of a tool stays the tool's); a derived canary its
+    recipient's model made, by one of any scenario not later."""
     if copy.kind not in COPIES or copy.canary is None or (crossing.victim, crossing.seen_in) != (
             copy.victim, copy.seen_in):
         return False
@@ -116,11 +117,13 @@ def explains(crossing: Finding, copy: Finding) -> bool:
                                                                 and own_entry(crossing) == own_entry(copy))
     if copy.channel in _AT_END:
         return through
+    # What the recipient's own model made stays in the recipient's own stores (its memory, its sessions), which
+    # outlive one door of `all`: a crossing of any scenario before it explains it
+    same_context = made_there or crossing.scenario == copy.scenario
     if copy.channel == "rpc":
-        return crossing.scenario == copy.scenario and (crossing.phase == copy.phase or
-                                                       _when(crossing) <= _when(copy))
-    same_context = copy.service is not None or crossing.scenario == copy.scenario
-    return same_context and _when(crossing) <= _when(copy) and through
+        same_phase = crossing.scenario == copy.scenario and crossing.phase == copy.phase
+        return same_context and (same_phase or _when(crossing) <= _when(copy))
+    return (same_context or copy.service is not None) and _when(crossing) <= _when(copy) and through
 
 
 @dataclass

@@ -73,6 +73,18 @@ def _last_user_text(messages: list[Any]) -> str:
     return ""
 
 
+#: The task list Hermes puts in front of the next user message once it compressed a session (Hermes 0.19.0:
+#: `tools/todo_tool.py`, `format_for_injection`; one line per open task, a blank line before the user's text).
+TODOS_KEPT = "[Your active task list was preserved across context compression]"
+
+
+def _driver_text(asked: str) -> str:
+    """The last user message as its sender wrote it: without the task list Hermes put in front of it."""
+    if asked.startswith(TODOS_KEPT) and "\n\n" in asked:
+        return asked.split("\n\n", 1)[1]
+    return asked
+
+
 def _round_index(messages: list[Any]) -> int:
     """How many tool-call rounds the conversation holds since its last user message."""
     n = 0
@@ -104,10 +116,10 @@ def answer_for(tenant: Tenant, body: dict[str, Any], plan: Plan | None = None,
     """The assistant message the stub answers a chat completion with: the plan's next round of offered
     steps as parallel tool calls, else text (with `tail`'s lines after it). Without a plan every conversation gets
     the env probe (a cron job's too). With one, the plan runs in the conversation a driver started (its last user
-    message starts with `PROMPT`), a subagent's task (`SUBAGENT_TASK`) gets the env probe, and any other
-    conversation Hermes starts itself (a background result re-entering the session) gets text. A memory review
-    (`kind` memory) saves one entry with the `memory` tool, then says so. `derive` gives the derived canaries a text
-    of `kind` ends with (the entry's too)."""
+    message starts with `PROMPT`, after the task list Hermes keeps over a compression), a subagent's task
+    (`SUBAGENT_TASK`) gets the env probe, and any other conversation Hermes starts itself (a background result
+    re-entering the session) gets text. A memory review (`kind` memory) saves one entry with the `memory` tool, then
+    says so. `derive` gives the derived canaries a text of `kind` ends with (the entry's too)."""
     messages = body.get("messages") or []
     tools = body.get("tools")
     if tools and kind == "memory":
@@ -116,7 +128,7 @@ def answer_for(tenant: Tenant, body: dict[str, Any], plan: Plan | None = None,
             return _calls([("memory", args)])
         return {"role": "assistant", "content": "Saved what stands out."}
     if tools:
-        asked = _last_user_text(messages)
+        asked = _driver_text(_last_user_text(messages))
         if plan is None or asked.startswith(SUBAGENT_TASK):
             rounds = [[probe_step(tenant)]]
         else:

@@ -15,7 +15,8 @@ Every other tenant must be asked in both: a command that ran unasked ran on the 
 allowlist (`profile_bleed`, canary kind `approval` or `command_allowlist`). The first tenant's own command running
 unasked is its own "always" or allowlist at work, the near miss, never reported. A first tenant that is asked where
 its own approval or allowlist should have let it run, or is never asked at all, means the part proved nothing: a
-failed turn, never a clean one.
+failed turn, never a clean one; unless its config already holds its "always" from an earlier door of `--scenario all`
+(whose homes every door shares), which is what the part needs in force.
 """
 
 from __future__ import annotations
@@ -55,6 +56,15 @@ def first_tenant(ctx: Context) -> str:
 def settings(ctx: Context, tenant: str) -> Setup:
     """What the phase adds to a tenant's config from the start: the first tenant's allowlist (nothing else)."""
     return Setup(config={"command_allowlist": [ALLOWLIST]} if tenant == first_tenant(ctx) else {})
+
+
+def saved_always(home: Path) -> bool:
+    """Whether the profile's config already holds an approval Hermes saved for good (a `command_allowlist` entry
+    the phase did not seed): in `--scenario all` the homes outlive a door, so the first tenant's "always" of an
+    earlier door's phase is still its own in the next, and its recursive delete runs unasked there."""
+    path = home / "config.yaml"
+    cfg = (yaml.safe_load(path.read_text()) if path.is_file() else None) or {}
+    return any(p != ALLOWLIST for p in cfg.get("command_allowlist") or [])
 
 
 def set_mode(ctx: Context, mode: str) -> None:
@@ -115,7 +125,7 @@ def run(r: PhaseRun) -> None:
     others = names[at + 1:] + names[:at]
     set_mode(ctx, "manual")
     try:
-        if not _asked(ctx, backend, first, "always", turn, ALWAYS):
+        if not _asked(ctx, backend, first, "always", turn, ALWAYS) and not saved_always(ctx.sandbox.home_of(first)):
             _failed(ctx, first, driver, "never asked to approve a recursive delete: approvals were not active")
             return
         asked = {name: _asked(ctx, backend, name, "once", turn, ALWAYS) for name in others}
