@@ -38,13 +38,14 @@ from mitmproxy import http
 from mitmproxy import io as mitmio
 from mitmproxy.test import tflow
 
-from harness.core.registry import TAG_MARKER, Registry, mint
+from harness.core.registry import TAG_MARKER, Registry
 from harness.detect.engine import codecs, containers
 from harness.detect.engine.matcher import Matcher, matcher_for
 from harness.detect.engine.stream import Limits, NotInspected, scan_bytes, scan_file
 from harness.detect.flows import inspect_flow
 from harness.detect.reconcile import read_flows
 from harness.proof import framings as F
+from tests.registries import with_share_links
 
 try:
     from compression import zstd  # type: ignore[import-not-found]
@@ -236,12 +237,7 @@ def plants(draw: st.DrawFn, min_layers: int = 1, anywhere: bool = False) -> Plan
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Registry:
-    names = ["alice", "bob", "carol"]
-    reg = mint(names, tmp_path_factory.mktemp("reg") / "work", {n: {"host": f"{n}.llm.test"} for n in names})
-    for t in reg:
-        tag = t.key.rsplit("-", 1)[1]
-        reg.add_canary(t.name, "share_link", f"https://share.test/{t.name}/{tag}?a=1&b=~x y+z")
-    return reg
+    return with_share_links(tmp_path_factory.mktemp("reg") / "work", lambda i, n: {"host": f"{n}.llm.test"})
 
 
 @pytest.fixture(scope="module")

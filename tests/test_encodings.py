@@ -33,6 +33,7 @@ from harness.detect.engine.stream import NotInspected, scan_bytes, scan_file
 from harness.detect.flows import Route, inspect_request, inspect_response
 from harness.detect.reconcile import Reading, reconcile
 from harness.detect.scan import scan_log, scan_text, scan_tree
+from tests.registries import with_share_links
 
 try:
     from compression import zstd  # type: ignore[import-not-found]
@@ -47,12 +48,7 @@ HANDWRITTEN = "hand/written-canary <x&y> é 🙂 0123456789"
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Registry:
-    names = ["alice", "bob", "carol"]
-    reg = mint(names, tmp_path_factory.mktemp("reg") / "work", {n: {"listen": 44000 + i} for i, n in enumerate(names)})
-    for t in reg:
-        tag = t.key.rsplit("-", 1)[1]
-        reg.add_canary(t.name, "share_link", f"https://share.test/{t.name}/{tag}?a=1&b=~x y+z")
-    return reg
+    return with_share_links(tmp_path_factory.mktemp("reg") / "work", lambda i, n: {"listen": 44000 + i})
 
 
 @pytest.fixture(scope="module")

@@ -21,12 +21,13 @@ from hypothesis import strategies as st
 from mitmproxy.test import tflow
 
 from harness.core.findings import Finding
-from harness.core.registry import Registry, mint
+from harness.core.registry import Registry
 from harness.detect.engine import stream, walk
 from harness.detect.engine.matcher import Matcher, matcher_for
 from harness.detect.engine.stream import Limits, NotInspected, scan_bytes, scan_file
 from harness.detect.flows import inspect_flow
 from harness.proof import framings as F
+from tests.registries import with_share_links
 
 VICTIM = "bob"
 SETTINGS = settings(derandomize=True, database=None, max_examples=200, deadline=timedelta(seconds=10),
@@ -36,12 +37,7 @@ KINDS = ("key", "memory", "workdir", "share_link")
 
 @pytest.fixture(scope="module")
 def registry(tmp_path_factory: pytest.TempPathFactory) -> Registry:
-    names = ["alice", "bob", "carol"]
-    reg = mint(names, tmp_path_factory.mktemp("reg") / "work", {n: {"host": f"{n}.llm.test"} for n in names})
-    for t in reg:
-        tag = t.key.rsplit("-", 1)[1]
-        reg.add_canary(t.name, "share_link", f"https://share.test/{t.name}/{tag}?a=1&b=~x y+z")
-    return reg
+    return with_share_links(tmp_path_factory.mktemp("reg") / "work", lambda i, n: {"host": f"{n}.llm.test"})
 
 
 @pytest.fixture(scope="module")

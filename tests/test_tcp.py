@@ -23,7 +23,7 @@ from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import inspect_tcp_flow
 from harness.detect.reconcile import reconcile
 from harness.detect.websocket import CLIENT, SERVER
-from tests.service_registries import with_service
+from tests.registries import with_service
 
 PORTS = {"alpha": 18201, "beta": 18202}
 

@@ -22,7 +22,7 @@ from harness.detect.engine.matcher import matcher_for
 from harness.detect.flows import inspect_flow
 from harness.detect.reconcile import reconcile
 from harness.detect.websocket import CLIENT, SERVER, Message, WebsocketScan
-from tests.service_registries import with_service
+from tests.registries import with_service
 
 PORTS = {"alpha": 18101, "beta": 18102}
 

@@ -1,11 +1,25 @@
-"""Registries for the tests of a service's traffic through the addon: two tenants, each with one service of its
-own behind a listener of its own."""
+"""Registries the tests share: three tenants with a share link among their canaries (the detection core's tests),
+and two tenants each with one service of its own behind a listener of its own (a service's traffic through the
+addon)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from harness.core.registry import Registry, Service, mint
+
+
+def with_share_links(work: Path, route: Callable[[int, str], dict[str, Any]]) -> Registry:
+    """alice, bob and carol (`route(i, name)`: each one's route), each with a `share_link` canary: a URL whose query
+    holds characters every URL and form encoding writes otherwise."""
+    names = ["alice", "bob", "carol"]
+    reg = mint(names, work, {n: route(i, n) for i, n in enumerate(names)})
+    for t in reg:
+        tag = t.key.rsplit("-", 1)[1]
+        reg.add_canary(t.name, "share_link", f"https://share.test/{t.name}/{tag}?a=1&b=~x y+z")
+    return reg
 
 
 def with_service(tmp_path: Path, ports: dict[str, int], name: str, scheme: str) -> Registry:
