@@ -107,9 +107,13 @@ def explains(crossing: Finding, copy: Finding) -> bool:
     through the same entry point when it names a tool or service (a later request re-sending a result; through a
     carrier, the same tool too: what an isolation policy allows of a tool stays the tool's); a derived canary its
     recipient's model made, by one of any scenario not later. A home that names a tool's store (`Finding.store`: a
-    place, not data) explains only copies naming the same store."""
+    place, not data) explains only copies naming the same store; one that is the store's (its `tool`: an isolation
+    policy allowed it as the path of a shared store, `report.policy`) is explained by nothing else either."""
     if copy.kind not in COPIES or copy.canary is None or (crossing.victim, crossing.seen_in) != (
-            copy.victim, copy.seen_in) or (crossing.store is not None and copy.store != crossing.store):
+            copy.victim, copy.seen_in):
+        return False
+    if (crossing.store is not None or (copy.store is not None and copy.tool == copy.store)) and (
+            crossing.store != copy.store):
         return False
     made_there = _made_there(copy)
     if crossing.canary != copy.canary and not made_there:
