@@ -57,9 +57,9 @@ class Finding:
     #: What carried it across when that was not its tool: `conversation`, another tenant's conversation sent whole
     #: (`detect.carriers`). Not part of its class (fingerprint): the same finding, grouped by its carrier.
     carrier: str | None = None
-    #: The tool whose store a path canary's path leads into (`<home>/kanban/boards/...` in an RPC reply: the board's
-    #: database, `detect.tools.store_named`): a place named, which only an isolation policy's `paths` entry reads.
-    #: Not part of its class.
+    #: The tool whose store a `home`'s path goes on into (`<home>/kanban/boards/...` in an RPC reply: the board's
+    #: database, `detect.tools.store_named`): a place named, which an isolation policy's `paths` entry allows and
+    #: `detect.incidents.explains` keeps apart. Not part of its class.
     store: str | None = None
 
     def __post_init__(self) -> None:
