@@ -168,6 +168,18 @@ CASES = [
 ]
 
 
+def test_the_prompt_a_compression_rebuilt_is_f60_in_the_rpc_reply_too():
+    """`session.info` after `session.compress` shows the rebuilt prompt (rpc, phase generated): F60 in tui and serve,
+    the launch profile's data in another's; not in another door, not the other way, not another phase's frame."""
+    rebuilt = dict(kind="text_leak", seen_in="alpha", canary="memory", channel="rpc", phase="generated",
+                   location="rpc-tui.jsonl#659@14267")
+    assert crossing(**rebuilt) == crossing(**{**rebuilt, "scenario": "serve", "canary": "derived_memory"}) == ["F60"]
+    assert crossing(**{**rebuilt, "scenario": "api_server"}) == []
+    assert crossing(**{**rebuilt, "victim": "alpha", "seen_in": "default"}) == []
+    assert crossing(**{**rebuilt, "phase": "kanban"}) == []
+    assert crossing(**{**rebuilt, "canary": "home"}) == []  # the prompt's paths: another cause (F2)
+
+
 def test_a_telegram_bots_refusal_of_its_own_users_is_f36_besides_f25():
     """A refused near miss of the phase on Telegram (its step `telegram:messaging`) is the intake filter's (F36), and
     may be F25's; on Mattermost only F25's. Telegram's allowlist crossings and uploads are F25's and F31's."""

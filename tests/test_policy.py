@@ -69,9 +69,12 @@ def test_the_default_policy_cites_hermes_for_each_entry():
     assert {e.name for e in policy.shared} == {"read_file", "search_files", "write_file", "patch", "kanban_create"}
     assert all("hermes-agent 0.19.0" in e.source for e in policy.shared)
     assert all("NOT a security boundary" in e.source for e in policy.shared if e.name != "kanban_create")
-    [board] = [e for e in policy.shared if e.name == "kanban_create"]  # the boards' store only, into the shared root
+    # the boards' store only, into the shared root; and its path under the root, at a profile
+    [board, path] = [e for e in policy.shared if e.name == "kanban_create"]
     assert "shared across profiles **by design**" in board.source and board.kinds == {"file_leak"}
-    assert (board.victim, board.recipient) == ("profile", "launch")
+    assert (board.victim, board.recipient, board.paths) == ("profile", "launch", frozenset())
+    assert "shared across profiles **by design**" in path.source and path.kinds == {"text_leak"}
+    assert (path.victim, path.recipient, path.paths) == ("launch", "profile", {"home"})
     assert parse(__import__("yaml").safe_dump(policy.to_dict()), "copy") == policy  # the evidence's copy reads back
 
 
@@ -81,6 +84,8 @@ def test_the_default_policy_cites_hermes_for_each_entry():
     ("version: 1\nname: x\nshared: [{tool: a, from: anyone, why: w, source: s}]", "from must be one of"),
     ("version: 1\nname: x\nshared: [{tool: a, kinds: [leaky], why: w, source: s}]", "kinds must be a list of"),
     ("version: 1\nname: x\nshared: [{tool: a, colour: red, why: w, source: s}]", "unknown field 'colour'"),
+    ("version: 1\nname: x\nshared: [{tool: a, paths: [memory], why: w, source: s}]", "paths must be a list of path"),
+    ("version: 1\nname: x\nshared: [{service: a, paths: [home], why: w, source: s}]", "paths name a tool's store"),
     ("version: 2\nname: x\nshared: []", "must be a mapping with version: 1"),
     ("version: 1\nshared: []", "needs a name"),
     ("version: 1\nname: x\nshared: [\n", "not valid YAML"),

@@ -57,6 +57,10 @@ class Finding:
     #: What carried it across when that was not its tool: `conversation`, another tenant's conversation sent whole
     #: (`detect.carriers`). Not part of its class (fingerprint): the same finding, grouped by its carrier.
     carrier: str | None = None
+    #: The tool whose store a `home`'s path goes on into (`<home>/kanban/boards/...` in an RPC reply: the board's
+    #: database, `detect.tools.store_named`): a place named, which an isolation policy's `paths` entry allows and
+    #: `detect.incidents.explains` keeps apart. Not part of its class.
+    store: str | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -98,10 +102,12 @@ class Finding:
         return f"{self.kind}: {who}{where}{enc} at {self.location}{extra}"
 
     def to_dict(self) -> dict[str, Any]:
-        """Every field and the fingerprint; `carrier` only when it has one (findings.json as before otherwise)."""
+        """Every field and the fingerprint; `carrier` and `store` only when it has one (findings.json as before
+        otherwise)."""
         doc = asdict(self)
-        if self.carrier is None:
-            del doc["carrier"]
+        for optional in ("carrier", "store"):
+            if doc[optional] is None:
+                del doc[optional]
         return {**doc, "fingerprint": self.fingerprint()}
 
     def labelled(self, scenario: str | None, phase: str | None) -> Finding:

@@ -106,9 +106,14 @@ def explains(crossing: Finding, copy: Finding) -> bool:
     request or response by one of its scenario (any, at a service: its store outlives the backend) not later,
     through the same entry point when it names a tool or service (a later request re-sending a result; through a
     carrier, the same tool too: what an isolation policy allows of a tool stays the tool's); a derived canary its
-    recipient's model made, by one of any scenario not later."""
+    recipient's model made, by one of any scenario not later. A home that names a tool's store (`Finding.store`: a
+    place, not data) explains only copies naming the same store; one that is the store's (its `tool`: an isolation
+    policy allowed it as the path of a shared store, `report.policy`) is explained by nothing else either."""
     if copy.kind not in COPIES or copy.canary is None or (crossing.victim, crossing.seen_in) != (
             copy.victim, copy.seen_in):
+        return False
+    if (crossing.store is not None or (copy.store is not None and copy.tool == copy.store)) and (
+            crossing.store != copy.store):
         return False
     made_there = _made_there(copy)
     if crossing.canary != copy.canary and not made_there:

@@ -24,6 +24,7 @@ from harness.detect.engine.containers import may_start
 from harness.detect.engine.hits import where
 from harness.detect.engine.matcher import Hit, Matcher, matcher_for
 from harness.detect.engine.stream import DEFAULT_LIMITS, Limits, NotInspected, ScanHit, scan_bytes, scan_file
+from harness.detect.tools import store_named
 
 
 @dataclass
@@ -68,7 +69,8 @@ def _check_owner(registry: Registry, owner: str | None) -> None:
 
 
 def _findings(hits: Iterable[ScanHit], owner: str | None, label: str, kind: str, channel: str) -> list[Finding]:
-    """One finding per hit that counts against `owner`, located `label` + the hit's place."""
+    """One finding per hit that counts against `owner`, located `label` + the hit's place; a home in a text stream
+    that a path into a tool's store continues names that store (`Finding.store`)."""
     return [
         Finding(
             kind=kind,
@@ -79,10 +81,18 @@ def _findings(hits: Iterable[ScanHit], owner: str | None, label: str, kind: str,
             location=h.location(label),
             encoding=h.encoding,
             evidence=h.evidence,
+            store=_store(h) if kind == "text_leak" else None,
         )
         for h in hits
         if _counts(h, owner)
     ]
+
+
+def _store(hit: ScanHit) -> str | None:
+    """The tool store a home found in plain text leads into (its path goes on there), or None."""
+    if hit.kind != "home" or hit.layers or hit.hit.encoding != "plain" or hit.snippet is None:
+        return None
+    return store_named(hit.snippet.following)
 
 
 def scan_text(

@@ -176,6 +176,15 @@ def written_files(messages: list[Any]) -> dict[str, str]:
     return out
 
 
+def store_named(following: bytes) -> str | None:
+    """The tool whose store a path continues into when `following` comes right after a home in it
+    (`/kanban/boards/b/kanban.db`: kanban_create), or None (a path elsewhere, or no path)."""
+    if not following.startswith(b"/"):
+        return None
+    rest = following[1:].decode("latin-1")
+    return next((tool for prefix, tool in _STORES if rest.startswith(prefix)), None)
+
+
 def tool_for_file(location: str, written: dict[str, str] | None = None) -> str | None:
     """The tool a file finding came through: the tool whose store it is in (`memories/MEMORY.md@12` -> memory),
     else the tool that wrote a file of its name (`written`: `written_files` of the run's requests), if any."""

@@ -26,8 +26,11 @@ def test_one_profiles_board_switch_moves_every_profiles_next_card(tenancy_audit)
     assert {(f["victim"], f["seen_in"], f["canary"]) for f in bled} == {
         ("beta", "alpha", "kanban_board"), ("beta", "default", "kanban_board")}, bled
     assert_one_incident(audit, "kanban board", "F34")
-    # the cards in the shared root (the launch profile's home) are shared by design; none is reported
-    assert {f["scope"] for f in audit.doc["allowed"]} == {"allowed:hermes/kanban-board"}
+    # the cards in the shared root (the launch profile's home) are shared by design, and so is the path of a board
+    # there that `/kanban boards create` answers with; none is reported
+    shared = {"allowed:hermes/kanban-board", "allowed:hermes/kanban-board-path"}
+    assert {f["scope"] for f in audit.doc["allowed"]} <= shared
+    assert not [f for f in audit.doc["findings"] if f.get("store") == "kanban_create"]
     assert not [f for f in audit.doc["findings"] if f["canary"] and f["canary"].startswith("kanban_card")]
     assert audit.doc["door_coverage"]["kanban"] == "leak"  # a way in the phase drove, not out of scope
     assert audit.code == 1 and audit.verdict == "leak"
