@@ -139,6 +139,24 @@ def test_reconcile_of_saved_tcp_flows_finds_what_the_addon_found_live(live, reg,
     assert rec.inspected["tcp"] == 1 and rec.reasons == []
 
 
+def test_a_finding_in_a_tcp_message_is_dated_when_the_message_was_sent(live, reg, tmp_path):
+    """A bot's connection opens at the start and carries a reply long after: the reply's canary is dated by its
+    message (its order against the crossing that caused it), the near miss by its own earlier message."""
+    f = connect(live, PORTS["alpha"] + 50)
+    send(live, f, True, f"PASS {reg['beta'].canaries['mail_key']}\r\n")
+    send(live, f, True, f"PRIVMSG #x :{reg['beta'].canaries['soul']}\r\n")
+    send(live, f, False, f":srv NOTICE x :{reg['beta'].canaries['memory']}\r\n")
+    f.timestamp_created = 1000.0
+    for message, sent in zip(f.messages, (1001.0, 1050.0, 1060.0), strict=True):
+        message.timestamp = sent
+    live.tcp_end(f)
+    path = tmp_path / "flows.mitm"
+    with path.open("wb") as fh:
+        io.FlowWriter(fh).add(f)
+    times = {x.canary: x.time for x in reconcile(reg, path, reading=None).findings}
+    assert times == {"mail_key": 1001.0, "soul": 1050.0, "memory": 1060.0}
+
+
 def test_a_tcp_connection_still_open_when_the_proxy_stops_is_recorded_then(live, reg, tmp_path):
     f = connect(live, PORTS["alpha"] + 50)
     send(live, f, True, reg["beta"].canaries["soul"])

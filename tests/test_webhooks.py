@@ -72,7 +72,7 @@ def test_the_launch_profile_listens_on_loopback_with_a_route_per_tenant_and_name
     assert laid["enabled"] and laid["extra"]["host"] == "127.0.0.1" and isinstance(laid["extra"]["port"], int)
     routes = laid["extra"]["routes"]
     launch = ctx.registry["default"].canaries
-    assert routes == {f"tenancy-{n}": {"secret": launch[f"webhook_secret_{n}"], "prompt": "{text}",
+    assert routes == {f"tenancy-{n}": {"secret": launch[f"webhook_secret_{n}"], "prompt": "{text}", "profile": n,
                                        "deliver": "mattermost", "deliver_extra": {"chat_id": "{channel}"}}
                       for n in NAMES}
     assert again["extra"]["routes"] == routes, "each route's secret is minted once"

@@ -30,7 +30,7 @@ from harness.detect.engine.matcher import Matcher
 from harness.detect.prefixes import Prefixes
 from harness.detect.reports import FlowReport, RequestReport, ResponseReport
 from harness.detect.routes import Endpoint, Route, claimed, endpoint_of, flow_endpoint, pretty_host, route_of
-from harness.detect.websocket import Message, WebsocketReport, WebsocketScan
+from harness.detect.websocket import CLIENT, SERVER, Message, WebsocketReport, WebsocketScan
 
 
 def inspect_request(registry: Registry, matcher: Matcher, route: Route, raw: RawRequest) -> RequestReport:
@@ -240,6 +240,24 @@ def messages_of(flow: http.HTTPFlow | tcp.TCPFlow) -> list[Message]:
     if isinstance(flow, tcp.TCPFlow):
         return [Message(m.from_client, m.content) for m in flow.messages]
     return [Message(m.from_client, m.content) for m in flow.websocket.messages] if flow.websocket else []
+
+
+def sent_at(flow: http.HTTPFlow | tcp.TCPFlow, location: str) -> float | None:
+    """When the message that `location` (`flow:ID:PROTOCOL.DIRECTION@OFFSET`, in a websocket's or a TCP connection's
+    stream of one direction) points into was sent; None for a location in no such stream. A connection lasts as long
+    as its client keeps it (an IRC bot's, the whole run), so its start is not when what crossed it was sent."""
+    part, _, offset = location.rpartition("@")
+    direction = part.rpartition(".")[2]
+    if direction not in (CLIENT, SERVER) or not offset.isdigit():
+        return None
+    raw = flow.messages if isinstance(flow, tcp.TCPFlow) else flow.websocket.messages if flow.websocket else []
+    sent = [m for m in raw if m.from_client == (direction == CLIENT)]
+    end = 0
+    for message in sent:
+        end += len(message.content)
+        if int(offset) < end:
+            return message.timestamp
+    return sent[-1].timestamp if sent else None
 
 
 def response_scan(flow: http.HTTPFlow, request: RequestReport) -> ResponseScan | None:

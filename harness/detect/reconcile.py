@@ -27,7 +27,7 @@ from harness.detect.decode import loads
 from harness.detect.engine import stream
 from harness.detect.engine.matcher import Matcher, matcher_for
 from harness.detect.flowfile import read_flows
-from harness.detect.flows import inspect_flow, inspect_tcp_flow
+from harness.detect.flows import inspect_flow, inspect_tcp_flow, sent_at
 from harness.detect.prefixes import Prefixes
 from harness.detect.routes import route_of
 from harness.detect.tools import Coverage, tool_for_file, written_files
@@ -108,6 +108,12 @@ def _tag(findings: list[Finding], phase: Phase | None, when: float) -> list[Find
             for f in findings]
 
 
+def _sent(findings: list[Finding], flow: http.HTTPFlow | tcp.TCPFlow) -> list[Finding]:
+    """The findings in a connection's messages stamped with when their message was sent, not when the connection
+    opened: what a bot's long-lived connection sends after a crossing is not before it."""
+    return [replace(f, time=sent_at(flow, f.location) or f.time) for f in findings]
+
+
 @dataclass
 class Evidence:
     """What one reconciliation reads (see `reconcile`), and what its passes learn for the later ones."""
@@ -170,7 +176,7 @@ def _flows(ev: Evidence, rec: Reconciliation) -> None:
     for flow in flows:
         phase = _flow_phase(flow, ev.phases)
         report = inspect_flow(ev.registry, ev.matcher, flow, prefixes=known)
-        rec.findings += _tag(list(report.findings), phase, flow.request.timestamp_start)
+        rec.findings += _sent(_tag(list(report.findings), phase, flow.request.timestamp_start), flow)
         rec.skip(report.not_inspected)
         if report.refused:
             owner = report.request.bearer_tenant
@@ -206,7 +212,7 @@ def _tcp_flow(ev: Evidence, rec: Reconciliation, flow: tcp.TCPFlow) -> None:
     addon did, its service's use counted, and the port it reached its stub from kept for the bypass check."""
     phase = _flow_phase(flow, ev.phases)
     report = inspect_tcp_flow(ev.registry, ev.matcher, flow)
-    rec.findings += _tag(list(report.findings), phase, flow.timestamp_created)
+    rec.findings += _sent(_tag(list(report.findings), phase, flow.timestamp_created), flow)
     rec.skip(report.not_inspected)
     if flow.server_conn.sockname:
         ev.stub_peers.add(flow.server_conn.sockname[1])

@@ -5,10 +5,11 @@ profile its URL names, and the reply is delivered to a messaging platform (`deli
 
 For a run with the phase the launch profile's `platforms.webhook` listens on a free loopback port with a route per
 tenant (`tenancy-<tenant>`, where Hermes reads routes: the launch profile's config), each with a secret of its own (a
-canary of the launch profile's, whose config holds it), the prompt `{text}` and, when the run drives a messaging
-platform, `deliver:` the first of them and `deliver_extra.chat_id: "{channel}"` (the channel the payload names: its
-sender's home channel, so the launch profile's config names no tenant's channel). Without a platform it delivers to
-Hermes' log and the phase judges the turns only.
+canary of the launch profile's, whose config holds it), the profile it serves (`profile: <tenant>`: 0.19.0 ignores
+the key; a Hermes that binds a route to its profile, as docs/fixes/F62.patch does, serves it under that profile's URL
+only), the prompt `{text}` and, when the run drives a messaging platform, `deliver:` the first of them and
+`deliver_extra.chat_id: "{channel}"` (the channel the payload names: its sender's home channel, so the launch profile's
+config names no tenant's channel). Without a platform it delivers to Hermes' log and the phase judges the turns only.
 
 Two rounds, every post signed (`X-Webhook-Signature-V2`, and V1 for older releases) and carrying its sender's
 `webhook_payload` canary and a mark of its own, so the provider requests its turn caused are counted wherever they
@@ -93,7 +94,7 @@ def settings(ctx: Context, tenant: str) -> Setup:
         return Setup()
     target = platform(ctx)
     deliver = {"deliver": kinds(target).deliver, "deliver_extra": {"chat_id": "{channel}"}} if target else {}
-    routes = {route_name(t): {"secret": secret(ctx, t), "prompt": PROMPT, "deliver": "log", **deliver}
+    routes = {route_name(t): {"secret": secret(ctx, t), "prompt": PROMPT, "deliver": "log", "profile": t, **deliver}
               for t in ctx.registry.names()}
     return Setup(config={"platforms": {"webhook": {"enabled": True, "extra": {
         "host": "127.0.0.1", "port": free_port(), "routes": routes}}}})
