@@ -165,6 +165,9 @@ CASES = [
      dict(kind="request_leak", seen_in="beta", canary="soul", phase="turns")),
     ("F61", dict(kind="wrong_path", canary="relative_note", tool="search_files", scenario="gateway"),
      dict(kind="request_leak", canary="relative_note", tool="search_files", scenario="gateway")),
+    ("F65", dict(kind="request_leak", canary="telegram_channel", scenario="gateway", phase="messaging"),
+     dict(kind="request_leak", victim="alpha", seen_in="beta", canary="telegram_channel", scenario="gateway",
+          phase="messaging")),  # only the launch profile's home channels are listed
 ]
 
 

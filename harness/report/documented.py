@@ -54,6 +54,10 @@ class Clause:
         return " or ".join(self.entries) + (f" ({extra})" if extra else "")
 
 
+#: The canaries a messaging platform's home channel is in (`<PLATFORM>_HOME_CHANNEL` in a profile's `.env`).
+HOME_CHANNELS = ("mattermost_channel", "telegram_channel", "discord_channel", "slack_channel", "irc_channel",
+                 "email_channel", "signal_group", "ntfy_topic")
+
 SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F1": (Clause(("provider",), ("wrong_key", "wrong_model"), direction="launch -> other"),),
     "F2": (Clause(("tool terminal",), ("wrong_cwd",)), Clause(("tool terminal",), scenarios=("gateway",)),
@@ -137,6 +141,7 @@ SIGNATURES: dict[str, tuple[Clause, ...]] = {
     "F64": (Clause(("webhook",), ("profile_bleed",), ("webhook_borrowed_bot",)),
             Clause(("service *",), ("wrong_identity", "request_leak", "response_leak"), phases=("webhooks",),
                    direction="launch -> other")),
+    "F65": (Clause(("request",), ("request_leak",), HOME_CHANNELS, ("gateway",), direction="launch -> other"),),
 }
 
 
