@@ -243,5 +243,5 @@ def test_every_mutant_fits_the_release_as_it_ships_and_the_twin_in_its_twin_form
     shipped = site_packages(hermes_python.parent.parent)
     assert all(m.form(shipped) == Form(m.file, m.line, m.old, m.new) for m in MUTANTS)
     fixed = site_packages(twins.twin(hermes_python, Path("docs/fixes/series"), lambda _: None).parent.parent)
-    assert {m.name for m in MUTANTS if m.form(fixed) == m.twin} == {"process-checkpoint", "terminal-cwd", "mem0-key",
-                                                                       "aux-key"}
+    assert {m.name for m in MUTANTS if m.form(fixed) == m.twin} == {
+        "process-checkpoint", "terminal-cwd", "mem0-key", "aux-key", "aux-runtime-model", "script-env"}

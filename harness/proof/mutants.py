@@ -151,9 +151,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("aux-runtime-model", "auxiliary models", "tools/vision_tools.py",
            'model = os.getenv("AUXILIARY_VISION_MODEL", "").strip() or None',
            'os.getenv("AUXILIARY_VISION_MODEL", "")', _launch_env("AUXILIARY_VISION_MODEL"),
-           "the vision model a profile sets at run time (its environment) is taken from the launch profile's"),
+           "the vision model a profile sets at run time (its environment) is taken from the launch profile's",
+           Form("tools/vision_tools.py", 'model = _profile_env("AUXILIARY_VISION_MODEL") or None',
+                '_profile_env("AUXILIARY_VISION_MODEL")', _launch_env("AUXILIARY_VISION_MODEL"))),
     Mutant("script-env", "code execution", "tools/code_execution_tool.py", "child_env = _scrub_child_env(os.environ)",
            "os.environ", f"{{**os.environ, **{LAUNCH_DOTENV}}}",
            "a script's environment is built over the launch profile's .env: what a profile passes through is the "
-           "launch profile's"),
+           "launch profile's",
+           Form("tools/code_execution_tool.py", "child_env = _scrub_child_env(_with_profile_dotenv(dict(os.environ)))",
+                "_with_profile_dotenv(dict(os.environ))", f"{{**os.environ, **{LAUNCH_DOTENV}}}")),
 )
