@@ -356,7 +356,8 @@ def mutant_run(opts: RunOptions, names: list[str], say: Callable[[str], None],
     options; a mutant is `caught` when its audit shows a crossing the control's does not, `missed` when its code
     computed another value and nothing showed, `not exercised` when its code never did, `not applicable: WHY` when
     it does not fit the install. With `series` the install is its twin (`on_twin`): the control and every mutant's
-    copy are the twin's, and a mutant that does not fit says which patches of the series change its file."""
+    copy are the twin's, a mutant is planted in its twin form where the series left that form's line (`form`:
+    `twin`, else `shipped`), and one that does not fit says which patches of the series change its file."""
     chosen = [m for m in mutants.MUTANTS if not names or m.name in names]
     if names and len(chosen) != len(set(names)):
         raise UsageError(f"mutants: unknown mutant (choose from {', '.join(m.name for m in mutants.MUTANTS)})")
@@ -371,7 +372,8 @@ def mutant_run(opts: RunOptions, names: list[str], say: Callable[[str], None],
         folder_name = f"m-{number:05d}"  # as long as "control" (see patch_check); mutants.json names each run's folder
         patch = folder.path / "patches" / f"{m.name}.patch"
         try:
-            write_private(patch, m.patch(site).encode())
+            form = m.form(site)
+            write_private(patch, form.patch(site).encode())
         except mutants.MutantError as exc:
             why = f"{exc}" + (f" ({changes_of(series, m.file)})" if series is not None else "")
             rows.append({"name": m.name, "surface": m.surface, "bug": m.bug, "state": f"not applicable: {why}"})
@@ -384,7 +386,7 @@ def mutant_run(opts: RunOptions, names: list[str], say: Callable[[str], None],
         ran = _traced(folder.path / folder_name)
         state = "caught" if shown else "missed" if ran == "computed" else "not exercised"
         rows.append({"name": m.name, "surface": m.surface, "bug": m.bug, "state": state, "trace": ran,
-                     "hops": shown, "folder": folder_name})
+                     "form": "twin" if form == m.twin else "shipped", "hops": shown, "folder": folder_name})
         say(f"mutants: {m.name:<20} {state} ({ran}; {len(shown)} crossing(s) the control lacks)")
     shutil.rmtree(folder.path / "venv", ignore_errors=True)
     doc = {"scenario": opts.scenario, "series": str(series) if series else None, "control": control.verdict.status,

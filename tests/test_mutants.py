@@ -17,7 +17,8 @@ from harness import cli, usecases
 from harness.drive.hermes import twin as twins
 from harness.drive.hermes.patched import site_packages
 from harness.options import RunOptions
-from harness.proof.mutants import LAUNCH, MUTANTS, TRACE, Mutant, MutantError
+from harness.proof import mutants
+from harness.proof.mutants import LAUNCH, MUTANTS, TRACE, Form, Mutant, MutantError
 from harness.usecases import _traced
 
 SOURCE = textwrap.dedent("""\
@@ -65,6 +66,7 @@ def test_every_mutant_is_named_once_and_says_the_bug_it_reintroduces():
     assert len({m.name for m in MUTANTS}) == len(MUTANTS) >= 15
     assert len({m.surface for m in MUTANTS}) >= 8
     assert all(m.bug and m.old in m.line for m in MUTANTS)
+    assert all(m.twin.old in m.twin.line and m.twin.line != m.line for m in MUTANTS if m.twin)
 
 
 def test_the_trace_tells_computed_same_and_never_ran(tmp_path):
@@ -163,3 +165,83 @@ def test_mutants_on_the_twin_mutate_copies_of_it_and_name_the_patches_a_mutant_n
 def test_a_mutant_whose_file_is_not_in_the_install_says_so(tmp_path):
     with pytest.raises(MutantError, match=r"^tools/memory_tool.py is not in the install$"):
         MUTANT.patch(tmp_path)
+
+
+#: The memory tool's line as a fix leaves it (FIX's), and the memory-dir mutant carrying its form for that line.
+FIXED = SOURCE.replace('return get_hermes_home() / "memories"', 'return profile_home() / "memories"')
+TWIN = Form("tools/memory_tool.py", 'return profile_home() / "memories"', "profile_home()", LAUNCH)
+TWINNED = Mutant(MUTANT.name, MUTANT.surface, MUTANT.file, MUTANT.line, MUTANT.old, MUTANT.new, MUTANT.bug, TWIN)
+
+
+def test_a_mutant_whose_line_the_fix_rewrote_is_planted_in_its_twin_form(tmp_path, monkeypatch):
+    site = tmp_path / "site"
+    (site / "tools").mkdir(parents=True)
+    (site / "tools" / "memory_tool.py").write_text(FIXED + "def profile_home():\n    return get_hermes_home()\n")
+    assert TWINNED.form(site) == TWIN
+    patch = TWINNED.patch(site)
+    assert '-    return profile_home() / "memories"' in patch and TRACE in patch
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    (tmp_path / "home").mkdir()
+    namespace: dict = {}
+    exec(_apply(patch, FIXED + "def profile_home():\n    return get_hermes_home()\n"), namespace)
+    assert namespace["memory_dir"]() == tmp_path / "home" / ".hermes" / "memories"  # the launch profile's, again
+    assert (tmp_path / "home" / TRACE).read_text() == "True\n"
+
+
+def test_on_the_shipped_line_a_mutant_with_a_twin_form_plants_its_own(tmp_path):
+    """The near miss: the twin form's line is not in an unpatched install, so the mutant is planted as it ships."""
+    site = tmp_path / "site"
+    (site / "tools").mkdir(parents=True)
+    (site / "tools" / "memory_tool.py").write_text(SOURCE)
+    assert TWINNED.form(site) == Form(MUTANT.file, MUTANT.line, MUTANT.old, MUTANT.new)
+    assert TWINNED.patch(site) == MUTANT.patch(site)
+
+
+def test_a_mutant_neither_of_whose_forms_fits_says_why_for_each(tmp_path):
+    site = tmp_path / "site"
+    (site / "tools").mkdir(parents=True)
+    (site / "tools" / "memory_tool.py").write_text(FIXED + FIXED)  # the twin's line twice: not one place either
+    with pytest.raises(MutantError) as caught:
+        TWINNED.patch(site)
+    assert str(caught.value) == (
+        "'return get_hermes_home() / \"memories\"' is on 0 lines of tools/memory_tool.py, not one holding "
+        "'get_hermes_home()'; its twin form: 'return profile_home() / \"memories\"' is on 2 lines of "
+        "tools/memory_tool.py, not one holding 'profile_home()'")
+
+
+def test_mutants_on_the_twin_plant_the_twin_form_where_the_series_rewrote_the_line(tmp_path, monkeypatch, capsys):
+    """--series: the memory-dir mutant, whose line F1.patch rewrites, is planted in its twin form on a copy of the
+    twin and audited (mutants.json says which form); without the twin form it is `not applicable` (above)."""
+    python = _venv(tmp_path / "venv")
+    (tmp_path / "fixes").mkdir()
+    (tmp_path / "fixes" / "F1.patch").write_text(FIX)
+    (tmp_path / "fixes" / "series").write_text("F1.patch\n")
+    monkeypatch.setattr(twins, "cache_root", lambda: tmp_path / "twins")
+    monkeypatch.setattr(mutants, "MUTANTS", (TWINNED,))
+    planted: list[str] = []
+
+    def audit(opts: RunOptions) -> SimpleNamespace:
+        memory = site_packages(opts.hermes_python.parent.parent) / "tools" / "memory_tool.py"
+        planted.append(memory.read_text())
+        return SimpleNamespace(verdict=SimpleNamespace(status="clean", findings=[]))
+
+    monkeypatch.setattr(usecases, "run_audit", audit)
+    out = tmp_path / "out"
+    code = cli.main(["mutants", "--series", str(tmp_path / "fixes" / "series"), "--hermes-python", str(python),
+                     "--out", str(out)])
+    assert code == 0, capsys.readouterr().err
+    [control, mutated] = planted
+    assert "profile_home() /" in control and TRACE not in control
+    assert TRACE in mutated and "(profile_home(), __import__" in mutated
+    [row] = json.loads((out / "mutants.json").read_text())["mutants"]
+    assert row["form"] == "twin" and row["state"] == "not exercised" and row["trace"] == "never ran"
+
+
+def test_every_mutant_fits_the_release_as_it_ships_and_the_twin_in_its_twin_form(hermes_python):
+    """On Hermes as it ships every mutant is planted in its own line (no twin form's line is there); on the twin
+    (docs/fixes/series applied) every mutant fits, those the series rewrote in their twin form."""
+    shipped = site_packages(hermes_python.parent.parent)
+    assert all(m.form(shipped) == Form(m.file, m.line, m.old, m.new) for m in MUTANTS)
+    fixed = site_packages(twins.twin(hermes_python, Path("docs/fixes/series"), lambda _: None).parent.parent)
+    assert {m.name for m in MUTANTS if m.form(fixed) == m.twin} == {
+        "process-checkpoint", "terminal-cwd", "mem0-key", "aux-key", "aux-runtime-model", "script-env"}
