@@ -40,12 +40,14 @@ def scan_file(
     limits: Limits = DEFAULT_LIMITS,
     not_inspected: list[NotInspected] | None = None,
     label: str | None = None,
+    exclude: str | None = None,
 ) -> list[ScanHit]:
     """Scan one regular file as a stream; a SQLite database is also read logically together with its
-    -wal/-journal. Raises OSError when the file cannot be opened or is not a regular file."""
+    -wal/-journal. Raises OSError when the file cannot be opened or is not a regular file. `exclude`: a tenant whose
+    canaries are not reported (the file's owner)."""
     path = Path(path)
     fd = _open(path)
-    scan = LayerWalk(matcher, limits)
+    scan = LayerWalk(matcher, limits, exclude)
 
     def again(offset: int) -> Iterator[bytes]:
         return _file_chunks(os.dup(fd), offset)
