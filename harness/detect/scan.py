@@ -111,7 +111,7 @@ def scan_text(
     data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
     matcher = matcher or matcher_for(registry)
     skipped: list[NotInspected] = []
-    hits = scan_bytes(data, matcher, limits=DEFAULT_LIMITS, not_inspected=skipped, exclude=owner)
+    hits = scan_bytes(data, matcher, limits=DEFAULT_LIMITS, not_inspected=skipped, recipient=owner)
     if not_inspected is not None:
         not_inspected += [replace(n, path=label + n.path.removeprefix("bytes")) for n in skipped]
     return _findings(hits, owner, label, "text_leak", channel)
@@ -133,7 +133,7 @@ def scan_log(
     result = TreeScan()
     try:
         hits = scan_file(path, matcher, limits=limits, not_inspected=result.not_inspected, label=label,
-                         exclude=owner)
+                         recipient=owner)
     except OSError as exc:
         result.unreadable.append(str(path))
         result.not_inspected.append(NotInspected(label, f"unreadable: {exc.strerror or exc}"))
@@ -264,7 +264,7 @@ def _scan_entry(
         return
     try:
         hits = scan_file(path, matcher, limits=limits, not_inspected=result.not_inspected, label=label,
-                         exclude=owner)
+                         recipient=owner)
     except OSError as exc:
         result.unreadable.append(str(path))
         result.notes.append(f"unreadable {path}: {exc.strerror or exc}")

@@ -44,10 +44,12 @@ TRANSFORMS = frozenset({*codecs.TEXT, *codecs.KEEPING, "records"})
 class LayerWalk:
     """One top-level scan (a file or a buffer): its hits, what it could not read, its decoding budget."""
 
-    def __init__(self, matcher: Matcher, limits: Limits, exclude: str | None = None) -> None:
+    def __init__(self, matcher: Matcher, limits: Limits, exclude: str | None = None,
+                 recipient: str | None = None) -> None:
         self.matcher = matcher
         self.limits = limits
         self.exclude = exclude  # a tenant whose canaries are not looked for (`Matcher.find`)
+        self.recipient = recipient or exclude  # whose own canaries cut short are no other's (`cuts`)
         self.remaining = limits.total_bytes
         self.deadline = time.monotonic() + limits.seconds
         self.late = False  # the time budget is spent (and listed once)
@@ -214,7 +216,7 @@ class LayerWalk:
     def add_hits(self, window: bytes, base: int, owned_from: int, limit: int, layers: tuple[Layer, ...], *,
                  ends: bool = True) -> tuple[list[Hit], list[int] | None]:
         """Record the hits in `window` that end in (owned_from, limit] (offsets from `base`), but the excluded
-        tenant's and its own canaries cut short (`cuts`: `ends` says whether the window ends the value); returns
+        tenant's and the recipient's own canaries cut short (`cuts`: `ends`: whether the window ends the value); returns
         every hit in `window`, and where a form of the marker is (`Matcher.find_marked`)."""
         found, markers = self.matcher.find_marked(window)
         for hit in found:
@@ -225,9 +227,9 @@ class LayerWalk:
         return found, markers
 
     def _cut_short(self, window: bytes, hit: Hit, ends: bool) -> bool:
-        """Whether `hit` is a plain start of one of the excluded tenant's own canaries, cut short (`cuts`)."""
+        """Whether `hit` is a plain start of one of the recipient's own canaries, cut short (`cuts`)."""
         return hit.encoding == "plain" and self.matcher.own_cuts.cut_short(
-            window[hit.end : hit.end + self.matcher.longest], (hit.tenant, hit.kind), self.exclude, ends)
+            window[hit.end : hit.end + self.matcher.longest], (hit.tenant, hit.kind), self.recipient, ends)
 
     def _layer(self, window: bytes, start: Start, layers: tuple[Layer, ...], reopen: Reopen, after: int,
                at: int) -> int | None:
