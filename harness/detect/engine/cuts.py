@@ -35,13 +35,14 @@ class OwnCuts:
     """For each canary that another tenant's canary extends: that tenant and what its canary adds (bytes)."""
 
     def __init__(self, canaries: Iterable[_Canary]) -> None:
-        canaries = list(canaries)
+        ordered = sorted(canaries, key=lambda c: c.value)  # the values a value starts come right after it
         self.longer: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
-        for short in canaries:
-            for long in canaries:
-                if long.tenant != short.tenant and len(long.value) > len(short.value) \
-                        and long.value.startswith(short.value):
-                    rest = long.value[len(short.value):].encode()
+        for i, short in enumerate(ordered):
+            j = i + 1
+            while j < len(ordered) and ordered[j].value.startswith(short.value):
+                long, j = ordered[j], j + 1
+                if long.tenant != short.tenant and len(long.value) > len(short.value):
+                    rest = long.value[len(short.value) :].encode()
                     self.longer.setdefault((short.tenant, short.kind), []).append((long.tenant, rest))
 
     def kept[M: tuple[_Canary, str, int, int]](self, found: list[M], data: bytes | bytearray | memoryview,
