@@ -5,14 +5,17 @@ followed by anything but the longer one's rest) is still the launch profile's.""
 from __future__ import annotations
 
 import base64
+import json
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from harness.core.registry import Registry, mint
+from harness.detect.checks import RawRequest, check_request_leaks, request_facts
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.engine.stream import scan_bytes, scan_file
+from harness.detect.routes import Route, endpoint_of
 from harness.detect.scan import scan_text
 
 
@@ -208,3 +211,22 @@ def test_a_cut_inside_a_database_cell_is_the_recipients_own(tmp_path: Path, thre
     assert others(database(tmp_path / "cut.db", [f"HERMES_HOME={alpha[:-3]}".encode()])) == set()
     near = database(tmp_path / "near.db", [f"HERMES_HOME={launch}/profile.txt".encode()])
     assert others(near) == {("default", "home")}
+
+
+@pytest.mark.parametrize("cut", [2, 9])  # `/profiles/alpha` less its last 2 or 9 characters
+def test_a_flows_request_judges_the_cut_as_reconcile_does(three: Registry, cut: int) -> None:
+    """A request of alpha's (the live addon's check, and `reconcile`'s of its saved flow) carrying the cut preview
+    in a tool message: no finding; the launch home then `/profile.txt` there is a `request_leak`."""
+    launch, alpha = three["default"].canaries["home"], three["alpha"].canaries["home"]
+
+    def leaks(text: str) -> set[tuple[str, str]]:
+        tail = json.dumps([{"tool": "terminal", "preview": f"HERMES_HOME={text}"}])
+        body = {"model": three["alpha"].model, "messages": [{"role": "tool", "tool_call_id": "c1", "content": tail}]}
+        raw = RawRequest("f1", "POST", "/v1/chat/completions", [], json.dumps(body).encode())
+        req = request_facts(three, matcher_for(three), raw, endpoint_of(three, Route("reverse", listen_port=42002)))
+        report = req.report()
+        check_request_leaks(req, report)
+        return {(f.victim, f.canary) for f in report.findings}
+
+    assert leaks(alpha[:-cut]) == set()
+    assert leaks(f"{launch}/profile.txt") == {("default", "home")}
