@@ -5,14 +5,18 @@ followed by anything but the longer one's rest) is still the launch profile's.""
 from __future__ import annotations
 
 import base64
+import json
 import sqlite3
 from pathlib import Path
 
 import pytest
 
 from harness.core.registry import Registry, mint
+from harness.detect.checks import RawRequest, check_request_leaks, request_facts
 from harness.detect.engine.matcher import matcher_for
 from harness.detect.engine.stream import scan_bytes, scan_file
+from harness.detect.routes import Route, endpoint_of
+from harness.detect.scan import scan_text
 
 
 @pytest.fixture
@@ -129,3 +133,100 @@ def test_the_launch_home_leaving_the_longer_path_is_still_found(registry: Regist
     for tail in (b"\x00\x00\x00\x07", b"/profiles/al\x00\x00\x00\x07"):
         data = f"HERMES_HOME={launch}".encode() + tail + b" rest"
         assert ("default", "home") in {(h.tenant, h.kind) for h in scan_bytes(data, m, exclude="alpha")}, tail
+
+
+# A recipient's own home cut short (`harness.detect.engine.cuts`): a preview cut at N characters inside
+# `<launch>/profiles/alpha` reads as the launch home followed by part of `/profiles/alpha` and the end of the value.
+
+ENDINGS = ['"', '\\"', "...", "\u2026", "\\u2026", ""]  # a JSON string's quote (and escaped once), ellipses, the end
+
+
+@pytest.fixture
+def three(tmp_path: Path) -> Registry:
+    reg = mint(["default", "alpha", "beta"], tmp_path / "work",
+               {"default": {"listen": 42001}, "alpha": {"listen": 42002}, "beta": {"listen": 42003}})
+    launch = f"{tmp_path}/sandbox/home-{reg['default'].key[-12:]}/.hermes"
+    reg.add_canary("default", "home", launch)
+    for name in ("alpha", "beta"):
+        reg.add_canary(name, "home", f"{launch}/profiles/{name}")
+    return reg
+
+
+def preview(text: str, ending: str) -> bytes:
+    """A subagent's event as the RPC log holds it: its output tail's preview cut where `text` ends."""
+    head = '{"method": "subagent.complete", "output_tail": [{"preview": "GATEWAY=1\\nHERMES_HOME='
+    return f"{head}{text}{ending}".encode()
+
+
+def found(data: bytes, registry: Registry, owner: str) -> set[tuple[str, str]]:
+    """What the three readers of a recipient's text report: a log's or RPC frame's scan (`reconcile`), a flow's
+    layered scan (the live addon and `reconcile`) and a header line's forms."""
+    m = matcher_for(registry)
+    text = {(f.victim, f.canary) for f in scan_text(data, registry, owner, label="rpc-serve.jsonl#1", channel="rpc")}
+    flow = {(h.tenant, h.kind) for h in scan_bytes(data, m, exclude=owner)}
+    forms = {(h.tenant, h.kind) for h in m.find(data, exclude=owner)}
+    assert text == flow == forms, (text, flow, forms)
+    return text
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_the_recipients_own_home_cut_short_is_not_the_launch_homes(three: Registry, ending: str) -> None:
+    launch, alpha = three["default"].canaries["home"], three["alpha"].canaries["home"]
+    for cut in range(len(launch) + 1, len(alpha)):  # every cut inside what alpha's home adds
+        data = preview(alpha[:cut], ending)
+        if ending in ('"', "", "\\u2026"):
+            data += b'", "is_error": false}]}' if ending != "" else b""
+        assert found(data, three, "alpha") == set(), (cut, ending)
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_the_launch_home_then_a_departing_byte_is_still_the_launch_homes(three: Registry, ending: str) -> None:
+    """Near misses: a byte that departs from alpha's home (`/profile.txt`, a line break), the whole of what the
+    launch home is followed by nothing of alpha's, or part of it then more path (`/profil/x`)."""
+    launch = three["default"].canaries["home"]
+    for text in (f"{launch}/profile.txt", f"{launch}\\n", f"{launch}/profil/x", f"{launch}/p x", launch):
+        assert found(preview(text, ending), three, "alpha") == {("default", "home")}, (text, ending)
+
+
+@pytest.mark.parametrize("ending", ENDINGS)
+def test_another_profiles_home_cut_short_is_still_the_launch_homes(three: Registry, ending: str) -> None:
+    """Near miss: beta's home cut short in alpha's text is not alpha's own value: the launch home is reported
+    (beta's whole home would be beta's); and alpha's own cut in beta's text likewise."""
+    beta = three["beta"].canaries["home"]
+    assert found(preview(beta[:-2], ending), three, "alpha") == {("default", "home")}, ending
+    alpha = three["alpha"].canaries["home"]
+    assert found(preview(alpha[:-2], ending), three, "beta") == {("default", "home")}, ending
+    assert found(preview(beta, ending), three, "alpha") == {("beta", "home")}, ending
+
+
+def test_a_cut_inside_a_database_cell_is_the_recipients_own(tmp_path: Path, three: Registry) -> None:
+    """A cell is a whole value: alpha's home cut at its end in alpha's database is alpha's; the launch home then
+    `/profile.txt` is not."""
+    launch, alpha = three["default"].canaries["home"], three["alpha"].canaries["home"]
+    m = matcher_for(three)
+
+    def others(db: Path) -> set[tuple[str, str]]:
+        return {(h.tenant, h.kind) for h in scan_file(db, m, recipient="alpha") if h.tenant != "alpha"}
+
+    assert others(database(tmp_path / "cut.db", [f"HERMES_HOME={alpha[:-3]}".encode()])) == set()
+    near = database(tmp_path / "near.db", [f"HERMES_HOME={launch}/profile.txt".encode()])
+    assert others(near) == {("default", "home")}
+
+
+@pytest.mark.parametrize("cut", [2, 9])  # `/profiles/alpha` less its last 2 or 9 characters
+def test_a_flows_request_judges_the_cut_as_reconcile_does(three: Registry, cut: int) -> None:
+    """A request of alpha's (the live addon's check, and `reconcile`'s of its saved flow) carrying the cut preview
+    in a tool message: no finding; the launch home then `/profile.txt` there is a `request_leak`."""
+    launch, alpha = three["default"].canaries["home"], three["alpha"].canaries["home"]
+
+    def leaks(text: str) -> set[tuple[str, str]]:
+        tail = json.dumps([{"tool": "terminal", "preview": f"HERMES_HOME={text}"}])
+        body = {"model": three["alpha"].model, "messages": [{"role": "tool", "tool_call_id": "c1", "content": tail}]}
+        raw = RawRequest("f1", "POST", "/v1/chat/completions", [], json.dumps(body).encode())
+        req = request_facts(three, matcher_for(three), raw, endpoint_of(three, Route("reverse", listen_port=42002)))
+        report = req.report()
+        check_request_leaks(req, report)
+        return {(f.victim, f.canary) for f in report.findings}
+
+    assert leaks(alpha[:-cut]) == set()
+    assert leaks(f"{launch}/profile.txt") == {("default", "home")}

@@ -111,7 +111,7 @@ def scan_text(
     data = text.encode("utf-8", "surrogateescape") if isinstance(text, str) else text
     matcher = matcher or matcher_for(registry)
     skipped: list[NotInspected] = []
-    hits = scan_bytes(data, matcher, limits=DEFAULT_LIMITS, not_inspected=skipped)
+    hits = scan_bytes(data, matcher, limits=DEFAULT_LIMITS, not_inspected=skipped, recipient=owner)
     if not_inspected is not None:
         not_inspected += [replace(n, path=label + n.path.removeprefix("bytes")) for n in skipped]
     return _findings(hits, owner, label, "text_leak", channel)
@@ -132,7 +132,8 @@ def scan_log(
     matcher = matcher or matcher_for(registry)
     result = TreeScan()
     try:
-        hits = scan_file(path, matcher, limits=limits, not_inspected=result.not_inspected, label=label)
+        hits = scan_file(path, matcher, limits=limits, not_inspected=result.not_inspected, label=label,
+                         recipient=owner)
     except OSError as exc:
         result.unreadable.append(str(path))
         result.not_inspected.append(NotInspected(label, f"unreadable: {exc.strerror or exc}"))
@@ -262,7 +263,8 @@ def _scan_entry(
         result.not_inspected.append(NotInspected(label, f"not a regular file ({kind}), not opened", 0, False))
         return
     try:
-        hits = scan_file(path, matcher, limits=limits, not_inspected=result.not_inspected, label=label)
+        hits = scan_file(path, matcher, limits=limits, not_inspected=result.not_inspected, label=label,
+                         recipient=owner)
     except OSError as exc:
         result.unreadable.append(str(path))
         result.notes.append(f"unreadable {path}: {exc.strerror or exc}")

@@ -33,6 +33,7 @@ import ahocorasick_rs
 
 from harness.core.protocol import placeholder
 from harness.core.registry import TAG_MARKER, Registry, is_secret_kind
+from harness.detect.engine.cuts import OwnCuts
 from harness.detect.engine.escapes import ESCAPE_STARTS, MAX_UNESCAPE, Unescaped, escape_triggers
 from harness.detect.engine.forms import Doubles, Edge, encodings_of, encodings_with_edges
 from harness.detect.engine.triggers import DOUBLE, ESCAPE, WINDOW, Triggers
@@ -114,6 +115,7 @@ class Matcher:
                     self.extensions.setdefault((a.tenant, a.kind), []).append(b.value[len(a.value):].encode())
         #: (tenant, kind) of a canary another tenant's extends as a path -> the most characters it adds.
         self.extended = {key: max(len(e.decode()) for e in ext) for key, ext in self.extensions.items()}
+        self.own_cuts = OwnCuts(self.canaries)  # a recipient's own canary cut short reads as a shorter one
         # A DFA scans about twice as fast as the default NFA but costs ~16 KB per pattern to build. That
         # size is also why the DFA only makes the full passes: a short buffer or a window touches a few
         # of its states, scattered over megabytes, and in a busy proxy most of them are out of the cache
@@ -232,8 +234,8 @@ class Matcher:
             found += [m for m in escaped if not any(s < m[3] and m[2] < e for s, e in spans.get(m[0], ()))]
         if self._nested and len(found) > 1:
             found = _outermost(found)
-        if found and exclude is not None:
-            found = [m for m in found if m[0].tenant != exclude]
+        if found and exclude is not None:  # the excluded tenant's own, and its own canaries cut short (`cuts`)
+            found = self.own_cuts.kept([m for m in found if m[0].tenant != exclude], data, exclude, self.longest)
         if not found:  # the common case (every header line, most bodies): nothing more to build
             return []
         hits: list[Hit] = []

@@ -23,12 +23,14 @@ def scan_bytes(
     not_inspected: list[NotInspected] | None = None,
     headerless: bool = True,
     exclude: str | None = None,
+    recipient: str | None = None,
 ) -> list[ScanHit]:
     """Every canary in `data` and in the layers it contains (`harness.detect.engine.walk`). `headerless`:
     also try the formats without a magic number at offset 0 (a file's bytes; not an HTTP body, whose
-    content-encoding is in its headers). `exclude`: a tenant whose canaries are not reported (a flow's own)."""
+    content-encoding is in its headers). `exclude`: a tenant whose canaries are not reported (a flow's own);
+    `recipient` (`exclude` when not given): whose own canaries cut short are not reported as another's (`cuts`)."""
     data = bytes(data)
-    scan = LayerWalk(matcher, limits, exclude)
+    scan = LayerWalk(matcher, limits, exclude, recipient)
     scan.stream((data,), (), bytes_reopen(data), top=headerless)
     return scan.result(not_inspected, "bytes")
 
@@ -40,12 +42,14 @@ def scan_file(
     limits: Limits = DEFAULT_LIMITS,
     not_inspected: list[NotInspected] | None = None,
     label: str | None = None,
+    recipient: str | None = None,
 ) -> list[ScanHit]:
     """Scan one regular file as a stream; a SQLite database is also read logically together with its
-    -wal/-journal. Raises OSError when the file cannot be opened or is not a regular file."""
+    -wal/-journal. Raises OSError when the file cannot be opened or is not a regular file. `recipient`: whose own
+    canaries cut short are not reported as another's (`cuts`: the file's owner)."""
     path = Path(path)
     fd = _open(path)
-    scan = LayerWalk(matcher, limits)
+    scan = LayerWalk(matcher, limits, recipient=recipient)
 
     def again(offset: int) -> Iterator[bytes]:
         return _file_chunks(os.dup(fd), offset)

@@ -44,10 +44,12 @@ TRANSFORMS = frozenset({*codecs.TEXT, *codecs.KEEPING, "records"})
 class LayerWalk:
     """One top-level scan (a file or a buffer): its hits, what it could not read, its decoding budget."""
 
-    def __init__(self, matcher: Matcher, limits: Limits, exclude: str | None = None) -> None:
+    def __init__(self, matcher: Matcher, limits: Limits, exclude: str | None = None,
+                 recipient: str | None = None) -> None:
         self.matcher = matcher
         self.limits = limits
         self.exclude = exclude  # a tenant whose canaries are not looked for (`Matcher.find`)
+        self.recipient = recipient or exclude  # whose own canaries cut short are no other's (`cuts`)
         self.remaining = limits.total_bytes
         self.deadline = time.monotonic() + limits.seconds
         self.late = False  # the time budget is spent (and listed once)
@@ -142,8 +144,8 @@ class LayerWalk:
         or chunked body already decoded is skipped (`skip`) where that layer's output holds it again: inside one
         that keeps what it does not decode (`codecs.KEEPING`), every start but a framing's that joins lines
         (`codecs.LINES`); inside a base64 or hex run, one of the same codec."""
-        owned_from, limit, _ = owns
-        found, markers = self.add_hits(window, base, owned_from, limit, layers)
+        owned_from, limit, last = owns
+        found, markers = self.add_hits(window, base, owned_from, limit, layers, ends=last)
         text_signs = signs.find(window) if window.count(0, 0, 4096) < 4 else None
         points = self._cut_points(window, base, owns, (found, markers), text_signs)
         grid = self.paged.get(layers)
@@ -211,16 +213,23 @@ class LayerWalk:
                 self.skipped.append((here, f"records: the text at {', '.join(done.short)} may go on past the "
                                      f"{records.REACH >> 10} KiB read around a value cut across records", hi - lo))
 
-    def add_hits(self, window: bytes, base: int, owned_from: int, limit: int,
-                 layers: tuple[Layer, ...]) -> tuple[list[Hit], list[int] | None]:
+    def add_hits(self, window: bytes, base: int, owned_from: int, limit: int, layers: tuple[Layer, ...], *,
+                 ends: bool = True) -> tuple[list[Hit], list[int] | None]:
         """Record the hits in `window` that end in (owned_from, limit] (offsets from `base`), but the excluded
-        tenant's; returns every hit in `window`, and where a form of the marker is (`Matcher.find_marked`)."""
+        tenant's and the recipient's own canaries cut short (`cuts`: `ends`: whether the window ends the value); returns
+        every hit in `window`, and where a form of the marker is (`Matcher.find_marked`)."""
         found, markers = self.matcher.find_marked(window)
         for hit in found:
-            if owned_from < base + hit.end <= limit and hit.tenant != self.exclude:
+            if owned_from < base + hit.end <= limit and hit.tenant != self.exclude and not self._cut_short(
+                    window, hit, ends):
                 self.hits.append(ScanHit(replace(hit, start=base + hit.start, end=base + hit.end), layers,
                                          Snippet(self.matcher, window, hit)))
         return found, markers
+
+    def _cut_short(self, window: bytes, hit: Hit, ends: bool) -> bool:
+        """Whether `hit` is a plain start of one of the recipient's own canaries, cut short (`cuts`)."""
+        return hit.encoding == "plain" and self.matcher.own_cuts.cut_short(
+            window[hit.end : hit.end + self.matcher.longest], (hit.tenant, hit.kind), self.recipient, ends)
 
     def _layer(self, window: bytes, start: Start, layers: tuple[Layer, ...], reopen: Reopen, after: int,
                at: int) -> int | None:
