@@ -135,7 +135,6 @@ def scan_log(
     owner: str | None,
     *,
     label: str,
-    channel: str = "log",
     matcher: Matcher | None = None,
     limits: Limits = DEFAULT_LIMITS,
     planted: Planted = frozenset(),
@@ -152,7 +151,7 @@ def scan_log(
         result.not_inspected.append(NotInspected(label, f"unreadable: {exc.strerror or exc}"))
         return result
     result.files, result.bytes = 1, path.stat().st_size
-    result.findings = _findings(hits, owner, label, "text_leak", channel, planted)
+    result.findings = _findings(hits, owner, label, "text_leak", "log", planted)
     return result
 
 
