@@ -12,7 +12,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -21,6 +21,7 @@ from harness.core.findings import Finding
 from harness.detect import scan
 from harness.detect.engine import stream
 from harness.detect.engine.matcher import Matcher
+from harness.detect.planted import Planted
 
 #: Where the copies are in an evidence folder, and their index (one JSON line per kept version).
 FOLDER = "versions"
@@ -66,6 +67,7 @@ def owner_of(path: Path, homes: dict[str, Path]) -> str | None:
 def scan_versions(
     out: Path, matcher: Matcher, homes: dict[str, Path], end: Sequence[Finding],
     limits: stream.Limits = stream.DEFAULT_LIMITS, stretch: Callable[[float], Any] = lambda t: None,
+    planted: Mapping[str, Planted] | None = None,
 ) -> tuple[list[Finding], int, list[stream.NotInspected]]:
     """The transient findings of the kept versions under `out`, how many versions were scanned, and what was
     not read to its end (listed, never partial: the end-of-run scan is the one that must be whole; a copy of a
@@ -75,7 +77,8 @@ def scan_versions(
     A finding is not transient when the end-of-run scan shows it in the same file, or in any file that held
     the same content (a temporary file renamed into place); a SQLite side file (`-wal`, `-journal`) counts as
     its database, whose scan reads it. Each transient finding is reported once per file and `stretch` of the run
-    (the phase a version's time falls in), for the first version that shows it."""
+    (the phase a version's time falls in), for the first version that shows it. `planted`: by owner, what its own
+    probe planted (`detect.planted`), which no version counts either."""
     homes = {name: Path(os.path.abspath(h)) for name, h in homes.items()}
     shown: dict[tuple[Any, ...], set[str]] = {}
     for f in end:
@@ -104,7 +107,8 @@ def scan_versions(
         owner, rel, label = where[v.id]
         if label != canonical[v.sha256]:
             continue
-        result = scan.scan_copy(out / FOLDER / v.id, rel, matcher, owner, limits)
+        mine = (planted or {}).get(owner, frozenset())
+        result = scan.scan_copy(out / FOLDER / v.id, rel, matcher, owner, limits, mine)
         skipped += [replace(n, path=f"{n.path} ({MARK} {v.id})", partial=False) for n in result.not_inspected
                     if not n.reason.startswith("sqlite: cannot")]  # a copy taken mid-write: its raw bytes were read
         for f in result.findings:

@@ -21,7 +21,7 @@ from harness.core.findings import Finding, dedupe
 from harness.core.protocol import REFUSED_CONNECTION
 from harness.core.record import EvidenceError, Phase, RunRecord
 from harness.core.registry import PROVIDER, Registry
-from harness.detect import file_versions, records, scan, snapshots
+from harness.detect import file_versions, planted, records, scan, snapshots
 from harness.detect.carriers import Conversations
 from harness.detect.decode import loads
 from harness.detect.engine import stream
@@ -133,6 +133,12 @@ class Evidence:
     flow_ids: set[str] = field(default_factory=set)  # every saved flow's id (the bypass check)
     stub_peers: set[int] = field(default_factory=set)  # the ports saved TCP flows reached their stubs from
     written: dict[str, str] = field(default_factory=dict)  # file name -> the tool whose call wrote it
+    #: tenant -> the `~/` paths its own provider's replies named (`detect.planted`: the probe's `MEDIA:` lines)
+    named: dict[str, set[str]] = field(default_factory=dict)
+
+    def planted_by(self, tenant: str) -> planted.Planted:
+        """The paths the tenant's own replies planted, resolved to the homes they are in."""
+        return planted.resolve(self.named.get(tenant, ()), self.registry)
 
 
 def reconcile(registry: Registry, flows_path: Path, *, homes: dict[str, Path] | None = None,
@@ -187,6 +193,8 @@ def _flows(ev: Evidence, rec: Reconciliation) -> None:
         if report.request.service != PROVIDER:
             status = flow.response.status_code if flow.response is not None else 0
             rec.coverage.used(phase.scenario if phase else "run", report.request.service, 200 <= status < 400)
+        elif isinstance(flow, http.HTTPFlow):
+            ev.named.setdefault(tenant, set()).update(planted.reply_paths(flow))
         rec.flows_per_tenant[tenant] += 1
         rec.inspected["request"] += 1
         rec.inspected["response"] += flow.response is not None
@@ -236,7 +244,8 @@ def _homes(ev: Evidence, rec: Reconciliation) -> None:
             rec.reasons.append(f"home of tenant {name!r} is missing: {home}")
             continue
         others = [h for n, h in ev.homes.items() if n != name]  # where they are now, not where they ran
-        result = scan.scan_tree(home, ev.registry, name, exclude=others, matcher=ev.matcher, limits=ev.limits)
+        result = scan.scan_tree(home, ev.registry, name, exclude=others, matcher=ev.matcher, limits=ev.limits,
+                                planted=ev.planted_by(name))
         rec.findings += [replace(f, tool=f.tool or tool_for_file(f.location, ev.written)) for f in result.findings]
         rec.inspected["file"] += result.files
         rec.reasons += [f"unreadable file {p}" for p in result.unreadable]
@@ -250,7 +259,8 @@ def _versions(ev: Evidence, rec: Reconciliation) -> None:
     ends = [f for f in rec.findings if f.channel == "file"]
     try:
         transient, rec.inspected["version"], skipped = file_versions.scan_versions(
-            ev.kept_versions, ev.matcher, ev.homes, ends, ev.limits, stretch=lambda t: _phase_before(t, ev.phases))
+            ev.kept_versions, ev.matcher, ev.homes, ends, ev.limits, stretch=lambda t: _phase_before(t, ev.phases),
+            planted={name: ev.planted_by(name) for name in ev.homes})
     except ValueError as exc:
         raise EvidenceError(f"versions: {exc}") from None
     rec.findings += [_tag([f], _phase_before(f.time or 0.0, ev.phases), f.time or 0.0)[0] for f in transient]
@@ -270,7 +280,7 @@ def _logs(ev: Evidence, rec: Reconciliation) -> None:
             rec.findings += _scan_rpc(data, ev.registry, ev.matcher, source.path.name, ev.phases, rec)
             continue
         log = scan.scan_log(source.path, ev.registry, source.owner, label=source.path.name, matcher=ev.matcher,
-                            limits=ev.limits)
+                            limits=ev.limits, planted=ev.planted_by(source.owner) if source.owner else frozenset())
         if log.unreadable:
             rec.reasons.append(f"log {source.path} unreadable")
             continue

@@ -24,6 +24,7 @@ from harness.detect.engine.containers import may_start
 from harness.detect.engine.hits import where
 from harness.detect.engine.matcher import Hit, Matcher, matcher_for
 from harness.detect.engine.stream import DEFAULT_LIMITS, Limits, NotInspected, ScanHit, scan_bytes, scan_file
+from harness.detect.planted import Planted, names_planted
 from harness.detect.tools import store_named
 
 
@@ -38,6 +39,9 @@ class TreeScan:
     not_inspected: list[NotInspected] = field(default_factory=list)
     files: int = 0
     bytes: int = 0
+    #: The paths the owner's own probe planted (`detect.planted`): a home naming one of them in its files does not
+    #: count.
+    planted: Planted = frozenset()
 
     def __iter__(self) -> Iterator[list]:
         """`findings, unreadable = scan_paths(...)`."""
@@ -68,9 +72,10 @@ def _check_owner(registry: Registry, owner: str | None) -> None:
         raise ValueError(f"unknown tenant {owner!r}")
 
 
-def _findings(hits: Iterable[ScanHit], owner: str | None, label: str, kind: str, channel: str) -> list[Finding]:
-    """One finding per hit that counts against `owner`, located `label` + the hit's place; a home in a text stream
-    that a path into a tool's store continues names that store (`Finding.store`)."""
+def _findings(hits: Iterable[ScanHit], owner: str | None, label: str, kind: str, channel: str,
+              planted: Planted = frozenset()) -> list[Finding]:
+    """One finding per hit that counts against `owner` and is no path of its `planted`, located `label` + the hit's
+    place; a home in a text stream that a path into a tool's store continues names that store (`Finding.store`)."""
     return [
         Finding(
             kind=kind,
@@ -84,8 +89,15 @@ def _findings(hits: Iterable[ScanHit], owner: str | None, label: str, kind: str,
             store=_store(h) if kind == "text_leak" else None,
         )
         for h in hits
-        if _counts(h, owner)
+        if _counts(h, owner) and not _planted(h, planted)
     ]
+
+
+def _planted(hit: ScanHit, planted: Planted) -> bool:
+    """Whether a hit is a home in plain text that goes on into a path the owner's own probe planted."""
+    if not planted or hit.kind != "home" or hit.layers or hit.hit.encoding != "plain" or hit.snippet is None:
+        return False
+    return names_planted(hit.tenant, hit.snippet.following, planted)
 
 
 def _store(hit: ScanHit) -> str | None:
@@ -123,11 +135,12 @@ def scan_log(
     owner: str | None,
     *,
     label: str,
-    channel: str = "log",
     matcher: Matcher | None = None,
     limits: Limits = DEFAULT_LIMITS,
+    planted: Planted = frozenset(),
 ) -> TreeScan:
-    """`text_leak` findings in a log file, read as a stream (never whole), located `label@offset`."""
+    """`text_leak` findings in a log file, read as a stream (never whole), located `label@offset`; `planted`: what
+    the owner's own probe planted (`TreeScan.planted`)."""
     _check_owner(registry, owner)
     matcher = matcher or matcher_for(registry)
     result = TreeScan()
@@ -139,7 +152,7 @@ def scan_log(
         result.not_inspected.append(NotInspected(label, f"unreadable: {exc.strerror or exc}"))
         return result
     result.files, result.bytes = 1, path.stat().st_size
-    result.findings = _findings(hits, owner, label, "text_leak", channel)
+    result.findings = _findings(hits, owner, label, "text_leak", "log", planted)
     return result
 
 
@@ -151,6 +164,7 @@ def scan_tree(
     exclude: Iterable[Path | str] = (),
     matcher: Matcher | None = None,
     limits: Limits = DEFAULT_LIMITS,
+    planted: Planted = frozenset(),
 ) -> TreeScan:
     """`file_leak` findings for every file under `root` (a tenant home), locations relative to `root`.
 
@@ -159,7 +173,7 @@ def scan_tree(
     Symlinks are never followed: their targets' names are scanned, and those pointing out of the tree or
     nowhere are listed in `not_inspected` (not partial: what they point to is not in the tree). FIFOs,
     sockets and devices are listed too, never opened. `matcher`: the registry's (`matcher_for(registry)`
-    when not given).
+    when not given); `planted`: what the owner's own probe planted (`TreeScan.planted`).
     """
     _check_owner(registry, owner)
     root = Path(os.path.abspath(root))
@@ -167,7 +181,7 @@ def scan_tree(
     excluded = {Path(os.path.abspath(p)) for p in exclude}
     excluded |= {Path(os.path.abspath(t.home)) for t in registry if t.home and t.name != owner}
     excluded.discard(root)
-    result = TreeScan()
+    result = TreeScan(planted=planted)
 
     def onerror(exc: OSError) -> None:
         label = redacted_path(matcher, Path(exc.filename).relative_to(root).as_posix()) if exc.filename else "?"
@@ -272,12 +286,13 @@ def _scan_entry(
         return
     result.files += 1
     result.bytes += st.st_size
-    result.findings += _findings(hits, owner, label, "file_leak", "file")
+    result.findings += _findings(hits, owner, label, "file_leak", "file", result.planted)
 
 
-def scan_copy(copy: Path, rel: str, matcher: Matcher, owner: str | None, limits: Limits = DEFAULT_LIMITS) -> TreeScan:
+def scan_copy(copy: Path, rel: str, matcher: Matcher, owner: str | None, limits: Limits = DEFAULT_LIMITS,
+              planted: Planted = frozenset()) -> TreeScan:
     """A copy of a file that was at `rel` in `owner`'s home: its name and content, located as that file's."""
-    result = TreeScan()
+    result = TreeScan(planted=planted)
     _scan_name(rel, matcher, owner, result)
     _scan_entry(copy, redacted_path(matcher, rel), None, matcher, owner, result, limits)
     return result
