@@ -54,6 +54,8 @@ except ImportError:
 
 VICTIM = "bob"
 #: Every example of every test is the same on every run; the whole file takes well under a minute.
+#: The most layers a plant's chain has.
+MAX_LAYERS = 3
 SETTINGS = settings(derandomize=True, database=None, max_examples=300, deadline=timedelta(seconds=10),
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -221,7 +223,7 @@ class Plant:
 def plants(draw: st.DrawFn, min_layers: int = 1, anywhere: bool = False) -> Plant:
     """A plant in a chain of `min_layers` to 3 layers (`anywhere`: the outermost is found anywhere in a
     stream, as in an HTTP body, whose own encoding its headers name)."""
-    chain = (draw(layers(anywhere)), *draw(st.lists(layers(), min_size=min_layers - 1, max_size=2)))
+    chain = (draw(layers(anywhere)), *draw(st.lists(layers(), min_size=min_layers - 1, max_size=MAX_LAYERS - 1)))
     before = draw(st.binary(max_size=200))
     after = draw(st.binary(max_size=40))
     line = (draw(TEXT) + draw(SEPARATORS), draw(SEPARATORS) + draw(TEXT))
@@ -267,9 +269,21 @@ def found(hits: list, kind: str) -> bool:
 
 
 def cut(entries: list[NotInspected]) -> list[NotInspected]:
-    """The entries a limit made (depth, size, time): none for three layers. (A database that cannot be read,
-    such as a fragment of one seen in another's raw pages, is listed too, but is no limit.)"""
-    return [n for n in entries if n.reason.startswith(("depth cap", "decompression", "time budget"))]
+    """The entries a limit made (depth, size, time) within a plant's layers: none for three layers. (A database
+    that cannot be read, such as a fragment of one seen in another's raw pages, is listed too, but is no limit.
+    A plant's random bytes may hold layers of their own: a run of base64 characters that decodes to a raw deflate
+    stream with a proper end, as `0+4AAAsk` does; the depth cap listing the second of two such layers under three
+    of the plant's is the walk's rule at work, past every layer the plant made: `MAX_LAYERS` and the one the cap
+    lists.)"""
+    return [n for n in entries if n.reason.startswith(("depth cap", "decompression", "time budget"))
+            and _depth(n.path) <= MAX_LAYERS + 1]
+
+
+def _depth(path: str) -> int:
+    """How many layers `path` (`bytes@N:LAYER@N:...`, `flow:ID:response.body@N:LAYER@N:...`) names past the
+    buffer or body it starts in."""
+    parts = path.split(":")
+    return len(parts) - 1 - next(i for i, part in enumerate(parts) if "@" in part)
 
 
 # -- properties -------------------------------------------------------------------------------------------
