@@ -93,18 +93,23 @@ def _findings(hits: Iterable[ScanHit], owner: str | None, label: str, kind: str,
     ]
 
 
+def _after_plain_home(hit: ScanHit) -> bytes | None:
+    """The bytes after a home found in plain text (no layer, no encoding), or None for any other hit."""
+    if hit.kind != "home" or hit.layers or hit.hit.encoding != "plain" or hit.snippet is None:
+        return None
+    return hit.snippet.following
+
+
 def _planted(hit: ScanHit, planted: Planted) -> bool:
     """Whether a hit is a home in plain text that goes on into a path the owner's own probe planted."""
-    if not planted or hit.kind != "home" or hit.layers or hit.hit.encoding != "plain" or hit.snippet is None:
-        return False
-    return names_planted(hit.tenant, hit.snippet.following, planted)
+    following = _after_plain_home(hit) if planted else None
+    return following is not None and names_planted(hit.tenant, following, planted)
 
 
 def _store(hit: ScanHit) -> str | None:
     """The tool store a home found in plain text leads into (its path goes on there), or None."""
-    if hit.kind != "home" or hit.layers or hit.hit.encoding != "plain" or hit.snippet is None:
-        return None
-    return store_named(hit.snippet.following)
+    following = _after_plain_home(hit)
+    return None if following is None else store_named(following)
 
 
 def scan_text(
